@@ -1,0 +1,1 @@
+"""Capture: run a workload under Nsight Systems or torch.profiler and write a trace."""

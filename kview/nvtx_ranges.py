@@ -1,0 +1,148 @@
+"""NVTX ranges with their nsys labels (`domain:text`), style, and enclosure structure.
+
+Labels follow nsys exactly: the text is the registered string (textId) or the inline `text`;
+the domain is the name of the domain-create event (type 75) with the same domainId in the same
+process, and the default domain gives an empty prefix (":forward_pass").
+
+Enclosure is computed column-wise. Push/pop ranges on one thread nest (LIFO), so a range's
+depth is the number of earlier ranges (in start order) still open when it starts, found with
+sorted searches; its parent is the nearest earlier range one level up, found with join_asof.
+Start/end ranges may overlap arbitrarily and are matched against calls by an explicit
+per-thread interval join instead.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from .nsys_reader import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND
+from .trace import Trace
+
+PID_ONLY = 0x0000FFFFFF000000
+
+STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then(pl.lit("PushPop"))
+         .when(pl.col("event_type").is_in([NVTX_STARTEND, NVTXT_STARTEND])).then(pl.lit("StartEnd"))
+         .otherwise(pl.lit("Unknown")))
+
+
+def labelled(trace: Trace) -> pl.DataFrame:
+    """All range events with `name` (domain:text) and `style`; `end` may be null.
+
+    Like nsys, a range joins every domain-create row of its domainId in its process, so the
+    rare export with one domain created on several threads counts those ranges once per row.
+    """
+    ev = trace.nvtx_events
+    ev = trace.with_strings(ev, "text_id", "sid_value")
+    ev = ev.with_columns(pl.coalesce("sid_value", "text").alias("label"))
+    dom = (ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+           .sort("start", maintain_order=True)
+           .group_by(["domain_id", "global_tid"], maintain_order=True)
+           .agg(pl.col("label").first().alias("domain"))
+           .select("domain_id", (pl.col("global_tid") & PID_ONLY).alias("pid_key"), "domain"))
+    r = (ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
+         .with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")))
+    r = r.join(dom, on=["domain_id", "pid_key"], how="left")
+    return r.select(
+        "id", "start", "end", "event_type", "global_tid", "end_global_tid",
+        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name"),
+        STYLE.alias("style"),
+    )
+
+
+def projection_ranges(trace: Trace) -> pl.DataFrame:
+    """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
+    all_ranges = labelled(trace)
+    hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
+    r = all_ranges.filter(pl.col("end_global_tid").is_null())
+    return r.with_columns(pl.col("end").fill_null(hi))
+
+
+def nest(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Add `depth` and `parent` (id of the tightest enclosing range on the same thread).
+
+    Valid for families that nest (push/pop on one thread). Ties of identical intervals
+    become a chain in id order.
+    """
+    r = (ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False])
+         .with_columns(pl.int_range(pl.len()).over("global_tid").alias("pos")))
+    # Ranges that ended before this one (end < own end, end <= own start) are all earlier in
+    # start order except zero-length ones at our own start, which sort after a longer range.
+    ends = r.select("global_tid", "end").sort(["global_tid", "end"]).with_columns(
+        pl.int_range(1, pl.len() + 1).over("global_tid").alias("n_le"))
+    key = r.with_columns(
+        pl.when(pl.col("end") > pl.col("start")).then(pl.col("start")).otherwise(pl.col("start") - 1).alias("key"))
+    closed = key.sort("key").join_asof(
+        ends.rename({"end": "key"}).sort("key"), on="key", by="global_tid", strategy="backward", check_sortedness=False
+    ).select("id", pl.col("n_le").fill_null(0))
+    zero = (r.filter(pl.col("end") == pl.col("start")).group_by(["global_tid", "start"])
+            .agg(pl.len().alias("n_zero")))
+    r = (r.join(closed, on="id", how="left")
+         .join(zero, on=["global_tid", "start"], how="left")
+         .with_columns(
+             pl.when(pl.col("end") > pl.col("start")).then(pl.col("n_le") - pl.col("n_zero").fill_null(0))
+             .otherwise(pl.col("n_le")).alias("n_closed"))
+         .with_columns((pl.col("pos") - pl.col("n_closed")).alias("depth"))
+         .drop("n_le", "n_zero", "n_closed"))
+    parents = r.select("global_tid", pl.col("depth") + 1, pl.col("pos").alias("ppos"), pl.col("id").alias("parent"))
+    r = r.sort("pos").join_asof(
+        parents.sort("ppos"), left_on="pos", right_on="ppos", by=["global_tid", "depth"],
+        strategy="backward", allow_exact_matches=False, check_sortedness=False,
+    ).drop("ppos")
+    return r.sort(["global_tid", "pos"]).drop("pos")
+
+
+def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Pairs (call_id, range id) for every range on the call's thread with
+    range.start <= call.start and range.end >= call.end.
+
+    `calls` has call_id, global_tid, start, end. Push/pop ranges go through the nesting
+    (innermost open range, then its ancestors); start/end ranges through an interval join.
+    """
+    pp = ranges.filter(pl.col("style") == "PushPop")
+    se = ranges.filter(pl.col("style") != "PushPop")
+    out = []
+    if pp.height and calls.height:
+        out.append(_enclosing_nested(nest(pp), calls))
+    if se.height and calls.height:
+        out.append(_enclosing_any(se, calls))
+    if not out:
+        return pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
+    return pl.concat(out)
+
+
+def _enclosing_nested(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    # Innermost candidate: the last range (in start order) starting at or before the call.
+    t = tree.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False]).with_columns(
+        pl.int_range(pl.len()).alias("order"))
+    c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
+    cand = c.sort("c_start").join_asof(
+        t.select("global_tid", pl.col("start").alias("c_start"), pl.col("order")).sort("c_start"),
+        on="c_start", by="global_tid", strategy="backward", check_sortedness=False)
+    # The candidate may have closed before the call; climb parents until one encloses it.
+    info = t.select("order", "id", "start", "end", "parent")
+    by_id = t.select(pl.col("id").alias("parent"), pl.col("order").alias("porder"))
+    info = info.join(by_id, on="parent", how="left").drop("parent")
+    cur = cand.filter(pl.col("order").is_not_null()).join(info, on="order", how="left")
+    found = []
+    while cur.height:
+        ok = (pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))
+        found.append(cur.filter(ok).select("call_id", "order"))
+        nxt = cur.filter(~ok & pl.col("porder").is_not_null()).select(
+            "call_id", "global_tid", "c_start", "c_end", pl.col("porder").alias("order"))
+        cur = nxt.join(info, on="order", how="left")
+    inner = pl.concat(found) if found else pl.DataFrame(schema={"call_id": pl.Int64, "order": pl.Int64})
+    # Every ancestor of the innermost enclosing range encloses the call as well.
+    pairs = []
+    cur = inner.join(info.select("order", "id", "porder"), on="order", how="left")
+    while cur.height:
+        pairs.append(cur.select("call_id", "id"))
+        cur = (cur.filter(pl.col("porder").is_not_null())
+               .select("call_id", pl.col("porder").alias("order"))
+               .join(info.select("order", "id", "porder"), on="order", how="left"))
+    return pl.concat(pairs) if pairs else pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
+
+
+def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
+    j = c.join(ranges.select("id", "global_tid", "start", "end"), on="global_tid", how="inner")
+    return j.filter((pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))).select(
+        "call_id", "id")

@@ -1,0 +1,1 @@
+"""Textual TUI over the kview core (installed as kview.tui)."""
