@@ -1,0 +1,133 @@
+"""The `kview` command line. Subcommands never import Textual or torch.
+
+`kview TRACE` (no subcommand) hands over to the TUI, and `kview capture` to the capture
+package; both are imported by module name only when asked for, so the core keeps its
+one-way dependencies and `kview stats` starts fast on a box without them.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from .errors import TraceError
+
+SUBCOMMANDS = ("stats",)
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser_stats(sub) -> None:
+    from .render import FORMATS
+
+    p = sub.add_parser("stats", help="nsys-compatible summary reports (same numbers as `nsys stats`)",
+                       description="Reports identical to `nsys stats --format csv`, without nsys.")
+    p.add_argument("trace", help="Nsight Systems .sqlite export")
+    p.add_argument("-r", "--report", default=None,
+                   help="comma-separated report names (default: nsys's default set); 'all' for every report")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("-o", "--output", default=None, metavar="PREFIX",
+                   help="write one file per report, PREFIX_<report>.<ext>, instead of stdout")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="kview", description="Terminal explorer for GPU traces.")
+    parser.add_argument("--version", action="version", version=f"kview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _parser_stats(sub)
+    return parser
+
+
+def _report_names(arg: str | None) -> list[str]:
+    from .reports import DEFAULT_REPORTS, REPORTS
+
+    if not arg:
+        return list(DEFAULT_REPORTS)
+    names = [n.strip() for n in arg.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(REPORTS)
+    unknown = [n for n in names if n not in REPORTS]
+    if unknown:
+        raise UsageError(f"unknown report {', '.join(unknown)} (known: {', '.join(REPORTS)})")
+    return names
+
+
+def cmd_stats(args) -> int:
+    from . import render
+    from .reports import REPORTS
+    from .trace import open_trace
+
+    names = _report_names(args.report)
+    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
+    if args.output:
+        ext = render.EXTENSIONS[args.format]
+        outs = {f"{args.output}_{r.name}.{ext}": render.render(r.frame, args.format, r.decimals) for r in reports}
+        parent = Path(args.output).parent
+        if str(parent) and not parent.exists():
+            raise UsageError(f"output folder {parent} does not exist")
+        for path, text in outs.items():
+            Path(path).write_text(text)
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+    out = sys.stdout
+    for i, r in enumerate(reports):
+        if i:
+            out.write("\n")
+        out.write(f"** {r.title} ({r.name}):\n\n")
+        if r.skipped:
+            out.write(f"SKIPPED: {trace.name} {r.skipped}.\n")
+        elif r.empty:
+            out.write("(no rows)\n")
+        else:
+            out.write(render.render(r.frame, args.format, r.decimals))
+    return 0
+
+
+COMMANDS = {"stats": cmd_stats}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except TraceError as e:
+        print(f"kview: {getattr(args, 'trace', None) or e.path}: {e.problem}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"kview: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `kview stats ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a file that passed validation but is damaged inside
+        if os.environ.get("KVIEW_DEBUG"):
+            raise
+        path = getattr(args, "trace", "?")
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"kview: {path}: cannot be read ({type(e).__name__}{': ' + msg if msg else ''})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Bad input: one line on stderr naming the file and the problem, exit 2, nothing written."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import LM_TRACES
+
+GOOD = LM_TRACES[0]
+
+
+def _make(kind: str, d):
+    p = d / f"{kind}.sqlite"
+    data = GOOD.read_bytes()
+    if kind == "empty":
+        p.write_bytes(b"")
+    elif kind == "zeroed_header":
+        p.write_bytes(b"\0" * 100 + data[100:])
+    elif kind == "truncated":
+        p.write_bytes(data[: len(data) // 3])
+    elif kind == "random_bytes":
+        import random
+
+        rnd = random.Random(7)
+        p.write_bytes(bytes(rnd.getrandbits(8) for _ in range(8192)))
+    elif kind == "not_nsys":
+        con = sqlite3.connect(p)
+        con.execute("CREATE TABLE users(id INTEGER, name TEXT)")
+        con.commit()
+        con.close()
+    elif kind == "text_file":
+        p.write_text("this is not a database\n")
+    elif kind == "folder":
+        p.mkdir()
+    elif kind == "missing":
+        pass
+    elif kind == "garbage_json":
+        p = d / "trace.json"
+        p.write_text('{"traceEvents": [ {"ph": "X", ')
+    return p
+
+
+CASES = {
+    "empty": "is empty",
+    "zeroed_header": "zeroed header",
+    "truncated": "truncated",
+    "random_bytes": "not a SQLite database",
+    "not_nsys": "not an Nsight Systems export",
+    "text_file": "not a SQLite database",
+    "folder": "is a folder",
+    "missing": "no such file",
+    "garbage_json": "not a SQLite database",
+}
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_bad_input_is_one_line_exit_2_nothing_written(kind, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    path = _make(kind, src)
+    out = tmp_path / "out"
+    out.mkdir()
+    before = sorted(p.name for p in src.iterdir())
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(path), "-o", str(out / "r")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert str(path) in lines[0] and CASES[kind] in lines[0]
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
+    assert list(out.iterdir()) == []
+    assert sorted(p.name for p in src.iterdir()) == before
+
+
+def test_unknown_report_is_a_usage_error(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(GOOD), "-r", "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown report nope" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -1,0 +1,53 @@
+"""Architecture rules: the core never imports Textual or torch, and only kview.* is installed."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+
+from conftest import ROOT
+
+FORBIDDEN_IN_CORE = ("textual", "torch", "kview.tui", "kview.capture", "kview.models", "nvtx", "pyperclip")
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def test_core_modules_import_neither_tui_nor_capture_nor_torch():
+    offenders = []
+    for py in (ROOT / "kview").rglob("*.py"):
+        for name in _imports(py):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN_IN_CORE):
+                offenders.append(f"{py.relative_to(ROOT)} imports {name}")
+    assert offenders == []
+
+
+def test_stats_command_does_not_load_textual_or_torch():
+    code = ("import sys; from kview.cli import main; "
+            f"main(['stats', r'{ROOT / 'sample_traces' / 'lm-small_ctx256_forward_nsys.sqlite'}', '-r', 'cuda_gpu_kern_sum']); "
+            "bad = [m for m in ('textual', 'torch') if m in sys.modules]; print('LOADED', bad)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
+
+
+def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    wheel = next(tmp_path.glob("kview-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"kview"}
+    for sub in ("kview/tui/__init__.py", "kview/capture/workload.py", "kview/models/transformer_lm.py"):
+        assert sub in names
+    core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert core and not any(x in line for line in core for x in ("torch", "nvtx", "textual"))

@@ -1,0 +1,66 @@
+"""Every report equals real `nsys stats --format csv` output, byte for byte.
+
+The reference CSVs were written by nsys 2025.3.1 on the GPU machine (sample_traces/README.md)
+next to the project's own traces, and for the public fixtures into tests/golden/public/.
+"""
+from __future__ import annotations
+
+import pytest
+
+from kview.render import to_csv
+from kview.reports import REPORTS
+from kview.trace import open_trace
+
+from conftest import GOLDEN_PUBLIC, LM_TRACES, PUBLIC_TRACES
+
+_cache: dict = {}
+
+
+def _trace(path):
+    if path not in _cache:
+        _cache[path] = open_trace(path, use_cache=False)
+    return _cache[path]
+
+
+
+def test_sample_traces_present():
+    assert len(LM_TRACES) >= 3
+
+
+@pytest.mark.parametrize("report", list(REPORTS))
+@pytest.mark.parametrize("trace", LM_TRACES, ids=lambda p: p.stem)
+def test_lm_trace_report_equals_nsys(trace, report):
+    golden = trace.with_name(f"{trace.stem}_{report}.csv")
+    assert golden.exists(), f"missing reference {golden.name}"
+    rep = REPORTS[report](_trace(trace))
+    assert to_csv(rep.frame, rep.decimals).splitlines() == golden.read_text().splitlines()
+
+
+# nsys 2025.3 skips memcpy summaries on 2022.1 exports (no ENUM_CUDA_MEMCPY_OPER table); kview
+# labels them from the CUPTI enum instead, checked separately below.
+DELIBERATE = {("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_time_sum"), ("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_size_sum")}
+
+
+@pytest.mark.parametrize("report", list(REPORTS))
+@pytest.mark.parametrize("trace", PUBLIC_TRACES, ids=lambda p: p.stem)
+def test_public_fixture_report_equals_nsys(trace, report):
+    if (trace.stem, report) in DELIBERATE:
+        pytest.skip("kview reports what nsys skips here; see test_old_export_memops")
+    golden = GOLDEN_PUBLIC / f"{trace.stem}_{report}.csv"
+    rep = REPORTS[report](_trace(trace))
+    assert to_csv(rep.frame, rep.decimals).splitlines() == golden.read_text().splitlines()
+
+
+def test_old_export_memops_labelled_without_enum_table():
+    path = next(p for p in PUBLIC_TRACES if "2022.1" in p.name)
+    rep = REPORTS["cuda_gpu_mem_time_sum"](_trace(path))
+    rows = dict(zip(rep.frame["Operation"], rep.frame["Count"]))
+    # 12 memcpy and 4 memset rows in this export (counted with sqlite3 below).
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    by_kind = dict(con.execute("SELECT copyKind, count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1"))
+    n_memset = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()[0]
+    assert rows.get("[CUDA memset]") == n_memset == 4
+    assert rows.get("[CUDA memcpy Host-to-Device]") == by_kind.get(1)
+    assert sum(v for k, v in rows.items() if "memcpy" in k) == sum(by_kind.values()) == 12

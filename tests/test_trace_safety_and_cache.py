@@ -1,0 +1,79 @@
+"""The trace is opened read-only and never modified; the cache lives under the user cache dir."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+from kview import cache
+from kview.reports import REPORTS
+from kview.render import to_csv
+from kview.trace import open_trace
+
+from conftest import LM_TRACES
+
+TRACE = LM_TRACES[-1]
+
+
+def _digest(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_read_only_folder_trace_unchanged_and_nothing_beside_it(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    t = ro / TRACE.name
+    shutil.copy2(TRACE, t)
+    t.chmod(stat.S_IRUSR | stat.S_IRGRP)
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    before = (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro)))
+    try:
+        r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "csv"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "Total Time (ns)" in r.stdout
+        assert (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro))) == before
+    finally:
+        ro.chmod(stat.S_IRWXU)
+
+
+def test_cache_written_under_xdg_cache_home_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    want = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE, use_cache=False)).frame)
+    got1 = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
+    entries = list((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.parquet"))
+    assert len(entries) == 1
+    assert not any(p.suffix == ".parquet" for p in TRACE.parent.iterdir())
+    got2 = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
+    assert want == got1 == got2
+
+
+def test_corrupt_cache_entry_is_rebuilt_not_trusted(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    want = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
+    entry = next((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.parquet"))
+    entry.write_bytes(b"PAR1 garbage")
+    assert to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame) == want
+    assert entry.read_bytes()[:4] == b"PAR1" and entry.stat().st_size > 100  # rewritten
+
+
+def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    t = tmp_path / "t.sqlite"
+    shutil.copy2(TRACE, t)
+    open_trace(t).kernels
+    os.utime(t, ns=(t.stat().st_atime_ns, t.stat().st_mtime_ns + 10**9))
+    open_trace(t).kernels
+    assert len(list((tmp_path / "xdg" / "kview" / "frames").iterdir())) == 2
+
+
+def test_no_cache_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(TRACE), "--no-cache"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "xdg").exists()
+    assert cache.cache_root() == tmp_path / "xdg" / "kview"
