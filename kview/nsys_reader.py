@@ -61,24 +61,6 @@ def strings(src: SqliteSource) -> pl.DataFrame:
     return df.with_columns(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
 
 
-def _frame(src: SqliteSource, table: str, mapping: dict[str, str], schema: dict) -> pl.DataFrame:
-    """Read `table` renaming columns per mapping; columns the export lacks become nulls."""
-    if not src.has(table):
-        return pl.DataFrame(schema=schema)
-    have = set(src.columns(table))
-    df = src.read(table, [c for c in mapping if c in have])
-    exprs = []
-    for raw, name in mapping.items():
-        dtype = schema[name]
-        if raw in have and raw in df.columns:
-            exprs.append(pl.col(raw).cast(dtype).alias(name))
-        else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(name))
-    if df.width == 0:
-        return pl.DataFrame(schema=schema)
-    return df.select(exprs)
-
-
 KERNEL_COLUMNS = {
     "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
     "contextId": ("context", pl.Int64), "streamId": ("stream", pl.Int64),
@@ -117,31 +99,38 @@ OSRT_COLUMNS = {
 }
 
 
-def _load(src, table, spec, columns=None):
-    spec = {raw: v for raw, v in spec.items() if columns is None or v[0] in columns}
-    mapping = {raw: v[0] for raw, v in spec.items()}
-    schema = {v[0]: v[1] for v in spec.values()}
-    return _frame(src, table, mapping, schema)
+TABLES = {
+    "kernels": (KERNEL, KERNEL_COLUMNS),
+    "runtime": (RUNTIME, RUNTIME_COLUMNS),
+    "memcpy": (MEMCPY, MEMCPY_COLUMNS),
+    "memset": (MEMSET, MEMSET_COLUMNS),
+    "osrt": (OSRT, OSRT_COLUMNS),
+}
 
 
-def kernels(src, columns=None) -> pl.DataFrame:
-    return _load(src, KERNEL, KERNEL_COLUMNS, columns)
+def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
+    """Normalized columns `names` of logical table `key`, in rowid order.
 
-
-def runtime(src, columns=None) -> pl.DataFrame:
-    return _load(src, RUNTIME, RUNTIME_COLUMNS, columns)
-
-
-def memcpy(src, columns=None) -> pl.DataFrame:
-    return _load(src, MEMCPY, MEMCPY_COLUMNS, columns)
-
-
-def memset(src, columns=None) -> pl.DataFrame:
-    return _load(src, MEMSET, MEMSET_COLUMNS, columns)
-
-
-def osrt(src, columns=None) -> pl.DataFrame:
-    return _load(src, OSRT, OSRT_COLUMNS, columns)
+    Columns this export lacks come back as nulls of the right type; an absent table gives
+    an empty frame with the requested schema.
+    """
+    table, spec = TABLES[key]
+    by_name = {v[0]: (raw, v[1]) for raw, v in spec.items()}
+    schema = {n: by_name[n][1] for n in names}
+    if not src.has(table):
+        return pl.DataFrame(schema=schema)
+    have = set(src.columns(table))
+    raw = [by_name[n][0] for n in names if by_name[n][0] in have]
+    df = src.read_rows_in_order(table, raw) if raw else None
+    height = df.height if df is not None and df.width else (src.scalar(f'SELECT count(*) FROM "{table}"') or 0)
+    out = {}
+    for n in names:
+        r, dtype = by_name[n]
+        if df is not None and r in df.columns:
+            out[n] = df[r].cast(dtype)
+        else:
+            out[n] = pl.Series(n, [None] * height, dtype=dtype)
+    return pl.DataFrame(out, schema=schema)
 
 
 def nvtx_events(src) -> pl.DataFrame:

@@ -107,11 +107,31 @@ class SqliteSource:
             sql += f" WHERE {where}"
         return self.query(sql)
 
-    def query(self, sql: str) -> pl.DataFrame:
+    def read_rows_in_order(self, table: str, columns: list[str], where: str | None = None) -> pl.DataFrame:
+        """Columns of a table in rowid order; large tables are read by several threads.
+
+        Reading the same table twice with different columns gives aligned rows, so a
+        column can be loaded only when a request first needs it.
+        """
+        have = set(self.columns(table)) | {"rowid"}
+        cols = [c for c in columns if c in have]
+        if not cols:
+            return pl.DataFrame()
+        sel = ", ".join('rowid AS "_rid"' if c == "rowid" else f'"{c}"' for c in cols)
+        n = self.scalar(f'SELECT max(rowid) FROM "{table}"') or 0
+        parts = min(4, os.cpu_count() or 1) if n >= 200_000 else 1
+        if parts > 1:
+            sql = f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}"' + (f" WHERE {where}" if where else "")
+            df = self.query(sql, partition_on="_kv_rid", partition_num=parts).sort("_kv_rid").drop("_kv_rid")
+        else:
+            df = self.query(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where}" if where else ""))
+        return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df
+
+    def query(self, sql: str, **kw) -> pl.DataFrame:
         import connectorx as cx
 
         try:
-            return cx.read_sql(f"sqlite://{self.path}", sql, return_type="polars")
+            return cx.read_sql(f"sqlite://{self.path}", sql, return_type="polars", **kw)
         except Exception as e:  # connectorx raises RuntimeError/pyo3 panics on bad files
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TraceError(self.path, f"cannot be read ({msg})") from None

@@ -64,25 +64,57 @@ class Trace:
     def strings(self) -> pl.DataFrame:
         return self._get("strings", lambda: nr.strings(self.src))
 
+    def columns(self, key: str, names: list[str]) -> pl.DataFrame:
+        """Columns `names` of a logical table (kernels, runtime, memcpy, memset, osrt).
+
+        Only columns not loaded yet are read (from the cache, else from the trace), so a
+        request pays for what it uses.
+        """
+        have = self._frames.get(key)
+        missing = [n for n in names if have is None or n not in have.columns]
+        if missing:
+            got = {}
+            if self.use_cache:
+                from . import cache
+
+                for n in missing:
+                    col = cache.load(self.path, f"{key}.{n}")
+                    if col is not None:
+                        got[n] = col.to_series()
+            todo = [n for n in missing if n not in got]
+            if todo:
+                fresh = nr.read_columns(self.src, key, todo)
+                for n in todo:
+                    got[n] = fresh[n]
+                    if self.use_cache:
+                        from . import cache
+
+                        cache.store(self.path, f"{key}.{n}", fresh.select(n))
+            new = pl.DataFrame([got[n] for n in missing])
+            have = new if have is None or have.width == 0 else have.hstack(new)
+            self._frames[key] = have
+        return have.select(names)
+
     @property
     def kernels(self) -> pl.DataFrame:
-        return self._get("kernels", lambda: nr.kernels(self.src))
+        """All kernel columns (views that need only some should call columns())."""
+        return self.columns("kernels", [v[0] for v in nr.KERNEL_COLUMNS.values()])
 
     @property
     def runtime(self) -> pl.DataFrame:
-        return self._get("runtime", lambda: nr.runtime(self.src))
+        return self.columns("runtime", [v[0] for v in nr.RUNTIME_COLUMNS.values()])
 
     @property
     def memcpy(self) -> pl.DataFrame:
-        return self._get("memcpy", lambda: nr.memcpy(self.src))
+        return self.columns("memcpy", [v[0] for v in nr.MEMCPY_COLUMNS.values()])
 
     @property
     def memset(self) -> pl.DataFrame:
-        return self._get("memset", lambda: nr.memset(self.src))
+        return self.columns("memset", [v[0] for v in nr.MEMSET_COLUMNS.values()])
 
     @property
     def osrt(self) -> pl.DataFrame:
-        return self._get("osrt", lambda: nr.osrt(self.src))
+        return self.columns("osrt", [v[0] for v in nr.OSRT_COLUMNS.values()])
 
     @property
     def nvtx_events(self) -> pl.DataFrame:
@@ -109,9 +141,27 @@ class Trace:
         return self._get("devices", lambda: nr.devices(self.src))
 
     # -- helpers -------------------------------------------------------------
+    @cached_property
+    def _string_count(self) -> int:
+        return int(self.src.scalar("SELECT count(*) FROM StringIds") or 0) if self.has("StringIds") else 0
+
+    def string_values(self, ids: pl.Series) -> pl.DataFrame:
+        """(id, value) for the given StringIds ids. Small string tables are read whole once;
+        large ones (1M+ strings in long captures) only for the ids asked for."""
+        ids = ids.drop_nulls().unique().cast(pl.Int64)
+        if self._string_count <= 200_000 or "strings" in self._frames:
+            return self.strings
+        parts = []
+        for i in range(0, len(ids), 20_000):
+            chunk = ",".join(str(v) for v in ids[i:i + 20_000].to_list())
+            parts.append(self.src.query(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})"))
+        if not parts:
+            return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+        return pl.concat(parts).select(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
+
     def with_strings(self, df: pl.DataFrame, id_col: str, out_col: str) -> pl.DataFrame:
-        """Replace a StringIds id column by its text (left join, so unknown ids give null)."""
-        s = self.strings.rename({"id": id_col, "value": out_col})
+        """Add the text of a StringIds id column (left join, so unknown ids give null)."""
+        s = self.string_values(df[id_col]).rename({"id": id_col, "value": out_col})
         return df.join(s, on=id_col, how="left")
 
 

@@ -44,7 +44,7 @@ def test_cache_written_under_xdg_cache_home_and_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     want = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE, use_cache=False)).frame)
     got1 = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
-    entries = list((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.parquet"))
+    entries = list((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.name_id.parquet"))
     assert len(entries) == 1
     assert not any(p.suffix == ".parquet" for p in TRACE.parent.iterdir())
     got2 = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
@@ -54,7 +54,7 @@ def test_cache_written_under_xdg_cache_home_and_reused(tmp_path, monkeypatch):
 def test_corrupt_cache_entry_is_rebuilt_not_trusted(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     want = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
-    entry = next((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.parquet"))
+    entry = next((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.name_id.parquet"))
     entry.write_bytes(b"PAR1 garbage")
     assert to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame) == want
     assert entry.read_bytes()[:4] == b"PAR1" and entry.stat().st_size > 100  # rewritten

@@ -32,12 +32,12 @@ def cuda_api_sum(trace: Trace) -> Report:
     title = "CUDA API Summary"
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return empty("cuda_api_sum", title, "does not contain CUDA trace data")
-    return _api_summary(trace, trace.runtime.select("start", "end", "name_id"), "cuda_api_sum", title, True)
+    return _api_summary(trace, trace.columns("runtime", ["start", "end", "name_id"]), "cuda_api_sum", title, True)
 
 
 def osrt_sum(trace: Trace) -> Report:
     title = "OS Runtime Summary"
     if not trace.has("OSRT_API"):
         return empty("osrt_sum", title, "does not contain OS Runtime trace data")
-    rows = trace.osrt.filter(pl.col("event_class") == 27).select("start", "end", "name_id")
+    rows = trace.columns("osrt", ["start", "end", "name_id", "event_class"]).filter(pl.col("event_class") == 27)
     return _api_summary(trace, rows, "osrt_sum", title, False)

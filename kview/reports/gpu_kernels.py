@@ -13,9 +13,9 @@ STAT_HEADERS = {"total": "Total Time (ns)", "num": "Instances", "avg": "Avg (ns)
                 "min": "Min (ns)", "max": "Max (ns)", "stddev": "StdDev (ns)"}
 
 
-def _named_kernels(trace: Trace) -> pl.DataFrame:
-    k = trace.kernels.with_columns((pl.col("end") - pl.col("start")).alias("dur"))
-    return k
+def _named_kernels(trace: Trace, extra: list[str] = ()) -> pl.DataFrame:
+    k = trace.columns("kernels", ["start", "end", "name_id", *extra])
+    return k.with_columns((pl.col("end") - pl.col("start")).alias("dur"))
 
 
 def cuda_gpu_kern_sum(trace: Trace) -> Report:
@@ -32,7 +32,7 @@ def cuda_gpu_kern_gb_sum(trace: Trace) -> Report:
     if not trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
         return empty("cuda_gpu_kern_gb_sum", title, "does not contain CUDA kernel data")
     dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
-    g = _named_kernels(trace).group_by(["name_id", *dims]).agg(stats_aggs("dur"))
+    g = _named_kernels(trace, dims).group_by(["name_id", *dims]).agg(stats_aggs("dur"))
     g = trace.with_strings(g, "name_id", "Name").with_columns(
         pl.format("{} {} {}", *[pl.col(c).cast(pl.String).str.pad_start(4) for c in dims[:3]]).alias("GridXYZ"),
         pl.format("{} {} {}", *[pl.col(c).cast(pl.String).str.pad_start(4) for c in dims[3:]]).alias("BlockXYZ"),
@@ -56,8 +56,8 @@ def cuda_kern_exec_sum(trace: Trace) -> Report:
         return empty(name, title, "does not contain CUDA kernel data")
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return empty(name, title, "does not contain CUDA API data")
-    k = trace.kernels.select("start", "end", "device", "correlation", "global_pid", "name_id")
-    r = trace.runtime.select(
+    k = trace.columns("kernels", ["start", "end", "device", "correlation", "global_pid", "name_id"])
+    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation", "name_id"]).select(
         pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
         pl.col("name_id").alias("api_id"),
         (pl.col("global_tid") & PID_MASK).alias("global_pid"))

@@ -19,11 +19,11 @@ def memops(trace: Trace) -> pl.DataFrame:
         labels = trace.memcpy_kind_labels
         lab = pl.DataFrame({"copy_kind": list(labels), "label": list(labels.values())},
                            schema={"copy_kind": pl.Int64, "label": pl.String})
-        m = trace.memcpy.join(lab, on="copy_kind", how="inner")
+        m = trace.columns("memcpy", ["start", "end", "bytes", "copy_kind"]).join(lab, on="copy_kind", how="inner")
         parts.append(m.select(pl.format("[CUDA memcpy {}]", "label").alias("Operation"),
                               (pl.col("end") - pl.col("start")).alias("dur"), pl.col("bytes").alias("size")))
     if trace.has("CUPTI_ACTIVITY_KIND_MEMSET"):
-        parts.append(trace.memset.select(pl.lit("[CUDA memset]").alias("Operation"),
+        parts.append(trace.columns("memset", ["start", "end", "bytes"]).select(pl.lit("[CUDA memset]").alias("Operation"),
                                          (pl.col("end") - pl.col("start")).alias("dur"),
                                          pl.col("bytes").alias("size")))
     if not parts:

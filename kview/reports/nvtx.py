@@ -46,7 +46,7 @@ def nvtx_startend_sum(trace: Trace) -> Report:
 
 def _api_of(trace: Trace, ops: pl.DataFrame, how: str) -> pl.DataFrame:
     """Join GPU ops to the runtime call that launched them (same correlation id and process)."""
-    r = trace.runtime.select(
+    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
         pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
         (pl.col("global_tid") & PID_MASK).alias("global_pid"))
     return ops.join(r, on=["correlation", "global_pid"], how=how)
@@ -64,7 +64,7 @@ def nvtx_kern_sum(trace: Trace) -> Report:
                        ("CUPTI_ACTIVITY_KIND_RUNTIME", "does not contain CUDA API data")):
         if not trace.has(table):
             return empty(name, title, why)
-    k = trace.kernels.select("start", "end", "correlation", "global_pid", "name_id").with_row_index("kern_id")
+    k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
     j = _api_of(trace, k, "left").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
     pairs = _ranges_over_calls(ranges, j)
@@ -133,9 +133,9 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         if not trace.has(table):
             return empty(name, title, why)
     cols = ["start", "end", "correlation", "global_pid"]
-    ops = [f.select(cols) for f, t in ((trace.kernels, "CUPTI_ACTIVITY_KIND_KERNEL"),
-                                       (trace.memcpy, "CUPTI_ACTIVITY_KIND_MEMCPY"),
-                                       (trace.memset, "CUPTI_ACTIVITY_KIND_MEMSET")) if trace.has(t)]
+    ops = [trace.columns(key, cols) for key, t in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
+                                                   ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
+                                                   ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")) if trace.has(t)]
     if not ops:
         return empty(name, title, "does not contain GPU operation data")
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
