@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from kview.models import transformer_lm
+from kview.models import bert, dlrm, ncf, transformer_lm
 from kview.models.annotate import annotate
 
 MODES = ("forward", "backward", "train")
@@ -23,7 +23,7 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 def build_lm(args, device):
     model = transformer_lm.build(args.size, args.ctx, args.layers).to(device)
-    ids, targets = transformer_lm.random_batch(model.cfg, args.batch, device)
+    ids, targets = transformer_lm.random_batch(model.cfg, args.batch or transformer_lm.BATCH_SIZE, device)
 
     def loss_fn():
         logits = model(ids)
@@ -31,6 +31,21 @@ def build_lm(args, device):
             return transformer_lm.cross_entropy(logits, targets)
 
     return model, loss_fn
+
+
+def build_bert(args, device):
+    return bert.build(layers=args.layers or 2, seq_len=args.ctx or 128, batch=args.batch or 4, device=device)
+
+
+def build_dlrm(args, device):
+    return dlrm.build(batch=args.batch or 32768, device=device)
+
+
+def build_ncf(args, device):
+    return ncf.build(batch=args.batch or 1_048_576, device=device)
+
+
+BUILDERS = {"lm": build_lm, "bert": build_bert, "dlrm": build_dlrm, "ncf": build_ncf}
 
 
 def step(model, loss_fn, optimizer, mode: str, autocast) -> None:
@@ -51,10 +66,10 @@ def step(model, loss_fn, optimizer, mode: str, autocast) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="kview.capture.workload")
-    p.add_argument("--model", default="lm", choices=["lm"])
+    p.add_argument("--model", default="lm", choices=sorted(BUILDERS))
     p.add_argument("--size", default="small")
-    p.add_argument("--ctx", type=int, default=512)
-    p.add_argument("--batch", type=int, default=transformer_lm.BATCH_SIZE)
+    p.add_argument("--ctx", type=int, default=None, help="context / sequence length (LM 512, BERT 128)")
+    p.add_argument("--batch", type=int, default=None, help="batch (LM 4, BERT 4, DLRM 32768, NCF 1048576)")
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--mode", default="train", choices=MODES)
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
@@ -67,7 +82,9 @@ def main(argv=None) -> int:
 
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, loss_fn = build_lm(args, device)
+    if args.model == "lm" and args.ctx is None:
+        args.ctx = 512
+    model, loss_fn = BUILDERS[args.model](args, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, foreach=False)
     dt = DTYPES[args.dtype]
     autocast = (lambda: torch.autocast(device_type=device, dtype=dt)) if dt else contextlib.nullcontext

@@ -133,19 +133,36 @@ def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
     return pl.DataFrame(out, schema=schema)
 
 
-def nvtx_events(src) -> pl.DataFrame:
-    """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped)."""
+def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
+    """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
+
+    `text` comes back Categorical: it is read in rowid chunks and encoded chunk by chunk, so
+    millions of PyTorch range strings never sit in memory as one string column.
+    """
+    schema = {v[0]: v[1] for v in NVTX_COLUMNS.values()}
+    schema["text"] = pl.Categorical
     if not src.has(NVTX):
-        return pl.DataFrame(schema={v[0]: v[1] for v in NVTX_COLUMNS.values()})
+        return pl.DataFrame(schema=schema)
     have = set(src.columns(NVTX)) | {"rowid"}
     cols = [c for c in NVTX_COLUMNS if c in have]
     types = ",".join(str(t) for t in NVTX_RANGE_TYPES + (NVTX_DOMAIN_CREATE,))
-    df = src.query("SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})")
-    exprs = [(pl.col(raw).cast(t) if raw in df.columns else pl.lit(None, dtype=t)).alias(name)
-             for raw, (name, t) in NVTX_COLUMNS.items()]
-    if df.width == 0:
-        return pl.DataFrame(schema={v[0]: v[1] for v in NVTX_COLUMNS.values()})
-    return df.select(exprs)
+    hi = src.scalar(f"SELECT max(rowid) FROM {NVTX}") or 0
+    parts = []
+    for lo in range(0, hi + 1, chunk_rows):
+        df = src.query("SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
+                       f" AND rowid >= {lo} AND rowid < {lo + chunk_rows}")
+        if df.width == 0 or df.height == 0:
+            continue
+        exprs = []
+        for raw, (name, t) in NVTX_COLUMNS.items():
+            t = pl.Categorical if name == "text" else t
+            exprs.append((pl.col(raw).cast(pl.String).cast(t) if name == "text" and raw in df.columns else
+                          pl.col(raw).cast(t) if raw in df.columns else pl.lit(None, dtype=t)).alias(name))
+        parts.append(df.select(exprs))
+        del df
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts)
 
 
 def nvtx_max_timestamp(src) -> int | None:

@@ -19,41 +19,84 @@ from .trace import Trace
 
 PID_ONLY = 0x0000FFFFFF000000
 
+STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
 STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then(pl.lit("PushPop"))
          .when(pl.col("event_type").is_in([NVTX_STARTEND, NVTXT_STARTEND])).then(pl.lit("StartEnd"))
-         .otherwise(pl.lit("Unknown")))
+         .otherwise(pl.lit("Unknown")).cast(STYLES))
+
+
+def _memo(trace: Trace, key: str, build):
+    memo = trace.__dict__.setdefault("_nvtx_memo", {})
+    if key not in memo:
+        memo[key] = build()
+    return memo[key]
 
 
 def labelled(trace: Trace) -> pl.DataFrame:
-    """All range events with `name` (domain:text) and `style`; `end` may be null.
+    """All range events with an integer `name_code` (see `names`), `style`; `end` may be null.
 
-    Like nsys, a range joins every domain-create row of its domainId in its process, so the
-    rare export with one domain created on several threads counts those ranges once per row.
+    Labels are built once per distinct (domain, textId, text) key, never per row, and rows
+    carry only integers, so five million PyTorch ranges cost integers, not strings. Like
+    nsys, a range joins every domain-create row of its domainId in its process, so the rare
+    export with one domain created on several threads counts those ranges once per row.
     """
-    ev = trace.nvtx_events
-    ev = trace.with_strings(ev, "text_id", "sid_value")
-    ev = ev.with_columns(pl.coalesce("sid_value", "text").alias("label"))
-    dom = (ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
-           .sort("start", maintain_order=True)
+    return _memo(trace, "labelled", lambda: _build_labelled(trace))
+
+
+def names(trace: Trace) -> pl.DataFrame:
+    """name_code -> name (`domain:text`, as nsys prints it)."""
+    labelled(trace)
+    return trace.__dict__["_nvtx_memo"]["names"]
+
+
+def _build_labelled(trace: Trace) -> pl.DataFrame:
+    ev = trace.nvtx_events.rename({"text": "text_cat"})
+    ev = ev.with_columns(pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
+                         (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
+                         pl.col("text_id").fill_null(-1), pl.col("domain_id").fill_null(-1))
+    key = ["domain_id", "pid_key", "text_id", "text_code"]
+
+    def label_of(frame: pl.DataFrame) -> pl.DataFrame:
+        # registered string first, inline text second, as nsys's coalesce(sid.value, text)
+        f = trace.with_strings(frame, "text_id", "sid_value")
+        return f.with_columns(pl.coalesce("sid_value", pl.col("text_cat").cast(pl.String)).alias("label"))
+
+    doms = ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+    dom = (label_of(doms).sort("start", maintain_order=True)
            .group_by(["domain_id", "global_tid"], maintain_order=True)
-           .agg(pl.col("label").first().alias("domain"))
-           .select("domain_id", (pl.col("global_tid") & PID_ONLY).alias("pid_key"), "domain"))
-    r = (ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
-         .with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")))
-    r = r.join(dom, on=["domain_id", "pid_key"], how="left")
-    return r.select(
-        "id", "start", "end", "event_type", "global_tid", "end_global_tid",
-        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name"),
-        STYLE.alias("style"),
-    )
+           .agg(pl.col("label").first().alias("domain"), pl.col("pid_key").first()))
+    r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
+    keys = label_of(r.group_by(key).agg(pl.col("text_cat").first()))
+    keys = keys.join(dom.select("domain_id", "pid_key", "domain"), on=["domain_id", "pid_key"], how="left")
+    keys = keys.with_columns(
+        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name"))
+    table = keys.select("name").unique().sort("name").with_row_index("name_code")
+    keys = keys.join(table, on="name", how="left").select(*key, pl.col("name_code").cast(pl.Int64))
+    trace.__dict__.setdefault("_nvtx_memo", {})["names"] = table.select(pl.col("name_code").cast(pl.Int64), "name")
+    r = r.join(keys, on=key, how="left")
+    return r.select("id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code",
+                    STYLE.alias("style"))
+
+
+def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
+    return frame.join(names(trace).rename({"name": out}), on="name_code", how="left")
 
 
 def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
+    return _memo(trace, "projection", lambda: _projection(trace))
+
+
+def _projection(trace: Trace) -> pl.DataFrame:
     all_ranges = labelled(trace)
     hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     r = all_ranges.filter(pl.col("end_global_tid").is_null())
-    return r.with_columns(pl.col("end").fill_null(hi))
+    return r.with_columns(pl.col("end").fill_null(hi)).drop("end_global_tid")
+
+
+def projection_tree(trace: Trace) -> pl.DataFrame:
+    """nest() of the push/pop projection ranges, computed once per trace."""
+    return _memo(trace, "tree", lambda: nest(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
 
 
 def nest(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -90,7 +133,7 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
     return r.sort(["global_tid", "pos"]).drop("pos")
 
 
-def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | None = None) -> pl.DataFrame:
     """Pairs (call_id, range id) for every range on the call's thread with
     range.start <= call.start and range.end >= call.end.
 
@@ -101,7 +144,7 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     se = ranges.filter(pl.col("style") != "PushPop")
     out = []
     if pp.height and calls.height:
-        out.append(_enclosing_nested(nest(pp), calls))
+        out.append(_enclosing_nested(nest(pp) if tree is None else tree, calls))
     if se.height and calls.height:
         out.append(_enclosing_any(se, calls))
     if not out:

@@ -19,9 +19,10 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
         return empty(name, title, NO_NVTX)
     hi = trace.nvtx_max_timestamp
     r = nv.labelled(trace).filter(pl.col("style").is_in(list(styles)))
-    r = r.with_columns((pl.col("end").fill_null(hi) - pl.col("start")).alias("dur"))
+    r = r.select("name_code", "style", (pl.col("end").fill_null(hi) - pl.col("start")).alias("dur"))
+    g = r.group_by(["name_code", "style"] if with_style else ["name_code"]).agg(stats_aggs("dur"))
+    g = nv.with_names(trace, g)
     keys = ["name", "style"] if with_style else ["name"]
-    g = r.group_by(keys).agg(stats_aggs("dur"))
     g = g.with_columns(percent_of_total().alias("Time (%)"))
     g = sqlite_round(g, ["Time (%)", "avg", "med", "stddev"])
     g = order_like_sqlite(g, keys, ["total"], [True])
@@ -52,10 +53,10 @@ def _api_of(trace: Trace, ops: pl.DataFrame, how: str) -> pl.DataFrame:
     return ops.join(r, on=["correlation", "global_pid"], how=how)
 
 
-def _ranges_over_calls(ranges: pl.DataFrame, joined: pl.DataFrame) -> pl.DataFrame:
+def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
     calls = joined.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end"))
-    return nv.enclosing(ranges, calls)
+    return nv.enclosing(nv.projection_ranges(trace), calls, nv.projection_tree(trace))
 
 
 def nvtx_kern_sum(trace: Trace) -> Report:
@@ -67,20 +68,21 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
     j = _api_of(trace, k, "left").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
-    pairs = _ranges_over_calls(ranges, j)
+    pairs = _ranges_over_calls(trace, j)
     combo = (j.join(pairs, on="call_id", how="left")
-             .join(ranges.select("id", "name", "style"), on="id", how="left")
+             .join(ranges.select("id", "name_code", "style"), on="id", how="left")
              .with_columns(
                  ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
                  (pl.col("global_tid") % 0x1000000).alias("TID"),
                  (pl.col("end") - pl.col("start")).alias("kdur")))
-    combo = trace.with_strings(combo, "name_id", "Kernel Name")
-    keys = ["PID", "TID", "name", "style", "Kernel Name"]
-    g = combo.group_by(keys).agg(
+    gkeys = ["PID", "TID", "name_code", "style", "name_id"]
+    g = combo.group_by(gkeys).agg(
         pl.col("id").n_unique().alias("nvtx_inst_u"), pl.col("id").null_count().alias("nvtx_nulls"),
         pl.col("kern_id").n_unique().alias("Kern Inst"), *stats_aggs("kdur"))
     # count(DISTINCT x) ignores NULL; polars' n_unique counts it as a value.
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
+    g = trace.with_strings(nv.with_names(trace, g), "name_id", "Kernel Name")
+    keys = ["PID", "TID", "name", "style", "Kernel Name"]
     g = sqlite_round(g, ["avg", "med", "stddev"])
     g = order_like_sqlite(g, keys, ["name", "PID", "TID", "total"], [False, False, False, True])
     return Report(name, title, g.select(
@@ -90,13 +92,14 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         "Kernel Name"))
 
 
-def range_parents(ranges: pl.DataFrame) -> pl.DataFrame:
+def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
     """id -> parent (tightest enclosing range on the same thread) and level (0 for roots)."""
     mixed_tids = ranges.filter(pl.col("style") != "PushPop")["global_tid"].unique()
     nested = ranges.filter(~pl.col("global_tid").is_in(mixed_tids.implode()))
     parts = []
     if nested.height:
-        parts.append(nv.nest(nested).select("id", "parent", pl.col("depth").alias("level")))
+        tree = nv.projection_tree(trace) if mixed_tids.len() == 0 else nv.nest(nested)
+        parts.append(tree.select("id", "parent", pl.col("depth").alias("level")))
     mixed = ranges.filter(pl.col("global_tid").is_in(mixed_tids.implode()))
     if mixed.height:
         parts.append(_parents_pairwise(mixed))
@@ -140,20 +143,19 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         return empty(name, title, "does not contain GPU operation data")
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
-    pairs = _ranges_over_calls(ranges, j)
+    pairs = _ranges_over_calls(trace, j)
     proj = (j.join(pairs, on="call_id", how="inner")
             .group_by("id").agg(
                 pl.col("start").min().alias("proj_start"),
                 (pl.col("end").max() - pl.col("start").min()).alias("proj_dur"),
                 pl.col("correlation").n_unique().alias("ops")))
-    tree = range_parents(ranges)
-    proj = proj.join(ranges.select("id", "name", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
+    tree = range_parents(trace, ranges)
+    proj = proj.join(ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
                      on="id", how="left").join(tree, on="id", how="left")
     children = proj.filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.len().alias("child_nb"))
     proj = proj.join(children.rename({"parent": "id"}), on="id", how="left").with_columns(
         pl.col("child_nb").fill_null(0))
-    keys = ["name", "style"]
-    g = proj.group_by(keys).agg(
+    g = proj.group_by(["name_code", "style"]).agg(
         pl.col("proj_dur").sum().alias("Total Proj Time (ns)"),
         pl.col("range_dur").sum().alias("Total Range Time (ns)"),
         pl.len().alias("Range Instances"),
@@ -163,6 +165,8 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         pl.col("level").mean().alias("Avg Range Lvl"),
         pl.col("child_nb").mean().alias("Avg Num Child"),
     )
+    g = nv.with_names(trace, g)
+    keys = ["name", "style"]
     g = sqlite_round(g, ["p_avg", "p_med", "p_stddev", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"])
     g = order_like_sqlite(g, keys, ["Total Proj Time (ns)"], [True])
     return Report(name, title, g.select(
