@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _parser_stats(sub)
+    # Handed over whole to packages outside the core, imported by name only when used.
+    for name, help_ in (("capture", "run a workload under nsys or torch.profiler and write a trace (needs torch)"),
+                        ("bench", "time forward/backward/train steps of a workload (needs torch)")):
+        sp = sub.add_parser(name, help=help_, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -91,7 +96,18 @@ def cmd_stats(args) -> int:
     return 0
 
 
-COMMANDS = {"stats": cmd_stats}
+EXTERNAL = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}
+
+
+def cmd_external(args) -> int:
+    try:
+        module = importlib.import_module(EXTERNAL[args.command])
+    except ImportError as e:
+        raise UsageError(f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}")
+    return module.main(args.rest)
+
+
+COMMANDS = {"stats": cmd_stats, "capture": cmd_external, "bench": cmd_external}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a file that passed validation but is damaged inside
         if os.environ.get("KVIEW_DEBUG"):
             raise
-        path = getattr(args, "trace", "?")
+        path = getattr(args, "trace", None)
+        if path is None:  # not about a trace: a bug or an environment problem, say so plainly
+            print(f"kview {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
         msg = str(e).splitlines()[0] if str(e) else ""
         print(f"kview: {path}: cannot be read ({type(e).__name__}{': ' + msg if msg else ''})", file=sys.stderr)
         return 2
