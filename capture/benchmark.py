@@ -9,10 +9,6 @@ import statistics
 import sys
 import timeit
 
-import polars as pl
-
-from kview import render
-
 from .workload import BUILDERS, DTYPES, MODES, step
 
 
@@ -33,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--memory-snapshot", default=None, metavar="PICKLE",
                    help="record the allocator history of the last mode and summarize its largest allocations")
-    p.add_argument("-f", "--format", default="table", choices=render.FORMATS)
+    p.add_argument("-f", "--format", default="table", choices=("table", "csv", "tsv", "md", "json"))
     return p
 
 
@@ -79,8 +75,10 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
             "Std (s)": statistics.stdev(times) if len(times) > 1 else 0.0, "Peak Mem (GiB)": peak}
 
 
-def largest_allocations(snapshot: str, n: int = 10) -> pl.DataFrame:
+def largest_allocations(snapshot: str, n: int = 10):
     import pickle
+
+    import polars as pl
 
     with open(snapshot, "rb") as f:
         snap = pickle.load(f)
@@ -111,6 +109,10 @@ def main(argv: list[str]) -> int:
                 for w in _ints(a.warmup):
                     snap = a.memory_snapshot if (mode == modes[-1] and a.memory_snapshot) else None
                     rows.append(measure(a.model, a, ctx, dtype, mode, w, snap))
+    import polars as pl
+
+    from kview import render
+
     df = pl.DataFrame(rows).with_columns(pl.col("Mean (s)").round(6), pl.col("Std (s)").round(6),
                                          pl.col("Peak Mem (GiB)").cast(pl.Float64).round(3))
     sys.stdout.write(render.render(df, a.format))

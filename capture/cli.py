@@ -58,10 +58,6 @@ def capture_nsys(a, out: Path) -> None:
 
 
 def capture_torch(a, out: Path) -> None:
-    from kview.kineto_reader import read
-
-    from . import nsys_schema_writer
-
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         js = Path(tmp) / "trace.json"
         args = workload_args(a) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
@@ -70,14 +66,22 @@ def capture_torch(a, out: Path) -> None:
         for line in r.stderr.splitlines():
             if line.startswith("KVIEW_CAPTURE "):
                 info = json.loads(line.split(" ", 1)[1])
-        k = read(js)
-        meta = {**k.metadata, "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
-                "EXPORT_SCHEMA_VERSION": "kview-1", "CAPTURE_BACKEND": "torch",
-                **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()},
-                "CAPTURE_COMMAND": " ".join(["kview", "capture", *sys.argv[2:]])}
-        nsys_schema_writer.write(out, strings=k.strings, kernels=k.kernels, runtime=k.runtime, memcpy=k.memcpy,
-                                 memset=k.memset, nvtx_events=k.nvtx_events, processes=k.processes,
-                                 devices=k.devices, metadata=meta)
+        convert_kineto(js, out, info, " ".join(["kview", "capture", *sys.argv[2:]]))
+
+
+def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
+    """A torch.profiler trace (JSON) -> an nsys-schema SQLite trace, with the capture facts."""
+    from kview.kineto_reader import read
+
+    from . import nsys_schema_writer
+
+    k = read(js)
+    meta = {**k.metadata, "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
+            "EXPORT_SCHEMA_VERSION": "kview-1", "CAPTURE_BACKEND": "torch",
+            **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()}, "CAPTURE_COMMAND": command}
+    return nsys_schema_writer.write(out, strings=k.strings, kernels=k.kernels, runtime=k.runtime, memcpy=k.memcpy,
+                                    memset=k.memset, nvtx_events=k.nvtx_events, processes=k.processes,
+                                    devices=k.devices, metadata=meta)
 
 
 def run(cmd: list[str], capture: bool = False) -> subprocess.CompletedProcess:

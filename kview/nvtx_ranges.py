@@ -25,6 +25,12 @@ STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then
          .otherwise(pl.lit("Unknown")).cast(STYLES))
 
 
+def is_op_marker(name: str) -> bool:
+    """PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions
+    such as `Optimizer.step#AdamW.step`), as opposed to ranges the user annotated."""
+    return ", op_id = " in name or ", seq = " in name or "#" in name or "::" in name
+
+
 def _memo(trace: Trace, key: str, build):
     memo = trace.__dict__.setdefault("_nvtx_memo", {})
     if key not in memo:

@@ -67,4 +67,5 @@ def percent_of_total(total: str = "total") -> pl.Expr:
 def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool]) -> pl.DataFrame:
     """ORDER BY after GROUP BY: ties keep the group order, which SQLite emits sorted by the keys."""
     df = df.sort(group_keys, nulls_last=False, maintain_order=True)
-    return df.sort(by, descending=descending, nulls_last=False, maintain_order=True)
+    # SQLite puts NULL first in ascending and last in descending order.
+    return df.sort(by, descending=descending, nulls_last=list(descending), maintain_order=True)

@@ -9,7 +9,8 @@ SAMPLES = ROOT / "sample_traces"
 PUBLIC = ROOT.parent / "shared" / "fixtures" / "public"
 GOLDEN_PUBLIC = ROOT / "tests" / "golden" / "public"
 
-LM_TRACES = sorted(SAMPLES.glob("lm-*_nsys.sqlite"))
+LM_TRACES = sorted(SAMPLES.glob("*_nsys.sqlite"))
+TORCH_TRACES = sorted(SAMPLES.glob("*_torch.sqlite"))
 PUBLIC_TRACES = sorted(PUBLIC.glob("*.sqlite"))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import LM_TRACES
 
-GOOD = LM_TRACES[0]
+GOOD = next(p for p in LM_TRACES if "forward" in p.name)
 
 
 def _make(kind: str, d):

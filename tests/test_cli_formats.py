@@ -9,7 +9,7 @@ import sys
 
 from conftest import LM_TRACES
 
-TRACE = LM_TRACES[-1]
+TRACE = next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite")
 GOLDEN = TRACE.with_name(f"{TRACE.stem}_cuda_gpu_kern_sum.csv")
 
 

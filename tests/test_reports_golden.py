@@ -24,7 +24,7 @@ def _trace(path):
 
 
 def test_sample_traces_present():
-    assert len(LM_TRACES) >= 3
+    assert len(LM_TRACES) >= 6
 
 
 @pytest.mark.parametrize("report", list(REPORTS))

@@ -15,7 +15,7 @@ from kview.trace import open_trace
 
 from conftest import LM_TRACES
 
-TRACE = LM_TRACES[-1]
+TRACE = next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite")
 
 
 def _digest(p):

@@ -24,7 +24,7 @@ def cuda_gpu_kern_sum(trace: Trace) -> Report:
         return empty("cuda_gpu_kern_sum", title, "does not contain CUDA kernel data")
     g = _named_kernels(trace).group_by("name_id").agg(stats_aggs("dur"))
     g = trace.with_strings(g, "name_id", "Name")
-    return _kernel_summary("cuda_gpu_kern_sum", title, g, [])
+    return _kernel_summary("cuda_gpu_kern_sum", title, g, [], [])
 
 
 def cuda_gpu_kern_gb_sum(trace: Trace) -> Report:
@@ -37,14 +37,14 @@ def cuda_gpu_kern_gb_sum(trace: Trace) -> Report:
         pl.format("{} {} {}", *[pl.col(c).cast(pl.String).str.pad_start(4) for c in dims[:3]]).alias("GridXYZ"),
         pl.format("{} {} {}", *[pl.col(c).cast(pl.String).str.pad_start(4) for c in dims[3:]]).alias("BlockXYZ"),
     )
-    return _kernel_summary("cuda_gpu_kern_gb_sum", title, g, ["GridXYZ", "BlockXYZ"])
+    return _kernel_summary("cuda_gpu_kern_gb_sum", title, g, ["GridXYZ", "BlockXYZ"], dims)
 
 
-def _kernel_summary(name, title, g, extra) -> Report:
+def _kernel_summary(name, title, g, extra, dims) -> Report:
     g = g.with_columns(percent_of_total().alias("Time (%)"))
     g = sqlite_round(g, ["Time (%)", "avg", "med", "stddev"])
-    # ORDER BY total DESC, instances, Name: fully determined, no reliance on group order.
-    g = g.sort(["total", "num", "Name"], descending=[True, False, False], nulls_last=[True, False, False])
+    # ORDER BY total DESC, instances, Name; remaining ties in GROUP BY (name, grid, block) order.
+    g = order_like_sqlite(g, ["Name", *dims], ["total", "num", "Name"], [True, False, False])
     out = g.select(pl.col("Time (%)"), *[pl.col(k).alias(v) for k, v in STAT_HEADERS.items()], *extra, "Name")
     return Report(name, title, out)
 
