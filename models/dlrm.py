@@ -90,3 +90,16 @@ def build(batch: int = 32768, device="cpu", tables: list[int] | None = None):
             return F.binary_cross_entropy_with_logits(out, labels)
 
     return model, loss_fn
+
+
+def parameter_count(tables: list[int] | None = None) -> dict[str, int]:
+    """Closed-form parameter counts: bottom MLP, top MLP (input padded to a multiple of 8), tables."""
+    tables = tables or table_sizes()
+    f = len(tables) + 1
+    n_in = EMB_DIM + f * (f - 1) // 2
+    n_in += -n_in % 8
+
+    def mlp(sizes):
+        return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+    return {"bottom": mlp([NUM_DENSE, *BOTTOM]), "top": mlp([n_in, *TOP]), "embeddings": sum(tables) * EMB_DIM}

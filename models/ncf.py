@@ -68,3 +68,10 @@ def build(batch: int = 1_048_576, device="cpu", users: int = USERS, items: int =
             return F.binary_cross_entropy_with_logits(out, labels)
 
     return model, loss_fn
+
+
+def parameter_count(users: int = USERS, items: int = ITEMS) -> dict[str, int]:
+    """Closed-form parameter counts of NeuMF: embeddings, MLP tower, final layer."""
+    mlp = sum(a * b + b for a, b in zip(MLP_LAYERS[:-1], MLP_LAYERS[1:]))
+    return {"embeddings": (users + items) * (MF_DIM + MLP_LAYERS[0] // 2), "mlp": mlp,
+            "final": MF_DIM + MLP_LAYERS[-1] + 1}
