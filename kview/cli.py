@@ -35,6 +35,28 @@ def _parser_stats(sub) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
 
 
+def _parser_analyses(sub) -> None:
+    from .render import FORMATS
+
+    p = sub.add_parser("kernels", help="one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
+                       description="Per-kernel attribution table. Filter language: bare words match kernel "
+                                   "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
+                                   "grid>1024; a leading - negates; terms AND together.")
+    p.add_argument("trace")
+    p.add_argument("--filter", default="", help='e.g. "dir:bprop layer:Enc_0 gemm dur>10us"')
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("layers", help="GPU time per repeated layer (forward/backward, sublayers)")
+    p.add_argument("trace")
+    p.add_argument("--pattern", default=None, help="regex for layer range names (default: detected, e.g. ^layer_\\d+$)")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("phases", help="GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)")
+    p.add_argument("trace")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -42,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _parser_stats(sub)
+    _parser_analyses(sub)
     # Handed over whole to packages outside the core, imported by name only when used.
     for name, help_ in (("capture", "run a workload under nsys or torch.profiler and write a trace (needs torch)"),
                         ("bench", "time forward/backward/train steps of a workload (needs torch)")):
@@ -96,6 +119,52 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def cmd_kernels(args) -> int:
+    from . import filters, render
+    from .attribution import attribute
+    from .trace import open_trace
+
+    try:
+        pred = filters.parse(args.filter)
+    except filters.FilterError as e:
+        raise UsageError(f"--filter: {e}")
+    table = attribute(open_trace(args.trace, use_cache=not args.no_cache))
+    if pred is not None:
+        table = table.filter(pred)
+    sys.stdout.write(render.render(table, args.format))
+    return 0
+
+
+def cmd_layers(args) -> int:
+    from . import render
+    from .layers import layer_times, stacked_bars
+    from .trace import open_trace
+
+    try:
+        df = layer_times(open_trace(args.trace, use_cache=not args.no_cache), args.pattern)
+    except ValueError as e:
+        raise UsageError(str(e))
+    if df.height == 0:
+        print("kview: no repeated layer ranges found (give --pattern REGEX)", file=sys.stderr)
+        return 1
+    if args.format == "table":
+        df = df.with_columns(stacked_bars(df, ["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
+def cmd_phases(args) -> int:
+    from . import render
+    from .layers import bars, phase_times
+    from .trace import open_trace
+
+    df = phase_times(open_trace(args.trace, use_cache=not args.no_cache))
+    if args.format == "table" and df.height:
+        df = df.with_columns(bars(df, "GPU Time (ns)").alias("Bar"))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
 EXTERNAL = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}
 
 
@@ -107,7 +176,8 @@ def cmd_external(args) -> int:
     return module.main(args.rest)
 
 
-COMMANDS = {"stats": cmd_stats, "capture": cmd_external, "bench": cmd_external}
+COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
+            "capture": cmd_external, "bench": cmd_external}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,156 @@
+"""Attribution on the project's own captures: the seed catalogues' rows, and an independent
+loop-based check of direction and backward layer on every kernel."""
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kview.attribution import attribute
+from kview.trace import open_trace
+
+from conftest import SAMPLES
+
+BERT = SAMPLES / "bert-2l_seq128_train_nsys.sqlite"
+DLRM = SAMPLES / "dlrm_b32768_train_nsys.sqlite"
+NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
+LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return {p: attribute(open_trace(p, use_cache=False)) for p in (BERT, DLRM, NCF, LM)}
+
+
+def test_bert_qkv_projections_forward_and_backward(tables):
+    a = tables[BERT]
+    for enc in ("Enc_0", "Enc_1"):
+        for proj in ("Q_Proj", "K_Proj", "V_Proj"):
+            layer = f"{enc}:Attn:SelfAttn:{proj}"
+            rows = a.filter(pl.col("Layer") == layer)
+            f = rows.filter(pl.col("Direction") == "fprop")
+            assert f.height == 1
+            assert f.row(0, named=True) | {} and f["Op"][0] == "linear"
+            assert f["Params"][0] == "M=1024,N=(4,128),K=1024" and f["Category"][0] == "gemm"
+            assert f["NVTX Path"][0] == f"profiled_step > forward_pass > {enc} > Attn > SelfAttn > {proj}"
+            assert f["FLOPs"][0] == 2 * 1024 * 512 * 1024
+            b = rows.filter(pl.col("Direction") == "bprop")
+            # data gradient and weight gradient GEMMs (plus the bias-gradient reduction)
+            assert b.filter(pl.col("Category") == "gemm").height >= 2
+            assert set(b["Op"]) == {"linear"} and set(b["Params"]) == {"M=1024,N=(4,128),K=1024"}
+
+
+def test_bert_optimizer_and_loss_rows(tables):
+    a = tables[BERT]
+    opt = a.filter(pl.col("Direction") == "optim")
+    assert opt.height > 100 and set(opt["Category"]) <= {"optimizer", "gemm", "reduction", "memset", "memcpy"}
+    assert a.filter((pl.col("Layer") == "Masked_LM_Loss") & (pl.col("Direction") == "fprop"))["Op"].unique().to_list() \
+        == ["cross_entropy"]
+    sm = a.filter(pl.col("Layer").str.ends_with("SelfAttn:SoftMax") & (pl.col("Direction") == "fprop"))
+    assert sm.height == 2 and set(sm["Params"]) == {"[4,16,128,128];[];[]"} and set(sm["Category"]) == {"softmax"}
+
+
+def test_dlrm_embedding_and_interaction_rows(tables):
+    a = tables[DLRM]
+    for i in (0, 1, 12, 25):
+        f = a.filter((pl.col("Layer") == f"Embedding_{i}") & (pl.col("Direction") == "fprop"))
+        assert f.height == 1
+        assert (f["Op"][0], f["Params"][0]) == ("embedding", f"I=(32768),E=({100000 + 100 * i},128)")
+        b = a.filter((pl.col("Layer") == f"Embedding_{i}") & (pl.col("Direction") == "bprop"))
+        assert b.height >= 5 and set(b["Op"]) == {"embedding"}  # sort/scan/reduce kernels of embedding_backward
+    inter = a.filter((pl.col("Layer") == "Interaction") & (pl.col("Op") == "bmm"))
+    assert inter.filter(pl.col("Direction") == "fprop")["Params"].to_list() == ["B=32768,M=27,N=27,K=128"]
+    assert inter.filter(pl.col("Direction") == "bprop").height >= 2
+    top = a.filter((pl.col("Layer") == "Top_MLP") & (pl.col("Op") == "linear") & (pl.col("Direction") == "fprop"))
+    assert top["Params"].to_list()[:2] == ["M=1024,N=32768,K=480", "M=1024,N=32768,K=1024"]
+
+
+def test_ncf_embedding_rows(tables):
+    a = tables[NCF]
+    want = {"MF_User_Embedding": "I=(1048576),E=(138493,64)", "MF_Item_Embedding": "I=(1048576),E=(26744,64)",
+            "MLP_User_Embedding": "I=(1048576),E=(138493,128)", "MLP_Item_Embedding": "I=(1048576),E=(26744,128)"}
+    for layer, params in want.items():
+        rows = a.filter(pl.col("Layer") == layer)
+        assert rows.filter(pl.col("Direction") == "fprop")["Params"].to_list() == [params]
+        b = rows.filter(pl.col("Direction") == "bprop")
+        assert b.height >= 5 and set(b["Params"]) == {params}
+
+
+# ---- independent check: plain loops over the SQLite rows, no kview code ----------------------
+
+PHASES = {"warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step"}
+
+
+def _truth(path):
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    nv = con.execute("SELECT start, coalesce(end, start), globalTid, coalesce(text, (SELECT value FROM StringIds "
+                     "WHERE id = textId)) FROM NVTX_EVENTS WHERE eventType = 59").fetchall()
+    by_tid: dict[int, tuple] = {}
+    for tid in {r[2] for r in nv}:
+        rows = sorted((r for r in nv if r[2] == tid), key=lambda r: (r[0], -r[1]))
+        by_tid[tid] = (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), [r[3] for r in rows])
+
+    def enclosing(tid, s, e):
+        st, en, names = by_tid.get(tid, (np.array([]), np.array([]), []))
+        idx = np.flatnonzero((st <= s) & (en >= e))
+        return [(int(st[i]), int(en[i]), names[i]) for i in idx]  # outer to inner
+
+    fwd_by_seq: dict[int, list] = {}
+    for s, e, tid, text in nv:
+        m = re.match(r"^([^,]+), seq = (\d+)", text or "")
+        if m and "Backward" not in m[1] and not m[1].startswith("autograd::"):
+            fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))
+    kern = con.execute("SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+                       "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start").fetchall()
+    out = []
+    for kstart, rs, re_, tid in kern:
+        stack = enclosing(tid, rs, re_)
+        names = [n for _, _, n in stack]
+        bare = [n.split(",")[0] for n in names]
+        if "optimizer_step" in names or any(b.startswith("Optimizer.") for b in bare):
+            d = "optim"
+        elif "backward_pass" in names or any(b.endswith("Backward0") or b.endswith("Backward1")
+                                             or b.startswith("autograd::engine") for b in bare):
+            d = "bprop"
+        elif "forward_pass" in names:
+            d = "fprop"
+        else:
+            d = "-"
+        layer = None
+        if d == "bprop":
+            seqs = [(s, int(m[1])) for s, _, n in stack if (m := re.search(r"Backward\d*, seq = (\d+)", n))]
+            if not seqs:  # inside evaluate_function, after its node range: that node is its first child
+                ev = [(s, e) for s, e, n in stack if n.startswith("autograd::engine::evaluate_function")]
+                if ev:
+                    s0, e0 = ev[-1]
+                    kids = [(s, int(m[1])) for s, e, _, n in ((s, e, t, n) for s, e, t, n in nv if t == tid)
+                            if s0 <= s and e <= e0 and (m := re.search(r"Backward\d*, seq = (\d+)", n or ""))]
+                    seqs = sorted(kids)[:1]
+            if seqs:
+                bstart, seq = seqs[-1]
+                cands = [c for c in fwd_by_seq.get(seq, []) if c[0] <= bstart]
+                if cands:
+                    fs, ftid = max(cands)
+                    users = [n for _, _, n in enclosing(ftid, fs, fs) if ", op_id = " not in n and ", seq = " not in n
+                             and "::" not in n and "#" not in n]
+                    layer = ":".join(n for n in users if n not in PHASES) or "-"
+        out.append((kstart, d, layer))
+    return out
+
+
+@pytest.mark.parametrize("path", [BERT, DLRM, NCF, LM], ids=lambda p: p.stem)
+def test_direction_and_backward_layer_against_independent_check(tables, path):
+    a = tables[path].filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
+    truth = _truth(path)
+    assert len(truth) == a.height
+    dirs = a["Direction"].to_list()
+    right = sum(d == t[1] for d, t in zip(dirs, truth))
+    assert right / len(truth) >= 0.99, right / len(truth)
+    layers = a["Layer"].to_list()
+    bp = [(lay, t[2]) for lay, d, t in zip(layers, dirs, truth) if t[1] == "bprop" and t[2] is not None]
+    assert len(bp) > 100
+    ok = sum(x == y for x, y in bp)
+    assert ok / len(bp) >= 0.95, (ok / len(bp), [p for p in bp if p[0] != p[1]][:5])
