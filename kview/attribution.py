@@ -99,42 +99,61 @@ def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     return ops.join(r.unique(["correlation", "global_pid"], keep="first"), on=["correlation", "global_pid"], how="left")
 
 
+def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
+    """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
+    layer (the same without phase ranges, joined with ":"), and which phases it lies in.
+    Computed once per range, so a million kernels only carry the id of their innermost range."""
+    memo = trace.__dict__.setdefault("_attribution", {})
+    if "user_paths" in memo:
+        return memo["user_paths"]
+    ranges = nv.projection_ranges(trace)
+    users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
+    calls = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
+    pairs = nv.enclosing(users, calls)
+    p = (pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
+         .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
+         .sort(["call_id", "start", "end"], descending=[False, False, True]))
+    out = p.group_by("call_id", maintain_order=True).agg(
+        pl.col("label").str.join(" > ").alias("path"),
+        pl.col("label").filter(~pl.col("phase")).str.join(":").alias("layer"),
+        (pl.col("label") == "forward_pass").any().alias("in_fwd"),
+        (pl.col("label") == "backward_pass").any().alias("in_bwd"),
+        (pl.col("label") == "optimizer_step").any().alias("in_opt")).rename({"call_id": "uid"})
+    memo["user_paths"] = out
+    return out
+
+
 def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
     """For each call (call_id, global_tid, start, end): its user path, layer, outermost forward op,
     innermost backward node (seq), and direction flags."""
     ranges = nv.projection_ranges(trace)
     pairs = nv.enclosing(ranges, calls, nv.projection_tree(trace))
-    p = (pairs.join(ranges.select("id", "name_code", "start", "end"), on="id", how="left")
-         .join(labels.select("name_code", "label", "marker", "phase", "fwd_op", "bwd_node", "bwd_eval",
-                             "optim_marker", "op", "sizes", "seq"), on="name_code", how="left")
-         .sort(["call_id", "start", "end"], descending=[False, False, True]))
-    user = p.filter(~pl.col("marker"))
-    path = user.group_by("call_id", maintain_order=True).agg(
-        pl.col("label").str.join(" > ").alias("path"),
-        pl.col("label").filter(~pl.col("phase")).str.join(":").alias("layer"),
-        (pl.col("label") == "forward_pass").any().alias("in_fwd"),
-        (pl.col("label") == "backward_pass").any().alias("in_bwd"),
-        (pl.col("label") == "optimizer_step").any().alias("in_opt"))
-    fwd = p.filter(pl.col("fwd_op")).group_by("call_id", maintain_order=True).agg(
-        pl.col("op").first().alias("fop"), pl.col("sizes").first().alias("fsizes"))
-    node = p.filter(pl.col("bwd_node")).group_by("call_id", maintain_order=True).agg(
-        pl.col("seq").last().alias("bseq"), pl.col("start").last().alias("bstart"))
+    p = (pairs.join(ranges.select("id", "name_code", "start"), on="id", how="left")
+         .join(labels.select("name_code", "marker", "fwd_op", "bwd_node", "bwd_eval", "optim_marker", "seq"),
+               on="name_code", how="left"))
+    per_call = p.sort("start").group_by("call_id").agg(
+        pl.col("id").filter(~pl.col("marker")).last().alias("uid"),
+        pl.col("name_code").filter(pl.col("fwd_op")).first().alias("fop_code"),
+        pl.col("seq").filter(pl.col("bwd_node")).last().alias("bseq"),
+        pl.col("start").filter(pl.col("bwd_node")).last().alias("bstart"),
+        pl.col("id").filter(pl.col("bwd_eval")).last().alias("eval_id"),
+        (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
+        pl.col("optim_marker").any().alias("any_opt"))
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
     tree = nv.projection_tree(trace)
     node_of_eval = (tree.select("id", "name_code", "start", "parent")
                     .join(labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
                     .sort("start").group_by("parent", maintain_order=True)
-                    .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart")))
-    ev = (p.filter(pl.col("bwd_eval")).group_by("call_id", maintain_order=True).agg(pl.col("id").last().alias("eval_id"))
-          .join(node_of_eval.rename({"parent": "eval_id"}), on="eval_id", how="left"))
-    node = (ev.select("call_id", "eseq", "estart").join(node, on="call_id", how="full", coalesce=True)
-            .select("call_id", pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart")))
-    flags = p.group_by("call_id").agg(
-        (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
-        pl.col("optim_marker").any().alias("any_opt"))
-    out = calls.select("call_id").join(path, on="call_id", how="left").join(fwd, on="call_id", how="left")
-    return out.join(node, on="call_id", how="left").join(flags, on="call_id", how="left")
+                    .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
+                    .rename({"parent": "eval_id"}))
+    per_call = per_call.join(node_of_eval, on="eval_id", how="left").with_columns(
+        pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart")).drop(
+        "eseq", "estart", "eval_id")
+    ops = labels.select(pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes"))
+    out = calls.select("call_id").join(per_call, on="call_id", how="left")
+    out = out.join(_user_paths(trace, labels), on="uid", how="left").join(ops, on="fop_code", how="left")
+    return out.drop("uid", "fop_code")
 
 
 def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -215,8 +234,14 @@ def params_of(op: str | None, sizes: str | None) -> tuple[str, int | None, int |
     return ";".join("[" + ",".join(str(v) for v in d) + "]" for d in dims), None, elems
 
 
+def shown(table: pl.DataFrame) -> pl.DataFrame:
+    """The attributed table without its hidden helper columns."""
+    return table.select(COLUMNS)
+
+
 def attribute(trace: Trace) -> pl.DataFrame:
-    """The attributed kernel table (columns COLUMNS), one row per GPU op, ordered by start."""
+    """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
+    one row per GPU op, ordered by start."""
     memo = trace.__dict__.setdefault("_attribution", {})
     if "table" not in memo:
         memo["table"] = _attribute(trace)
@@ -226,7 +251,7 @@ def attribute(trace: Trace) -> pl.DataFrame:
 def _attribute(trace: Trace) -> pl.DataFrame:
     ops = gpu_ops(trace)
     if ops.height == 0:
-        return pl.DataFrame(schema={c: pl.String for c in COLUMNS})
+        return pl.DataFrame(schema={**{c: pl.String for c in COLUMNS}, "_grid": pl.Int64, "_block": pl.Int64})
     ops = _launches(trace, ops).with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     if have_nvtx:
@@ -294,4 +319,7 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         "FLOPs", "Bytes",
         pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))
         .then((f("FLOPs").cast(pl.Float64) / f("Duration (ns)").cast(pl.Float64) / 1e3).round(3)).alias("TFLOP/s"),
+        # hidden helpers for filters and sorting (not part of the shown table)
+        (f("grid_x") * f("grid_y") * f("grid_z")).alias("_grid"),
+        (f("block_x") * f("block_y") * f("block_z")).alias("_block"),
     )

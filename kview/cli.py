@@ -121,7 +121,7 @@ def cmd_stats(args) -> int:
 
 def cmd_kernels(args) -> int:
     from . import filters, render
-    from .attribution import attribute
+    from .attribution import attribute, shown
     from .trace import open_trace
 
     try:
@@ -131,7 +131,7 @@ def cmd_kernels(args) -> int:
     table = attribute(open_trace(args.trace, use_cache=not args.no_cache))
     if pred is not None:
         table = table.filter(pred)
-    sys.stdout.write(render.render(table, args.format))
+    sys.stdout.write(render.render(shown(table), args.format))
     return 0
 
 

@@ -24,8 +24,9 @@ TEXT_FIELDS = {"dir": "Direction", "layer": "Layer", "op": "Op", "cat": "Categor
 EXACT_FIELDS = {"dir", "cat"}
 INT_FIELDS = {"stream": "Stream", "device": "Device"}
 UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# grid and block compare their total thread-block / thread counts (hidden _grid, _block columns)
 NUMERIC = {"dur": "Duration (ns)", "start": "Start (ns)", "idx": "Idx", "flops": "FLOPs", "tflops": "TFLOP/s",
-           "grid": "Grid", "block": "Block"}
+           "grid": "_grid", "block": "_block"}
 COMPARE = re.compile(r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=)\s*(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(?P<unit>[a-zµ]*)$",
                      re.IGNORECASE)
 FIELDS_HELP = "dir, layer, op, cat, range, stream, device, kernel, params; comparisons on " + ", ".join(NUMERIC)
@@ -37,13 +38,6 @@ def _regex(value: str) -> str:
     except re.error as e:
         raise FilterError(f"bad regular expression {value!r}: {e}") from None
     return "(?i)" + value
-
-
-def _dims_product(col: str) -> pl.Expr:
-    parts = pl.col(col).str.split("x")
-    return (parts.list.get(0, null_on_oob=True).cast(pl.Int64, strict=False)
-            * parts.list.get(1, null_on_oob=True).cast(pl.Int64, strict=False)
-            * parts.list.get(2, null_on_oob=True).cast(pl.Int64, strict=False))
 
 
 def term(text: str) -> pl.Expr:
@@ -58,7 +52,7 @@ def term(text: str) -> pl.Expr:
             if field not in ("dur", "start") or unit not in UNITS:
                 raise FilterError(f"unknown unit {unit!r} in {body!r} (times take ns, us, ms or s)")
             num *= UNITS[unit]
-        col = _dims_product(NUMERIC[field]) if field in ("grid", "block") else pl.col(NUMERIC[field])
+        col = pl.col(f"_{field}") if field in ("grid", "block") else pl.col(NUMERIC[field])
         e = {"<": col < num, "<=": col <= num, ">": col > num, ">=": col >= num, "=": col == num,
              "==": col == num, "!=": col != num}[op]
     elif ":" in body and body.split(":", 1)[0].lower() in {**TEXT_FIELDS, **INT_FIELDS}:
