@@ -57,6 +57,27 @@ def _parser_analyses(sub) -> None:
     p.add_argument("--no-cache", action="store_true")
 
 
+def _parser_compare(sub) -> None:
+    from .render import FORMATS
+
+    p = sub.add_parser("compare", help="traces side by side, or phases within one trace",
+                       description="Rows are ranges (or categories, kernels, layers), one column per trace "
+                                   "(or per --ranges phase), then the difference of each later column to the first.")
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--root", default=None, help="restrict each trace to its last instance of this range")
+    p.add_argument("--metric", default="gpu", choices=["gpu", "cpu"])
+    p.add_argument("--by", default="range", choices=["range", "category", "kernel", "layer"])
+    p.add_argument("--ranges", default=None, help="one trace: put these ranges side by side (comma list)")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("diff", help="what changed between two runs (kernels, counts, phases)")
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -65,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _parser_stats(sub)
     _parser_analyses(sub)
+    _parser_compare(sub)
     # Handed over whole to packages outside the core, imported by name only when used.
     for name, help_ in (("capture", "run a workload under nsys or torch.profiler and write a trace (needs torch)"),
                         ("bench", "time forward/backward/train steps of a workload (needs torch)")):
@@ -165,6 +187,45 @@ def cmd_phases(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from . import render
+    from .compare import phase_windows, root_window, side_by_side
+    from .trace import open_trace
+
+    traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
+    try:
+        if args.ranges:
+            if len(traces) != 1:
+                raise UsageError("--ranges compares phases within one trace; give exactly one trace")
+            windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
+        else:
+            windows = [root_window(t, args.root) for t in traces]
+        df = side_by_side(windows, args.by, args.metric)
+    except ValueError as e:
+        raise UsageError(str(e))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from . import render
+    from .compare import diff
+    from .trace import open_trace
+
+    a = open_trace(args.before, use_cache=not args.no_cache)
+    b = open_trace(args.after, use_cache=not args.no_cache)
+    sections = diff(a, b, args.top)
+    if args.format == "json":
+        import json
+
+        sys.stdout.write(json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n")
+        return 0
+    for i, (title, df) in enumerate(sections.items()):
+        sys.stdout.write(("\n" if i else "") + f"** {title} (A = {a.name}, B = {b.name}):\n\n")
+        sys.stdout.write(render.render(df, args.format) if df.height else "(none)\n")
+    return 0
+
+
 EXTERNAL = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}
 
 
@@ -177,6 +238,7 @@ def cmd_external(args) -> int:
 
 
 COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
+            "compare": cmd_compare, "diff": cmd_diff,
             "capture": cmd_external, "bench": cmd_external}
 
 
@@ -209,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a file that passed validation but is damaged inside
         if os.environ.get("KVIEW_DEBUG"):
             raise
-        path = getattr(args, "trace", None)
+        path = getattr(args, "trace", None) or " ".join(getattr(args, "traces", []) or []) or None
         if path is None:  # not about a trace: a bug or an environment problem, say so plainly
             print(f"kview {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1

@@ -96,10 +96,14 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     rows = [[("" if v is None else (_group_digits(v) if numeric[i] else v)) for i, v in enumerate(r)]
             for r in text.iter_rows()]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(frame.columns)]
-    # The last text column (a kernel or range name) absorbs what does not fit the terminal.
-    fixed = sum(w + 2 for w in widths[:-1])
-    if fixed + widths[-1] > width and not numeric[-1]:
-        widths[-1] = max(len(frame.columns[-1]), width - fixed)
+    # Text columns (kernel and range names) give up width, widest first, until the row fits.
+    while sum(w + 2 for w in widths) - 2 > width:
+        texts = [i for i, n in enumerate(numeric) if not n and widths[i] > max(12, len(frame.columns[i]))]
+        if not texts:
+            break
+        i = max(texts, key=lambda j: widths[j])
+        excess = sum(w + 2 for w in widths) - 2 - width
+        widths[i] = max(12, len(frame.columns[i]), widths[i] - excess)
 
     def fmt(cells):
         out = []

@@ -1,0 +1,107 @@
+"""Compare and diff, checked against values computed independently with sqlite3."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from kview.compare import diff, phase_windows, root_window, side_by_side
+from kview.trace import open_trace
+
+from conftest import PUBLIC, SAMPLES
+
+LM = [SAMPLES / f"lm-small_ctx256_{m}_nsys.sqlite" for m in ("forward", "backward", "train")]
+
+
+def _cpu_truth(path, root="profiled_step"):
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = ? ORDER BY start DESC LIMIT 1",
+                       (root,)).fetchone()
+    rows = con.execute("SELECT text, sum(end - start) FROM NVTX_EVENTS WHERE eventType = 59 AND start >= ? "
+                       "AND end <= ? AND text NOT LIKE '%op_id = %' AND text NOT LIKE '%::%' "
+                       "AND text NOT LIKE '%#%' GROUP BY text", (s, e)).fetchall()
+    return dict(rows)
+
+
+def test_compare_cpu_metric_reproduces_recorded_range_durations():
+    traces = [open_trace(p, use_cache=False) for p in LM]
+    df = side_by_side([root_window(t, "profiled_step") for t in traces], "range", "cpu")
+    for p, t in zip(LM, traces):
+        truth = _cpu_truth(p)
+        got = {r["Range"]: r[t.stem] for r in df.iter_rows(named=True) if r[t.stem] is not None}
+        assert got == truth
+    # a range missing from a trace is an empty cell
+    fwd = traces[0].stem
+    assert df.filter(pl.col("Range") == "backward_pass")[fwd][0] is None
+
+
+def test_compare_gpu_forward_time_agrees_across_modes_and_with_kernel_sums():
+    traces = [open_trace(p, use_cache=False) for p in LM]
+    df = side_by_side([root_window(t, "profiled_step") for t in traces], "range", "gpu")
+    fwd = df.filter(pl.col("Range") == "forward_pass").row(0, named=True)
+    vals = [fwd[t.stem] for t in traces]
+    assert max(vals) / min(vals) < 1.03, vals
+    # forward GPU time = kernels launched inside forward_pass (independently, from sqlite3)
+    con = sqlite3.connect(f"file:{LM[2]}?mode=ro&immutable=1", uri=True)
+    s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'forward_pass'").fetchone()
+    want = con.execute("SELECT sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                       "ON r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()[0]
+    ms = con.execute("SELECT coalesce(sum(m.end - m.start), 0) FROM (SELECT start, end, correlationId FROM "
+                     "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
+                     "CUPTI_ACTIVITY_KIND_MEMCPY) m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = "
+                     "m.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()[0]
+    assert fwd[traces[2].stem] == want + ms
+    # backward on the autograd thread lands in backward_pass of the train trace
+    bwd = df.filter(pl.col("Range") == "backward_pass")[traces[2].stem][0]
+    assert bwd > 1.5 * fwd[traces[2].stem]
+
+
+def test_phases_within_one_trace_by_category():
+    t = open_trace(LM[2], use_cache=False)
+    df = side_by_side(phase_windows(t, ["forward_pass", "backward_pass", "optimizer_step"]), "category")
+    assert df.columns[:4] == ["Category", "forward_pass", "backward_pass", "optimizer_step"]
+    opt = df.filter(pl.col("Category") == "optimizer")
+    assert opt["optimizer_step"][0] > 0 and opt["forward_pass"][0] is None
+
+
+def _kernel_totals(path):
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    rows = con.execute("SELECT s.value, sum(k.end - k.start), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                       "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value").fetchall()
+    return {n: (t, c) for n, t, c in rows}
+
+
+def test_diff_on_public_before_after_pair_names_the_biggest_changes():
+    before = PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite"
+    after = PUBLIC / "nsysai_2gpu_fsdp_after_nsys2026.2.sqlite"
+    if not before.exists():
+        pytest.skip("public fixtures not present")
+    a, b = _kernel_totals(before), _kernel_totals(after)
+    common = set(a) & set(b)
+    want = sorted(common, key=lambda n: -abs(b[n][0] - a[n][0]))[:5]
+    d = diff(open_trace(before, use_cache=False), open_trace(after, use_cache=False), top=5)
+    got = d["Largest changes in total time"]
+    assert got["Kernel"].to_list() == want
+    assert got["Δ (ns)"].to_list() == [b[n][0] - a[n][0] for n in want]
+    assert set(d["Kernels that appeared"]["Kernel"]) == set(b) - set(a)
+    assert set(d["Kernels that vanished"]["Kernel"]) == set(a) - set(b)
+    totals = dict(zip(d["Totals"][""], d["Totals"]["Δ"]))
+    assert totals["kernels"] == sum(c for _, c in b.values()) - sum(c for _, c in a.values())
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "diff", str(before), str(after), "-f", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["Largest changes in total time"][0]["Kernel"] == want[0]
+
+
+def test_compare_csv_first_column_and_plain_numbers(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "compare", *map(str, LM), "--root", "profiled_step",
+                        "--by", "category", "-f", "csv"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    head, first = r.stdout.splitlines()[:2]
+    assert head.startswith("Category,lm-small_ctx256_forward_nsys,") and first.split(",")[1].isdigit()
+    bad = subprocess.run([sys.executable, "-m", "kview.cli", "compare", str(LM[0]), "--root", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no range named 'nope'" in bad.stderr
