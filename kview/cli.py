@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # a file that passed validation but is damaged inside
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a file that passed validation but is damaged inside (pyo3 panics
+        # of the Arrow readers derive from BaseException, hence not `Exception`)
         if os.environ.get("KVIEW_DEBUG"):
             raise
         path = getattr(args, "trace", None) or " ".join(getattr(args, "traces", []) or []) or None

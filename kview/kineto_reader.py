@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import zlib
 from pathlib import Path
 
 import polars as pl
@@ -28,16 +30,64 @@ def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
     return pl.lit(VM, dtype=pl.Int64) + (pid.cast(pl.Int64) % 0x1000000) * 0x1000000 + (tid.cast(pl.Int64) % 0x1000000)
 
 
-def load_json(path: Path) -> dict:
+_WS = re.compile(r"[\s,]*")
+HEADER_KEYS = ("schemaVersion", "deviceProperties", "record_shapes", "cuda_runtime_version", "cuda_driver_version",
+               "distributedInfo", "baseTimeNanoseconds")
+
+
+def _text(path: Path) -> str:
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(path, f"is not valid trace JSON ({type(e).__name__}: {str(e).splitlines()[0][:80]})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        with open(path, "rb") as f:
+            raw = f.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return raw.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as e:
+        raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def load_json(path: Path) -> dict:
+    """Header keys of a Chrome trace plus an iterator over its events, decoded one at a time.
+
+    The events array is walked with the C decoder object by object, so memory holds the text
+    and the columns being built, never the whole tree of Python objects for every event.
+    """
+    text = _text(path)
+    head = text.lstrip()[:1]
+    if head != "{":
+        raise TraceError(path, "is not a torch.profiler trace (not a JSON object)")
+    dec = json.JSONDecoder()
+    at = text.find('"traceEvents"')
+    if at < 0:
         raise TraceError(path, "is JSON but not a torch.profiler trace (no traceEvents list)")
+    doc: dict = {}
+    for key in HEADER_KEYS:
+        m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
+        if m:
+            try:
+                doc[key] = dec.raw_decode(text, m.end())[0]
+            except json.JSONDecodeError:
+                pass
+    m = re.compile(r'"traceEvents"\s*:\s*\[').match(text, at)
+    if not m:
+        raise TraceError(path, "is not valid trace JSON (traceEvents is not a list)")
+    doc["traceEvents"] = _events(path, text, dec, m.end())
     return doc
+
+
+def _events(path: Path, text: str, dec: json.JSONDecoder, i: int):
+    n = len(text)
+    while True:
+        i = _WS.match(text, i).end()
+        if i >= n:
+            raise TraceError(path, "is truncated trace JSON (the events list never ends)")
+        if text[i] == "]":
+            return
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise TraceError(path, f"is not valid trace JSON ({e.msg} at character {e.pos})") from None
+        yield obj
 
 
 def _ns(us) -> int:

@@ -178,12 +178,117 @@ class Trace:
         return df.join(s, on=id_col, how="left")
 
 
+class JsonTrace(Trace):
+    """A torch.profiler (Kineto) Chrome trace, `.json` or `.json.gz`, in the same model.
+
+    The whole file is decoded once (event by event) into the normalized frames; those frames
+    are cached like an export's columns, so a reopen skips the JSON entirely.
+    """
+
+    TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "runtime",
+              "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy", "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
+              "NVTX_EVENTS": "nvtx_events", "StringIds": "strings"}
+    KEYS = ("kernels", "runtime", "memcpy", "memset", "nvtx_events", "strings", "processes", "devices")
+
+    def __init__(self, path: str | os.PathLike, use_cache: bool = True):
+        self.path = Path(path).expanduser().absolute()
+        self.use_cache = use_cache
+        self._frames = {}
+        self.src = None
+        self._load()
+
+    def _load(self) -> None:
+        from . import cache
+
+        frames = {}
+        if self.use_cache:
+            for k in self.KEYS + ("_meta",):
+                f = cache.load(self.path, f"json.{k}")
+                if f is None:
+                    frames = {}
+                    break
+                frames[k] = f
+        if not frames:
+            from .kineto_reader import read
+
+            kf = read(self.path)
+            frames = {k: getattr(kf, k) for k in self.KEYS}
+            frames["_meta"] = pl.DataFrame({"name": list(kf.metadata), "value": list(kf.metadata.values())},
+                                           schema={"name": pl.String, "value": pl.String})
+            if self.use_cache:
+                for k, f in frames.items():
+                    cache.store(self.path, f"json.{k}", f)
+        self._json = frames
+
+    @cached_property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._json["_meta"].iter_rows())
+
+    def has(self, table: str) -> bool:
+        key = self.TABLES.get(table)
+        return key is not None and self._json[key].height > 0
+
+    def columns(self, key: str, names: list[str]) -> pl.DataFrame:
+        return self._json[key].select(names)
+
+    @property
+    def nvtx_events(self) -> pl.DataFrame:
+        return self._json["nvtx_events"]
+
+    @property
+    def strings(self) -> pl.DataFrame:
+        return self._json["strings"]
+
+    @cached_property
+    def _string_count(self) -> int:
+        return self._json["strings"].height
+
+    @cached_property
+    def nvtx_max_timestamp(self) -> int | None:
+        ev = self._json["nvtx_events"]
+        return None if ev.height == 0 else int(max(ev["start"].max(), ev["end"].max()))
+
+    @cached_property
+    def memcpy_kind_labels(self) -> dict[int, str]:
+        return dict(nr.MEMCPY_KIND_LABELS)
+
+    @property
+    def threads(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={"global_tid": pl.Int64, "name_id": pl.Int64})
+
+    @property
+    def processes(self) -> pl.DataFrame:
+        return self._json["processes"]
+
+    @property
+    def devices(self) -> pl.DataFrame:
+        return self._json["devices"]
+
+
+def _sniff(p: Path) -> str:
+    try:
+        with open(p, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise TraceError(p, f"cannot be read ({e.strerror})") from None
+    if head.startswith(b"\x1f\x8b"):
+        return "json"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    return "sqlite"
+
+
 def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
-    """Open any supported trace; raises TraceError with a one-line reason otherwise."""
+    """Open any supported trace (nsys SQLite export, kview capture, torch.profiler JSON);
+    raises TraceError with a one-line reason otherwise."""
     p = Path(path).expanduser()
     if not p.exists():
         raise TraceError(p, "no such file")
     if p.is_dir():
         raise TraceError(p, "is a folder, not a trace file")
+    if p.stat().st_size == 0:
+        raise TraceError(p, "is empty")
+    if _sniff(p) == "json":
+        return JsonTrace(p, use_cache=use_cache)
     check_sqlite_file(p)
     return Trace(p, use_cache=use_cache)
