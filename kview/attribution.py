@@ -156,6 +156,24 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
     return out.drop("uid", "fop_code")
 
 
+def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """For launches from threads without user ranges (the autograd engine's), the user path open
+    at that moment on the threads that do have user ranges: backward kernels land under
+    `profiled_step > backward_pass`, as the range tree and compare count them."""
+    ranges = nv.projection_ranges(trace)
+    users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
+    threads = users["global_tid"].unique().to_list()
+    if not threads or calls.height == 0:
+        return pl.DataFrame(schema={"call_id": pl.Int64, "open_path": pl.String})
+    probes = pl.concat([calls.select("call_id", pl.lit(t, dtype=pl.Int64).alias("global_tid"), "start",
+                                     pl.col("start").alias("end")) for t in threads])
+    pairs = nv.enclosing(users, probes)
+    inner = (pairs.join(users.select("id", "start"), on="id", how="left").sort("start")
+             .group_by("call_id").agg(pl.col("id").last().alias("uid")))
+    paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
+    return inner.join(paths, on="uid", how="left").select("call_id", "open_path")
+
+
 def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """(bseq, bstart) -> context of the forward op with that autograd sequence number: the
     latest op marker with `seq = N` that started before the backward node."""
@@ -261,12 +279,14 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         ctx = _contexts(trace, calls, labels)
         back = _forward_of_backward(trace, labels, ctx.filter(pl.col("bseq").is_not_null()))
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
+        orphan = calls.join(ctx.filter(pl.col("path").is_null()).select("call_id"), on="call_id", how="inner")
+        ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
         ops = ops.join(ctx, on="call_id", how="left")
     else:
         for c, t in (("path", pl.String), ("layer", pl.String), ("fop", pl.String), ("fsizes", pl.String),
                      ("in_fwd", pl.Boolean), ("in_bwd", pl.Boolean), ("in_opt", pl.Boolean), ("any_bwd", pl.Boolean),
                      ("any_opt", pl.Boolean), ("bseq", pl.Int64), ("b_path", pl.String), ("b_layer", pl.String),
-                     ("b_op", pl.String), ("b_sizes", pl.String)):
+                     ("b_op", pl.String), ("b_sizes", pl.String), ("open_path", pl.String)):
             ops = ops.with_columns(pl.lit(None, dtype=t).alias(c))
     f = pl.col
     direction = (pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False)).then(pl.lit("optim"))
@@ -277,7 +297,7 @@ def _attribute(trace: Trace) -> pl.DataFrame:
     is_b = (f("Direction") == "bprop") & f("b_op").is_not_null()
     ops = ops.with_columns(
         pl.when(is_b).then(f("b_layer")).otherwise(f("layer")).alias("layer_"),
-        pl.when(is_b).then(f("b_path")).otherwise(f("path")).alias("path_"),
+        pl.coalesce("path", "open_path").alias("path_"),
         pl.when(is_b).then(f("b_op")).otherwise(f("fop")).alias("op_"),
         pl.when(is_b).then(f("b_sizes")).otherwise(f("fsizes")).alias("sizes_"),
     )

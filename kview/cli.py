@@ -242,12 +242,39 @@ COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "p
             "capture": cmd_external, "bench": cmd_external}
 
 
+def run_tui(argv: list[str]) -> int:
+    """`kview [TRACE ...] [--no-cache]`: validate every trace, then start the TUI."""
+    from .trace import bundled_sample, validate
+
+    use_cache = "--no-cache" not in argv
+    paths = [a for a in argv if a != "--no-cache"]
+    note = None
+    if not paths:
+        sample = bundled_sample()
+        if sample is None:
+            print("kview: no trace given and no bundled sample found (kview TRACE.sqlite)", file=sys.stderr)
+            return 2
+        paths = [str(sample)]
+        note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
+    for p in paths:
+        try:
+            validate(p)
+        except TraceError as e:
+            print(f"kview: {p}: {e.problem}", file=sys.stderr)
+            return 2
+    try:
+        tui = importlib.import_module("kview.tui.app")
+    except ImportError as e:
+        print(f"kview: the terminal UI needs the tui extra (pip install 'kview[tui]'): {e}", file=sys.stderr)
+        return 2
+    return tui.run(paths, use_cache=use_cache, note=note)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if not argv:
-        parser.print_help()
-        return 0
+    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv == ["--no-cache"]:
+        return run_tui(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -278,6 +278,41 @@ def _sniff(p: Path) -> str:
     return "sqlite"
 
 
+SAMPLE = "lm-small_ctx256_train_nsys.sqlite"
+
+
+def bundled_sample() -> Path | None:
+    """The sample trace `kview` opens with no argument: from a checkout, or installed data."""
+    import sys
+
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "sample_traces" / SAMPLE, Path(sys.prefix) / "share" / "kview" / "sample_traces" / SAMPLE):
+        if cand.exists():
+            return cand
+    return None
+
+
+def validate(path: str | os.PathLike) -> None:
+    """Cheap checks before a UI starts: raises TraceError exactly as open_trace would for a
+    missing, empty, foreign or damaged file, without reading the whole trace."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TraceError(p, "no such file")
+    if p.is_dir():
+        raise TraceError(p, "is a folder, not a trace file")
+    if p.stat().st_size == 0:
+        raise TraceError(p, "is empty")
+    if _sniff(p) == "json":
+        from .kineto_reader import _text
+
+        text = _text(p)
+        if text.lstrip()[:1] != "{" or '"traceEvents"' not in text:
+            raise TraceError(p, "is JSON but not a torch.profiler trace (no traceEvents list)")
+        return
+    check_sqlite_file(p)
+    Trace(p, use_cache=False).src.close()
+
+
 def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     """Open any supported trace (nsys SQLite export, kview capture, torch.profiler JSON);
     raises TraceError with a one-line reason otherwise."""

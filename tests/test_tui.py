@@ -1,0 +1,204 @@
+"""Pilot tests of every TUI binding on a sample trace, snapshot tests of each view, and the
+tmux script that drives the real binary."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import polars as pl
+import pytest
+
+pytest.importorskip("textual")
+
+from kview.reports import cuda_gpu_kern_sum  # noqa: E402
+from kview.trace import open_trace  # noqa: E402
+from kview.tui.app import KviewApp  # noqa: E402
+
+from conftest import PUBLIC, ROOT, SAMPLES  # noqa: E402
+
+LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
+LM_FWD = str(SAMPLES / "lm-small_ctx256_forward_nsys.sqlite")
+
+
+async def loaded(pilot, app, n=1):
+    for _ in range(300):
+        await pilot.pause(0.05)
+        if len(app.loaded) >= n:
+            break
+    await pilot.pause()
+    assert len(app.loaded) >= n, "trace never finished loading"
+
+
+def screen_text(app) -> str:
+    """What the screen shows, as text (the SVG screenshot with its non-breaking spaces undone)."""
+    import html
+
+    return html.unescape(app.export_screenshot()).replace("\xa0", " ")
+
+
+async def test_first_frame_and_kernel_summary_equal_the_report():
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "kernels"  # the first frame exists before data
+        await loaded(pilot, app)
+        kv = app.view("kernels")
+        rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
+        assert kv.table.frame["Total Time (ns)"].to_list() == rep["Total Time (ns)"].to_list()
+        assert kv.table.frame["_full"].to_list() == rep["Name"].to_list()
+        assert "sm80_xmma_gemm" in screen_text(app)
+
+
+async def test_filter_copy_markdown_and_tsv(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("2", "slash", *"xmma", "enter")
+        kv = app.view("kernels")
+        assert kv.filter_text == "xmma"
+        names = kv.table.frame["_full"].to_list()
+        assert names and all("xmma" in n for n in names)
+        await pilot.press("y")
+        md = app.clipboard.splitlines()
+        assert md[0].startswith("| Time (%) | Total Time (ns) |") and md[1].startswith("|---:")
+        assert len(md) == 2 + len(names) and all("xmma" in line for line in md[2:])
+        await pilot.press("Y")
+        tsv = app.clipboard.splitlines()
+        assert tsv[0].split("\t")[:2] == ["Time (%)", "Total Time (ns)"] and len(tsv) == 1 + len(names)
+        files = list((tmp_path / "kview" / "copies").iterdir())
+        assert sorted(f.suffix for f in files) == [".md", ".tsv"]
+        # a malformed filter keeps the old one and says why
+        await pilot.press("slash", *"dur>5parsecs", "enter")
+        assert kv.filter_text == "xmma"
+        await pilot.press("escape")
+
+
+async def test_toggle_grouping_sort_drill_in_and_back():
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, app)
+        kv = app.view("kernels")
+        await pilot.press("t")
+        assert kv.mode == "rows" and kv.table.frame.height == 3117
+        assert kv.table.columns[:6] == ["Idx", "Direction", "Layer", "Op", "Params", "Kernel"]
+        await pilot.press("t", "g")
+        assert kv.table.columns[8] == "Short name"
+        await pilot.press("g")
+        assert kv.table.columns[8] == "Category"
+        await pilot.press("right", "right")  # cursor on Instances
+        await pilot.press("S")
+        inst = kv.table.frame["Instances"].to_list()
+        assert inst == sorted(inst, reverse=True) and kv.table.sort_state == ("Instances", True)
+        await pilot.press("s")
+        assert kv.table.frame["Instances"].to_list() == sorted(inst)
+        await pilot.press("home", "enter")  # instances of the first group
+        cat = kv.pick[1]
+        assert kv.mode == "rows" and set(kv.table.frame["Category"]) == {cat}
+        await pilot.press("escape")
+        assert kv.mode == "summary" and kv.pick is None
+
+
+async def test_nvtx_tree_enter_opens_kernels_filtered():
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("3")
+        tree = app.query_one("#nvtx-tree")
+        labels = [str(n.label) for n in tree.root.children]
+        assert any(lbl.startswith("profiled_step") for lbl in labels)
+        node = next(n for n in tree.root.children if str(n.label).startswith("profiled_step"))
+        tree.move_cursor(node)
+        await pilot.press("space")  # expand
+        await pilot.pause()
+        kids = [str(n.label).split()[0] for n in node.children]
+        assert {"forward_pass", "backward_pass", "optimizer_step"} <= set(kids)
+        fwd = next(n for n in node.children if str(n.label).startswith("forward_pass"))
+        tree.move_cursor(fwd)
+        await pilot.press("enter")
+        await pilot.pause()
+        kv = app.view("kernels")
+        assert app.query_one("#tabs").active == "kernels" and "forward_pass" in kv.filter_text
+        assert kv.mode == "rows" and set(kv.table.frame["Direction"]) == {"fprop"}
+        assert kv.table.frame.height == 784
+
+
+async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = KviewApp([LM, LM_FWD], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, app, n=2)
+        await pilot.press("4")
+        lt = app.query_one("#layers-table")
+        assert lt.frame["Layer"].to_list()[:3] == ["layer_0", "layer_1", "layer_2"]
+        assert "█" in lt.frame["Forward █ Backward ▓"][0] and "▓" in lt.frame["Forward █ Backward ▓"][0]
+        await pilot.press("o")
+        tot = lt.frame["Total (ns)"].to_list()
+        assert tot == sorted(tot, reverse=True)
+        await pilot.press("5")
+        ct = app.query_one("#compare-table")
+        assert ct.frame.columns[:3] == ["Range", "lm-small_ctx256_train_nsys", "lm-small_ctx256_forward_nsys"]
+        fwd = ct.frame.filter(pl.col("Range") == "forward_pass").row(0, named=True)
+        assert abs(fwd["Δ% lm-small_ctx256_forward_nsys"]) < 3
+        await pilot.press("1")
+        shot = screen_text(app)
+        assert "GPU busy" in shot and "Time by category" in shot and "NVIDIA H200" in shot
+        assert any(f.startswith("Launch-bound") for f in app.view("overview").data.overview.findings)
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert "Copy table as Markdown" in help_text and "Quit" in help_text
+        await pilot.press("escape")
+        await pilot.press("2", "e")
+        assert type(app.screen).__name__ == "ExportScreen"
+        await pilot.press("down", "enter")  # csv
+        await pilot.pause()
+        out = tmp_path / "lm-small_ctx256_train_nsys_kernels.csv"
+        assert out.exists() and out.read_text().startswith("Time (%),Total Time (ns)")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert "CommandPalette" in type(app.screen).__name__
+        await pilot.press(*"View: Layers")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "layers"
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+@pytest.mark.parametrize("fixture", ["nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite", "vecadd_nsys2025.5.sqlite",
+                                     "dlprof_lenet_nsys2022.1.sqlite"])
+async def test_public_fixtures_open_in_every_view(fixture):
+    path = PUBLIC / fixture
+    if not path.exists():
+        pytest.skip("public fixtures not present")
+    app = KviewApp([str(path)], use_cache=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        assert app.view("kernels").table.frame.height > 0
+        for key in "13452":
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.query_one("#tabs").active == ["overview", "kernels", "nvtx", "layers", "compare"][int(key) - 1]
+
+
+@pytest.mark.parametrize("view", ["1", "2", "3", "4", "5"])
+def test_snapshot_of_each_view(snap_compare, view):
+    async def run_before(pilot):
+        await loaded(pilot, pilot.app)
+        await pilot.press(view)
+        await pilot.pause()
+
+    assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(120, 36), run_before=run_before)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+def test_tmux_script_drives_the_real_binary(size, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]

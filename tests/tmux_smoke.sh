@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Drive the real `kview` binary in tmux: kernel names on screen, `2 / xmma enter` leaves only
+# matching rows, `y` puts a Markdown table of them into tmux's buffer (OSC 52 with
+# set-clipboard on), `3` shows the ranges, `4` the layer bars, `q` quits.
+# Usage: tests/tmux_smoke.sh TRACE [WIDTH HEIGHT] [FILTER WORD] [NVTX WORD]
+set -u
+trace=$1; w=${2:-160}; h=${3:-45}; word=${4:-xmma}; nvtx=${5:-profiled_step}
+sock=kview-smoke-$$
+t() { tmux -L "$sock" "$@"; }
+fail() { echo "FAIL ($trace ${w}x${h}): $*"; t capture-pane -p -t kv | sed 's/^/  | /'; t kill-server 2>/dev/null; exit 1; }
+wait_for() {  # wait_for TEXT [SECONDS]
+  for _ in $(seq 1 $((${2:-30} * 5))); do t capture-pane -p -t kv | grep -qF -- "$1" && return 0; sleep 0.2; done
+  return 1
+}
+t -f /dev/null new-session -d -s kv -x "$w" -y "$h" "kview '$trace'; sleep 0.5"
+t set -g set-clipboard on
+wait_for "summary by name" 60 || fail "kernel table never appeared"
+t capture-pane -p -t kv | grep -qiE "kernel|gemm|elementwise|\[CUDA" || fail "no kernel names on screen"
+for k in 2 / "$word" Enter; do t send-keys -t kv "$k"; sleep 0.3; done
+wait_for "filter: $word" 10 || fail "filter not applied"
+rows=$(t capture-pane -p -t kv | sed -n '/^Time (%)/,/^───/p' | sed '1d;$d' | grep -c '[0-9]')
+[ "$rows" -ge 1 ] || fail "no rows match $word"
+t send-keys -t kv y
+sleep 1
+buf=$(t show-buffer 2>/dev/null || true)
+echo "$buf" | grep -q '^| Time (%) |' || fail "tmux buffer holds no Markdown table"
+echo "$buf" | sed '1,2d' | grep -viq -- "$word" && fail "copied rows that do not match $word"
+t send-keys -t kv 3
+wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
+t send-keys -t kv 4
+sleep 1
+t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
+t send-keys -t kv q
+sleep 1
+t has-session -t kv 2>/dev/null && [ -n "$(t list-panes -t kv -F '#{pane_dead}' 2>/dev/null | grep 0)" ] && \
+  t capture-pane -p -t kv | grep -q "summary by" && fail "q did not quit"
+t kill-server 2>/dev/null
+echo "ok $trace ${w}x${h}"

@@ -1,0 +1,52 @@
+"""Everything the views show, computed off the UI thread from the core (no Textual here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass
+class TraceData:
+    trace: object
+    kern_sum: pl.DataFrame
+    table: pl.DataFrame | None = None       # attributed kernels (filled in after the summary)
+    overview: object | None = None
+    paths: pl.DataFrame | None = None
+    layers: pl.DataFrame | None = None
+    phases: pl.DataFrame | None = None
+    names: list[str] = field(default_factory=list)
+
+
+STAGES = ("opening", "kernel summary", "attributing kernels", "overview", "NVTX tree", "layers")
+
+
+def load(path: str, use_cache: bool, progress) -> TraceData:
+    """Load in stages; `progress(stage_index, text, data)` is called after each stage so the UI
+    shows the first table before the slow stages finish."""
+    from kview.attribution import attribute
+    from kview.layers import layer_times, phase_times
+    from kview.nvtx_tree import path_table
+    from kview.overview import build
+    from kview.reports import cuda_gpu_kern_sum
+    from kview.trace import open_trace
+
+    progress(0, f"opening {path}", None)
+    trace = open_trace(path, use_cache=use_cache)
+    progress(1, "kernel summary", None)
+    data = TraceData(trace, cuda_gpu_kern_sum(trace).frame)
+    progress(2, "attributing kernels", data)
+    data.table = attribute(trace)
+    data.names = sorted(set(data.table["Kernel"].unique().drop_nulls().to_list()))[:5000]
+    progress(3, "overview", data)
+    data.overview = build(trace)
+    progress(4, "NVTX tree", data)
+    data.paths = path_table(trace)
+    progress(5, "layers", data)
+    try:
+        data.layers = layer_times(trace)
+    except ValueError:
+        data.layers = pl.DataFrame()
+    data.phases = phase_times(trace)
+    progress(6, "done", data)
+    return data
