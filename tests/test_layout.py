@@ -46,7 +46,9 @@ def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     tops = {n.split("/")[0] for n in names}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"kview"}
+    # .data holds the bundled sample trace, installed under share/kview, not in site-packages
+    assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {"kview"}
+    assert any(n.endswith("data/share/kview/sample_traces/lm-small_ctx256_train_nsys.sqlite") for n in names)
     for sub in ("kview/tui/__init__.py", "kview/capture/workload.py", "kview/models/transformer_lm.py"):
         assert sub in names
     core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
