@@ -71,6 +71,7 @@ class FrameTable(ScrollView, can_focus=True):
         self.narrow_below = narrow_below
         self.natural: list[int] = []
         self.frame = pl.DataFrame()
+        self.order = None                  # row permutation after a sort (no column is gathered)
         self.widths: list[int] = []
         self.sort_state: tuple[str, bool] | None = None
         if frame is not None:
@@ -84,10 +85,15 @@ class FrameTable(ScrollView, can_focus=True):
 
     def shown(self) -> pl.DataFrame:
         """The table as shown (filtered and sorted, visible columns)."""
-        return self.frame.select(self.columns) if self.frame.width else self.frame
+        f = self.sorted_frame()
+        return f.select(self.columns) if f.width else f
+
+    def sorted_frame(self) -> pl.DataFrame:
+        return self.frame if self.order is None else self.frame[self.order]
 
     def set_frame(self, frame: pl.DataFrame, keep_cursor: bool = False) -> None:
         self.frame = frame
+        self.order = None
         self.sort_state = None if not keep_cursor else self.sort_state
         self._fit()
         if not keep_cursor:
@@ -124,18 +130,23 @@ class FrameTable(ScrollView, can_focus=True):
         if not self.columns:
             return ""
         col = self.columns[self.cursor_col]
-        self.frame = self.frame.sort(col, descending=descending, nulls_last=True, maintain_order=True)
+        # sort a permutation of one column, not the whole frame: a million-row, twenty-column
+        # table re-sorts in the time of one arg_sort
+        self.order = self.frame[col].arg_sort(descending=descending, nulls_last=True)
         self.sort_state = (col, descending)
         self.cursor_row = 0
         self.scroll_to(y=0, animate=False)
         self.refresh()
         return col
 
+    def _index(self, i: int) -> int:
+        return i if self.order is None else int(self.order[i])
+
     def row(self, i: int | None = None) -> dict | None:
         i = self.cursor_row if i is None else i
         if not 0 <= i < self.frame.height:
             return None
-        return self.frame.row(i, named=True)
+        return self.frame.row(self._index(i), named=True)
 
     # -- rendering ----------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
@@ -146,7 +157,7 @@ class FrameTable(ScrollView, can_focus=True):
         i = scroll_y + y - 1
         if i >= self.frame.height or not self.columns:
             return Strip.blank(width)
-        row = self.frame.row(i, named=True)
+        row = self.frame.row(self._index(i), named=True)
         segs = []
         cursor = i == self.cursor_row
         base = Style(reverse=True) if cursor else Style()

@@ -36,7 +36,12 @@ def load(path: str, use_cache: bool, progress) -> TraceData:
     progress(1, "kernel summary", None)
     data = TraceData(trace, cuda_gpu_kern_sum(trace).frame)
     progress(2, "attributing kernels", data)
-    data.table = attribute(trace)
+    from kview.kernel_names import short_names
+
+    table = attribute(trace)
+    # grouping keys derived once, here in the worker, so no keystroke pays for them
+    data.table = table.with_columns(short_names(table["Kernel"]).alias("_short"),
+                                    pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"))
     data.names = sorted(set(data.table["Kernel"].unique().drop_nulls().to_list()))[:5000]
     progress(3, "overview", data)
     data.overview = build(trace)

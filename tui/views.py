@@ -150,7 +150,7 @@ class KernelsView(View):
         self.history: list[str] = []
 
     def build(self) -> None:
-        self.table = FrameTable(hidden=("_full", "_grid", "_block", "_key"), id="kernels-table",
+        self.table = FrameTable(hidden=("_full", "_grid", "_block", "_key", "_short", "_range"), id="kernels-table",
                                 narrow=("Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Start (ns)", "Stream",
                                         "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes",
                                         "Params", "Category"))
@@ -167,6 +167,8 @@ class KernelsView(View):
 
     # -- the table ----------------------------------------------------------------
     def _rows(self) -> pl.DataFrame:
+        if self.pick:
+            self._ensure_key(self.pick[0])
         t = self.data.table
         if t is None:
             return pl.DataFrame()
@@ -177,15 +179,28 @@ class KernelsView(View):
             t = t.filter(self._key_expr(col) == val)
         return t
 
-    def _key_expr(self, label: str) -> pl.Expr:
+    DERIVED = {"Short name": "_short", "Range": "_range"}
+
+    def _ensure_key(self, label: str) -> None:
+        """Derived grouping keys are computed once per trace, as columns of the table, so a
+        filter or a group switch never recomputes them over a million rows."""
+        col = self.DERIVED.get(label)
+        t = self.data.table
+        if col is None or t is None or col in t.columns:
+            return
         if label == "Short name":
-            return pl.col("Kernel").map_batches(short_names, return_dtype=pl.String)
-        if label == "Range":
-            return pl.col("NVTX Path").str.split(" > ").list.last()
-        return pl.col(label)
+            t = t.with_columns(short_names(t["Kernel"]).alias(col))
+        else:
+            t = t.with_columns(pl.col("NVTX Path").str.split(" > ").list.last().alias(col))
+        self.data.table = t
+
+    def _key_expr(self, label: str) -> pl.Expr:
+        self._ensure_key(label)
+        return pl.col(self.DERIVED.get(label, label))
 
     def summary(self) -> pl.DataFrame:
         label = GROUPINGS[self.grouping][1]
+        self._ensure_key(label)
         if self.data.table is None or (label == "Kernel" and not self.filter_text):
             k = self.data.kern_sum  # exactly cuda_gpu_kern_sum
             total = k["Total Time (ns)"].sum() or 1
@@ -302,7 +317,7 @@ class KernelsView(View):
     def table_for_copy(self):
         """The rows and columns as shown, with full kernel names (a report wants them whole)."""
         t = self.table
-        frame = t.frame
+        frame = t.sorted_frame()
         shown = t.columns
         name_col = "Kernel" if "Kernel" in shown else ("Name" if "Name" in shown and self.mode == "summary" else None)
         if name_col and "_full" in frame.columns and GROUPINGS[self.grouping][1] in ("Kernel", "Short name") \
