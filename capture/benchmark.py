@@ -76,6 +76,8 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
 
 
 def largest_allocations(snapshot: str, n: int = 10):
+    """The largest allocations recorded in the allocator history, grouped by size and by the
+    innermost Python frame outside torch that asked for them."""
     import pickle
 
     import polars as pl
@@ -83,15 +85,18 @@ def largest_allocations(snapshot: str, n: int = 10):
     with open(snapshot, "rb") as f:
         snap = pickle.load(f)
     rows = []
-    for seg in snap.get("segments", []):
-        for blk in seg.get("blocks", []):
-            if blk.get("state") == "active_allocated":
-                frames = blk.get("frames") or []
-                where = next((f"{fr.get('filename', '')}:{fr.get('line', '')}" for fr in frames
-                              if "kview" in str(fr.get("filename", ""))), "")
-                rows.append({"Size (MiB)": blk.get("size", 0) / 2**20, "Where": where})
-    return pl.DataFrame(rows, schema={"Size (MiB)": pl.Float64, "Where": pl.String}).sort(
-        "Size (MiB)", descending=True).head(n)
+    for trace in snap.get("device_traces", []):
+        for ev in trace:
+            if ev.get("action") != "alloc":
+                continue
+            frames = [fr for fr in (ev.get("frames") or []) if str(fr.get("filename", "")).endswith(".py")]
+            user = next((fr for fr in frames if "/torch/" not in str(fr.get("filename", ""))), frames[0] if frames else None)
+            where = (f"{user['filename'].rsplit('/', 2)[-1]}:{user.get('line', '')} {user.get('name', '')}" if user
+                     else "(no Python frame: autograd engine or C++)")
+            rows.append({"Size (MiB)": ev.get("size", 0) / 2**20, "Where": where})
+    df = pl.DataFrame(rows, schema={"Size (MiB)": pl.Float64, "Where": pl.String})
+    return (df.group_by(["Size (MiB)", "Where"]).agg(pl.len().alias("Count"))
+            .sort(["Size (MiB)", "Count"], descending=True).head(n).with_columns(pl.col("Size (MiB)").round(2)))
 
 
 def main(argv: list[str]) -> int:

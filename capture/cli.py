@@ -53,14 +53,18 @@ def capture_nsys(a, out: Path) -> None:
                f"--pytorch={'autograd-shapes-nvtx' if a.shapes else 'autograd-nvtx'}",
                "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--force-overwrite", "true",
                "-o", str(rep), sys.executable, "-m", "kview.capture.workload", *workload_args(a)]
-        run(cmd)
-        run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"])
+        print(f"kview capture: profiling under nsys ({' '.join(workload_args(a))})", file=sys.stderr)
+        run(cmd, capture=True)
+        print("kview capture: exporting to SQLite", file=sys.stderr)
+        run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
+            capture=True)
 
 
 def capture_torch(a, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         js = Path(tmp) / "trace.json"
         args = workload_args(a) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
+        print(f"kview capture: profiling under torch.profiler ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True)
         info = {}
         for line in r.stderr.splitlines():

@@ -51,6 +51,10 @@ def _parser_analyses(sub) -> None:
     p.add_argument("--pattern", default=None, help="regex for layer range names (default: detected, e.g. ^layer_\\d+$)")
     p.add_argument("-f", "--format", default="table", choices=FORMATS)
     p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("overview", help="trace facts, GPU busy share, idle gaps, time by category and phase, findings")
+    p.add_argument("trace")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
     p = sub.add_parser("phases", help="GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)")
     p.add_argument("trace")
     p.add_argument("-f", "--format", default="table", choices=FORMATS)
@@ -175,6 +179,34 @@ def cmd_layers(args) -> int:
     return 0
 
 
+def cmd_overview(args) -> int:
+    from . import render
+    from .overview import build
+    from .trace import open_trace
+
+    o = build(open_trace(args.trace, use_cache=not args.no_cache))
+    import polars as pl
+
+    sections = {"Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
+                "GPU busy": o.busy, "Largest idle gaps": o.gaps, "Time by category": o.categories,
+                "Time by phase": o.phases, "Top kernels": o.top_kernels,
+                "Findings": pl.DataFrame({"Finding": o.findings})}
+    if args.format == "json":
+        import json
+
+        sys.stdout.write(json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n")
+        return 0
+    for i, (title, df) in enumerate(sections.items()):
+        if not df.height:
+            continue
+        sys.stdout.write(("\n" if i else "") + f"** {title}:\n\n")
+        if title == "Findings" and args.format == "table":
+            sys.stdout.write("".join(f"- {f}\n" for f in o.findings))
+        else:
+            sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
 def cmd_phases(args) -> int:
     from . import render
     from .layers import bars, phase_times
@@ -238,6 +270,7 @@ def cmd_external(args) -> int:
 
 
 COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
+            "overview": cmd_overview,
             "compare": cmd_compare, "diff": cmd_diff,
             "capture": cmd_external, "bench": cmd_external}
 

@@ -1,0 +1,72 @@
+"""Overview facts and the NVTX path tree, against values computed independently."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import polars as pl
+
+from kview.nvtx_tree import path_table
+from kview.overview import build
+from kview.trace import open_trace
+
+from conftest import PUBLIC, SAMPLES
+
+LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+
+
+def _busy(path):
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    iv = sorted(con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM "
+                            "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET"))
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    return busy, iv[-1][1] if False else max(e for _, e in iv) - iv[0][0]
+
+
+def test_overview_busy_share_and_findings():
+    o = build(open_trace(LM, use_cache=False))
+    busy, span = _busy(LM)
+    row = o.busy.row(0, named=True)
+    assert (row["Busy (ns)"], row["Span (ns)"]) == (busy, span)
+    assert dict(o.facts)["GPU"] == "NVIDIA H200" and dict(o.facts)["GPU ops"] == "3,117"
+    assert o.phases["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"]
+    assert any(f.startswith("Launch-bound") for f in o.findings)
+    assert o.gaps["Idle (ns)"].to_list() == sorted(o.gaps["Idle (ns)"].to_list(), reverse=True)
+
+
+def test_overview_findings_on_public_vecadd():
+    o = build(open_trace(PUBLIC / "vecadd_nsys2025.5.sqlite", use_cache=False))
+    text = " ".join(o.findings)
+    assert "Pageable memcpy: 3 copies" in text and "Synchronous memcpy" in text
+    r = subprocess.run([sys.executable, "-m", "kview.cli", "overview", str(PUBLIC / "vecadd_nsys2025.5.sqlite")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "** Findings:" in r.stdout and "NVIDIA GeForce RTX 3060" in r.stdout
+
+
+def test_nvtx_path_tree_counts_match_ranges_and_kernels():
+    t = open_trace(LM, use_cache=False)
+    pt = path_table(t)
+    con = sqlite3.connect(f"file:{LM}?mode=ro&immutable=1", uri=True)
+    n_layer3 = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text = 'layer_3'").fetchone()[0]
+    row = pt.filter(pl.col("Path") == "profiled_step > forward_pass > layer_3").row(0, named=True)
+    assert row["Instances"] == n_layer3 == 1
+    s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'layer_3'").fetchone()
+    assert row["CPU (ns)"] == e - s
+    gpu, n = con.execute("SELECT sum(k.end - k.start), count(*) FROM (SELECT start, end, correlationId FROM "
+                         "CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end, correlationId FROM "
+                         "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
+                         "CUPTI_ACTIVITY_KIND_MEMCPY) k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON "
+                         "r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()
+    assert (row["GPU (ns)"], row["Kernels"]) == (gpu, n)
+    # op markers are collapsed to their op name
+    assert pt.filter(pl.col("Name") == "aten::linear").height > 0
+    assert not pt["Name"].str.contains("op_id").any()
