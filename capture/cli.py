@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -40,10 +39,6 @@ def workload_args(a) -> list[str]:
         if v is not None:
             out += [flag, str(v)]
     return out
-
-
-def _env() -> dict:
-    return dict(os.environ)
 
 
 def capture_nsys(a, out: Path) -> None:
@@ -89,7 +84,7 @@ def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
 
 
 def run(cmd: list[str], capture: bool = False) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, env=_env(), text=True, capture_output=capture)
+    r = subprocess.run(cmd, text=True, capture_output=capture)
     if r.returncode != 0:
         tail = (r.stderr or "").strip().splitlines()[-1:] if capture else []
         raise TraceError(cmd[0], f"capture step failed (exit {r.returncode}){': ' + tail[0] if tail else ''}")

@@ -48,8 +48,7 @@ def _labels(trace: Trace) -> pl.DataFrame:
         base.alias("base"),
         lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
         lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
-        (lab.str.contains(", op_id = ", literal=True) | lab.str.contains(", seq = ", literal=True)
-         | lab.str.contains("#", literal=True) | lab.str.contains("::", literal=True)).alias("marker"),
+        nv.is_op_marker_expr(lab).alias("marker"),
     ).with_columns(
         pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
         pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),

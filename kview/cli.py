@@ -14,9 +14,6 @@ from pathlib import Path
 
 from .errors import TraceError
 
-SUBCOMMANDS = ("stats",)
-
-
 class UsageError(Exception):
     pass
 

@@ -36,7 +36,7 @@ def user_ranges(trace: Trace) -> pl.DataFrame:
                                     "global_tid": pl.Int64})
     r = nv.with_names(trace, nv.projection_ranges(trace))
     r = r.with_columns(pl.col("name").str.splitn(":", 2).struct.field("field_1").alias("label"))
-    return r.filter(~pl.col("label").str.contains(", op_id = |, seq = |#|::")).select(
+    return r.filter(~nv.is_op_marker_expr(pl.col("label"))).select(
         "id", "label", "start", "end", "global_tid")
 
 

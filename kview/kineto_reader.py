@@ -123,7 +123,7 @@ class KinetoFrames:
         self.path = path
         ev = doc["traceEvents"]
         kern, rt, cpy, mset, ranges = [], [], [], [], []
-        procs, threads = {}, {}
+        procs = {}
         for e in ev:
             if not isinstance(e, dict):
                 continue
@@ -132,8 +132,6 @@ class KinetoFrames:
             if ph == "M":
                 if e.get("name") == "process_name" and isinstance(e.get("pid"), int):
                     procs[e["pid"]] = (e.get("args") or {}).get("name", "")
-                elif e.get("name") == "thread_name" and isinstance(e.get("tid"), int):
-                    threads[(e.get("pid"), e["tid"])] = (e.get("args") or {}).get("name", "")
                 continue
             if ph != "X" or "ts" not in e:
                 continue
@@ -203,7 +201,6 @@ class KinetoFrames:
         self.processes = pl.DataFrame(
             {"global_pid": [VM + (p % 0x1000000) * 0x1000000 for p in procs], "pid": list(procs),
              "name": list(procs.values())}, schema={"global_pid": i64, "pid": i64, "name": pl.String})
-        self.threads_named = threads
         props = doc.get("deviceProperties") or []
         self.devices = pl.DataFrame(
             [{"id": d.get("id"), "name": d.get("name"), "totalMemory": d.get("totalGlobalMem"),

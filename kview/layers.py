@@ -76,7 +76,7 @@ def phase_ranges(trace: Trace) -> pl.DataFrame:
     tree = nv.projection_tree(trace)
     names = nv.names(trace).with_columns(pl.col("name").str.splitn(":", 2).struct.field("field_1").alias("label"))
     users = (tree.join(names, on="name_code", how="left")
-             .filter(~(pl.col("label").str.contains(", op_id = |, seq = |#|::")).fill_null(True)))
+             .filter(~nv.is_op_marker_expr(pl.col("label")).fill_null(True)))
     # parents among user ranges only (op markers are never phases)
     roots = users.filter(pl.col("parent").is_null() | ~pl.col("parent").is_in(users["id"].implode()))
     phases = roots

@@ -12,6 +12,8 @@ per-thread interval join instead.
 """
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .nsys_reader import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND
@@ -25,10 +27,17 @@ STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then
          .otherwise(pl.lit("Unknown")).cast(STYLES))
 
 
+# PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions such
+# as `Optimizer.step#AdamW.step`), as opposed to ranges the user annotated.
+OP_MARKER_RE = r", op_id = |, seq = |#|::"
+
+
 def is_op_marker(name: str) -> bool:
-    """PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions
-    such as `Optimizer.step#AdamW.step`), as opposed to ranges the user annotated."""
-    return ", op_id = " in name or ", seq = " in name or "#" in name or "::" in name
+    return re.search(OP_MARKER_RE, name) is not None
+
+
+def is_op_marker_expr(label: pl.Expr) -> pl.Expr:
+    return label.str.contains(OP_MARKER_RE)
 
 
 def _memo(trace: Trace, key: str, build):

@@ -292,9 +292,8 @@ def bundled_sample() -> Path | None:
     return None
 
 
-def validate(path: str | os.PathLike) -> None:
-    """Cheap checks before a UI starts: raises TraceError exactly as open_trace would for a
-    missing, empty, foreign or damaged file, without reading the whole trace."""
+def _kind(path: str | os.PathLike) -> tuple[Path, str]:
+    """The path and its format ("json" or "sqlite"), or TraceError for what is no trace file."""
     p = Path(path).expanduser()
     if not p.exists():
         raise TraceError(p, "no such file")
@@ -302,7 +301,14 @@ def validate(path: str | os.PathLike) -> None:
         raise TraceError(p, "is a folder, not a trace file")
     if p.stat().st_size == 0:
         raise TraceError(p, "is empty")
-    if _sniff(p) == "json":
+    return p, _sniff(p)
+
+
+def validate(path: str | os.PathLike) -> None:
+    """Cheap checks before a UI starts: raises TraceError exactly as open_trace would for a
+    missing, empty, foreign or damaged file, without reading the whole trace."""
+    p, kind = _kind(path)
+    if kind == "json":
         from .kineto_reader import _text
 
         text = _text(p)
@@ -316,14 +322,8 @@ def validate(path: str | os.PathLike) -> None:
 def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     """Open any supported trace (nsys SQLite export, kview capture, torch.profiler JSON);
     raises TraceError with a one-line reason otherwise."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise TraceError(p, "no such file")
-    if p.is_dir():
-        raise TraceError(p, "is a folder, not a trace file")
-    if p.stat().st_size == 0:
-        raise TraceError(p, "is empty")
-    if _sniff(p) == "json":
+    p, kind = _kind(path)
+    if kind == "json":
         return JsonTrace(p, use_cache=use_cache)
     check_sqlite_file(p)
     return Trace(p, use_cache=use_cache)

@@ -9,7 +9,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-import polars as pl
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -237,8 +236,7 @@ class KviewApp(App):
         self.push_screen(HelpScreen(self.query_one(TabbedContent).active))
 
     def action_back(self) -> None:
-        if not self.active_view().back():
-            pass
+        self.active_view().back()
 
     def check_action(self, action: str, parameters) -> bool | None:
         # typing into the filter must not trigger single-letter keys
