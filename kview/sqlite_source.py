@@ -122,7 +122,10 @@ class SqliteSource:
         parts = min(4, os.cpu_count() or 1) if n >= 200_000 else 1
         if parts > 1:
             sql = f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}"' + (f" WHERE {where}" if where else "")
-            df = self.query(sql, partition_on="_kv_rid", partition_num=parts).sort("_kv_rid").drop("_kv_rid")
+            df = self.query(sql, partition_on="_kv_rid", partition_num=parts)
+            if not df["_kv_rid"].is_sorted():  # partitions usually arrive in order; sort only if not
+                df = df.sort("_kv_rid")
+            df = df.drop("_kv_rid")
         else:
             df = self.query(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where}" if where else ""))
         return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df

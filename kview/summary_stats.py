@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
-import numpy as np
 import polars as pl
 
 
@@ -38,25 +37,28 @@ def _exact_round(x: float, digits: int) -> float:
 def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataFrame:
     """Round float columns like SQLite's round(x, digits).
 
-    numpy does the division because polars turns `/ 10` into `* 0.1`, which prints
+    The rounded value is built as decimal text and parsed, which yields the double nearest to
+    the decimal, as SQLite's result is: polars computes `m / 10` as `m * 0.1`, which prints
     7866.2 as 7866.200000000001.
     """
-    scale = 10.0 ** digits
+    scale = 10 ** digits
     out = []
     for c in cols:
-        s = df[c].cast(pl.Float64)
-        x = s.to_numpy().astype(np.float64, copy=True)
-        y = np.abs(x) * scale
-        with np.errstate(invalid="ignore"):
-            r = np.copysign(np.floor(y + 0.5) / scale, x)
-            tie = np.flatnonzero((y - np.floor(y)) == 0.5)
-        for i in tie:  # exact decision for the few values that look like ties
-            r[i] = _exact_round(float(x[i]), digits)
-        res = pl.Series(c, r, dtype=pl.Float64)
-        if s.null_count():
-            res = pl.select(pl.when(s.is_null()).then(None).otherwise(res)).to_series().alias(c)
-        out.append(res)
-    return df.with_columns(out)
+        x = pl.col(c).cast(pl.Float64)
+        m = (x.abs() * scale + 0.5).floor().cast(pl.Int64)
+        text = pl.concat_str([pl.when(x < 0).then(pl.lit("-")).otherwise(pl.lit("")),
+                              (m // scale).cast(pl.String), pl.lit("."),
+                              (m % scale).cast(pl.String).str.pad_start(digits, "0")])
+        out.append(pl.when(x.is_finite()).then(text.cast(pl.Float64)).otherwise(x).alias(c))
+    rounded = df.with_columns(out)
+    for c in cols:
+        y = df[c].cast(pl.Float64).abs() * scale
+        tie = ((y - y.floor()) == 0.5).fill_null(False)
+        if tie.any():  # exact decision for the few values that look like ties
+            idx = tie.arg_true()
+            fixed = [_exact_round(v, digits) for v in df[c].cast(pl.Float64).gather(idx).to_list()]
+            rounded = rounded.with_columns(rounded[c].scatter(idx, pl.Series(fixed, dtype=pl.Float64)).alias(c))
+    return rounded
 
 
 def percent_of_total(total: str = "total") -> pl.Expr:
