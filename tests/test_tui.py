@@ -134,6 +134,8 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         lt = app.query_one("#layers-table")
         assert lt.frame["Layer"].to_list()[:3] == ["layer_0", "layer_1", "layer_2"]
         assert "█" in lt.frame["Forward █ Backward ▓"][0] and "▓" in lt.frame["Forward █ Backward ▓"][0]
+        sub_bar = next(c for c in lt.frame.columns if c.startswith("█ attention_sublayer"))
+        assert "▓" in lt.frame[sub_bar][0]  # attention vs ffn split of the same total
         await pilot.press("o")
         tot = lt.sorted_frame()["Total (ns)"].to_list()
         assert tot == sorted(tot, reverse=True)
@@ -183,6 +185,17 @@ async def test_public_fixtures_open_in_every_view(fixture):
             await pilot.press(key)
             await pilot.pause()
             assert app.query_one("#tabs").active == ["overview", "kernels", "nvtx", "layers", "compare"][int(key) - 1]
+
+
+async def test_torch_profiler_json_opens_in_the_tui():
+    app = KviewApp([str(SAMPLES / "bert-2l_seq128_train_torch.json.gz")], use_cache=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("slash", *"layer:Q_Proj cat:gemm", "enter", "t")
+        kv = app.view("kernels")
+        assert kv.mode == "rows" and set(kv.table.frame["Direction"]) == {"fprop", "bprop"}
+        await pilot.press("4")
+        assert app.query_one("#layers-table").frame["Layer"].to_list() == ["Enc_0", "Enc_1"]
 
 
 @pytest.mark.parametrize("view", ["1", "2", "3", "4", "5"])

@@ -437,7 +437,12 @@ class LayersView(View):
         parts = ["Forward (ns)", "Backward (ns)"]
         width = 24 if self.app.size.width < 120 else 40
         bar = stacked_bars(df, parts, width=width).alias("Forward █ Backward ▓")
-        df = df.select("Layer", bar, pl.all().exclude("Layer"))
+        subs = [c for c in df.columns if c not in ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "Kernels")]
+        extra = []
+        if len(subs) >= 2:  # nested ranges: the same total split by sublayer (attention / ffn ...)
+            names = " ".join(f"{g} {c.removesuffix(' (ns)')}" for g, c in zip("█▓▒░", subs))
+            extra = [stacked_bars(df, subs, width=width).alias(names)]
+        df = df.select("Layer", bar, *extra, pl.all().exclude("Layer"))
         self.table.set_frame(df)
         self.status.update(Text(f"{df.height} layers · ordered by {'time' if self.by_time else 'index'} (o)",
                                 style="bold"))
