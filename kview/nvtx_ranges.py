@@ -47,6 +47,24 @@ def _memo(trace: Trace, key: str, build):
     return memo[key]
 
 
+def _cached_build(trace: Trace) -> pl.DataFrame:
+    """labelled + names from the frame cache when there (integers only, so a reopen skips the
+    strings), else built and stored."""
+    from . import cache
+
+    memo = trace.__dict__.setdefault("_nvtx_memo", {})
+    if trace.use_cache:
+        lab, names = cache.load(trace.path, "nvtx.labelled"), cache.load(trace.path, "nvtx.names")
+        if lab is not None and names is not None:
+            memo["names"] = names
+            return lab.with_columns(pl.col("style").cast(STYLES))
+    lab = _build_labelled(trace)
+    if trace.use_cache:
+        cache.store(trace.path, "nvtx.labelled", lab)
+        cache.store(trace.path, "nvtx.names", memo["names"])
+    return lab
+
+
 def labelled(trace: Trace) -> pl.DataFrame:
     """All range events with an integer `name_code` (see `names`), `style`; `end` may be null.
 
@@ -55,7 +73,7 @@ def labelled(trace: Trace) -> pl.DataFrame:
     nsys, a range joins every domain-create row of its domainId in its process, so the rare
     export with one domain created on several threads counts those ranges once per row.
     """
-    return _memo(trace, "labelled", lambda: _build_labelled(trace))
+    return _memo(trace, "labelled", lambda: _cached_build(trace))
 
 
 def names(trace: Trace) -> pl.DataFrame:
