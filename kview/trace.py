@@ -7,6 +7,7 @@ a second open of a large trace cheap.
 from __future__ import annotations
 
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -311,9 +312,14 @@ def validate(path: str | os.PathLike) -> None:
     if kind == "json":
         from .kineto_reader import _text
 
+        # Structure only (object, events list, complete to its closing brace): decoding every
+        # event here would delay the first frame by the whole parse; damage deeper inside is
+        # reported by the loader.
         text = _text(p)
-        if text.lstrip()[:1] != "{" or '"traceEvents"' not in text:
+        if text.lstrip()[:1] != "{" or not re.search(r'"traceEvents"\s*:\s*\[', text):
             raise TraceError(p, "is JSON but not a torch.profiler trace (no traceEvents list)")
+        if text.rstrip()[-1:] != "}":
+            raise TraceError(p, "is truncated trace JSON (it does not end with a closing brace)")
         return
     check_sqlite_file(p)
     Trace(p, use_cache=False).src.close()

@@ -52,7 +52,7 @@ CASES = {
     "text_file": "not a SQLite database",
     "folder": "is a folder",
     "missing": "no such file",
-    "garbage_json": "trace JSON",
+    "garbage_json": "JSON",
 }
 
 

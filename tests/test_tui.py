@@ -215,3 +215,15 @@ def test_tmux_script_drives_the_real_binary(size, tmp_path):
     r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
                        capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]
+
+
+async def test_damage_found_while_loading_ends_the_app_with_one_line(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}, {"ph": } ]}')
+    app = KviewApp([str(bad)], use_cache=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if app.return_code is not None:
+                break
+    assert app.return_code == 2

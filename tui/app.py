@@ -136,8 +136,11 @@ class KviewApp(App):
 
         try:
             load(path, self.use_cache, progress)
-        except Exception as e:  # the CLI validated the file; anything here is reported, not raised
-            self.post_message(Failed(index, f"{Path(path).name}: {type(e).__name__}: {e}"))
+        except Exception as e:  # the CLI validated the file; damage found while loading is reported
+            from kview.errors import TraceError
+
+            why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
+            self.post_message(Failed(index, f"kview: {path}: {why}".splitlines()[0]))
 
     def view(self, vid: str):
         return self.query_one(f"#view-{vid}")
@@ -174,7 +177,10 @@ class KviewApp(App):
 
     @on(Failed)
     def _failed(self, m: Failed) -> None:
-        self.notify(m.error, title="could not load", severity="error", timeout=30)
+        if m.index == 0:  # nothing to show: leave with the reason, as the CLI does for bad input
+            self.exit(return_code=2, message=m.error)
+        else:
+            self.notify(m.error, title="could not load", severity="error", timeout=30)
 
     # -- actions ----------------------------------------------------------------
     def active_view(self):
@@ -247,5 +253,6 @@ class KviewApp(App):
 
 
 def run(paths: list[str], use_cache: bool = True, note: str | None = None) -> int:
-    KviewApp(paths, use_cache=use_cache, note=note).run()
-    return 0
+    app = KviewApp(paths, use_cache=use_cache, note=note)
+    app.run()
+    return app.return_code or 0
