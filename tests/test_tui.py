@@ -227,3 +227,22 @@ async def test_damage_found_while_loading_ends_the_app_with_one_line(tmp_path):
             if app.return_code is not None:
                 break
     assert app.return_code == 2
+
+
+FIXTURE_WORDS = {"nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite": ("elementwise", "aten::"),
+                 "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite": ("nccl", "aten::"),
+                 "dlprof_lenet_nsys2022.1.sqlite": ("cudnn", "traceMarker"),
+                 "vecadd_nsys2025.5.sqlite": ("VectorAdd", "no NVTX")}
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+@pytest.mark.parametrize("fixture", sorted(FIXTURE_WORDS))
+def test_tmux_script_on_public_fixtures(fixture, tmp_path):
+    path = PUBLIC / fixture
+    if not path.exists():
+        pytest.skip("public fixtures not present")
+    word, nvtx = FIXTURE_WORDS[fixture]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), str(path), "80", "24", word, nvtx],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]
