@@ -97,27 +97,6 @@ class Trace:
         return have.select(names)
 
     @property
-    def kernels(self) -> pl.DataFrame:
-        """All kernel columns (views that need only some should call columns())."""
-        return self.columns("kernels", [v[0] for v in nr.KERNEL_COLUMNS.values()])
-
-    @property
-    def runtime(self) -> pl.DataFrame:
-        return self.columns("runtime", [v[0] for v in nr.RUNTIME_COLUMNS.values()])
-
-    @property
-    def memcpy(self) -> pl.DataFrame:
-        return self.columns("memcpy", [v[0] for v in nr.MEMCPY_COLUMNS.values()])
-
-    @property
-    def memset(self) -> pl.DataFrame:
-        return self.columns("memset", [v[0] for v in nr.MEMSET_COLUMNS.values()])
-
-    @property
-    def osrt(self) -> pl.DataFrame:
-        return self.columns("osrt", [v[0] for v in nr.OSRT_COLUMNS.values()])
-
-    @property
     def nvtx_events(self) -> pl.DataFrame:
         """Raw NVTX range and domain rows. Not kept: kview.nvtx_ranges derives and keeps the
         compact integer form, and the raw strings are the largest thing a trace holds."""
