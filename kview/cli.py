@@ -82,7 +82,9 @@ def _parser_compare(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="kview", description="Terminal explorer for GPU traces.")
+    parser = argparse.ArgumentParser(
+        prog="kview", description="Terminal explorer for GPU traces.",
+        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).")
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _parser_stats(sub)
@@ -263,7 +265,8 @@ def cmd_external(args) -> int:
         module = importlib.import_module(EXTERNAL[args.command])
     except ImportError as e:
         raise UsageError(f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}")
-    return module.main(args.rest)
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    return module.main(rest)
 
 
 COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
@@ -305,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv == ["--no-cache"]:
         return run_tui(argv)
+    if argv[0] in EXTERNAL:  # their own parsers take every argument, --help included
+        argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -57,3 +57,9 @@ def test_torch_and_nsys_backends_agree(torch_trace):
 def test_sample_traces_folder_stays_small():
     total = sum(p.stat().st_size for p in SAMPLES.iterdir() if p.is_file())
     assert total < 40 * 2**20, total
+
+
+@pytest.mark.parametrize("cmd,flag", [("capture", "--backend"), ("bench", "--memory-snapshot")])
+def test_capture_and_bench_help(cmd, flag):
+    r = subprocess.run([sys.executable, "-m", "kview.cli", cmd, "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and flag in r.stdout
