@@ -25,7 +25,9 @@ COLUMNS = ["Idx", "Direction", "Layer", "Op", "Params", "Kernel", "Category", "D
 CATEGORY_RULES = [  # first match wins; matched against the lower-cased kernel name
     ("communication", r"nccl"),
     ("attention", r"flash|fmha|attention|sdpa|mha_"),
-    ("gemm", r"gemm|gemv|cutlass|xmma|cublas|matmul|wgmma|_mma_|dot_kernel"),
+    # convolutions count as gemm: implicit-GEMM / Winograd / FFT kernels doing the same work
+    ("gemm", r"gemm|gemv|cutlass|xmma|cublas|matmul|wgmma|_mma_|dot_kernel|nvjet|scudnn|cudnn|winograd|"
+             r"implicit_convolve|im2col|fft2d|conv2d|convolution"),
     ("softmax", r"softmax"),
     ("normalization", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|welford|cuapplylayernorm"),
     ("embedding/index", r"index|gather|scatter|embedding|indexselect|embeddingbag|take_along"),
@@ -36,7 +38,13 @@ CATEGORY_RULES = [  # first match wins; matched against the lower-cased kernel n
 OP_ALIASES = {"cross_entropy_loss": "cross_entropy", "_softmax": "softmax", "_log_softmax": "log_softmax",
               "native_layer_norm": "layer_norm", "native_dropout": "dropout", "_scaled_dot_product_flash_attention":
               "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention"}
-TC_RE = r"hmma|wgmma|tensorop|s1688|h1688|i8816|16816|884gemm|1688gemm|_tf32|bf16|f16f16|e4m3|e5m2|xmma_gemm_(?:bf16|f16|tf32)"
+# Tensor-core kernels by name (PyProf's list, plus Hopper's nvjet/wgmma and flash attention)
+TC_RE = (r"hmma|wgmma|tensorop|s1688|h1688|i8816|16816|884gemm|1688gemm|_tf32|bf16|f16f16|e4m3|e5m2|"
+         r"xmma_gemm_(?:bf16|f16|tf32)|nvjet|flash|fmha")
+OP_CATEGORIES = {"embedding/index": ["embedding", "embedding_bag", "index", "index_select", "gather", "scatter",
+                                     "index_put_", "take"],
+                 "normalization": ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"],
+                 "softmax": ["softmax", "log_softmax"]}
 
 
 def _labels(trace: Trace) -> pl.DataFrame:
@@ -56,7 +64,8 @@ def _labels(trace: Trace) -> pl.DataFrame:
         lab.is_in(list(PHASE_NAMES)).alias("phase"),
     ).with_columns(
         (pl.col("marker") & ~pl.col("bwd_node") & ~pl.col("bwd_eval") & ~pl.col("optim_marker")
-         & ~pl.col("base").str.starts_with("autograd::")).alias("fwd_op"),
+         & ~pl.col("base").str.starts_with("autograd::") & pl.col("base").str.contains(r"^[\w:.<>]+$"))
+        .alias("fwd_op"),
         pl.col("base").str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
     )
 
@@ -313,7 +322,9 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         cat = cat.when(name.str.contains(rx)).then(pl.lit(label))
         if label == "communication":
             cat = cat.when(f("Direction") == "optim").then(pl.lit("optimizer"))
-    cat = cat.when(f("op_").is_in(["softmax", "_softmax", "log_softmax"])).then(pl.lit("softmax")).otherwise(pl.lit("other"))
+    for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
+        cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
+    cat = cat.otherwise(pl.lit("other"))
     ops = ops.with_columns(cat.alias("Category"))
     gemm = f("Category") == "gemm"
     dur = (f("end") - f("start"))
@@ -333,8 +344,9 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         pl.when(f("kind") == "kernel").then(pl.format("{}x{}x{}", "block_x", "block_y", "block_z")).otherwise(pl.lit("-")).alias("Block"),
         f("correlation").alias("Correlation"),
         f("path_").fill_null("").replace("", "-").alias("NVTX Path"),
-        pl.when(gemm).then(pl.when(name.str.contains(TC_RE) & ~name.str.contains("ffma|sgemm")).then(pl.lit("1"))
-                           .otherwise(pl.lit("0"))).otherwise(pl.lit("-")).alias("TC"),
+        pl.when(gemm | (f("Category") == "attention"))
+        .then(pl.when(name.str.contains(TC_RE) & ~name.str.contains("ffma|sgemm|scudnn")).then(pl.lit("1"))
+              .otherwise(pl.lit("0"))).otherwise(pl.lit("-")).alias("TC"),
         "FLOPs", "Bytes",
         pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))
         .then((f("FLOPs").cast(pl.Float64) / f("Duration (ns)").cast(pl.Float64) / 1e3).round(3)).alias("TFLOP/s"),

@@ -28,8 +28,9 @@ STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then
 
 
 # PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions such
-# as `Optimizer.step#AdamW.step`), as opposed to ranges the user annotated.
-OP_MARKER_RE = r", op_id = |, seq = |#|::"
+# as `Optimizer.step#AdamW.step`) and PyProf/DLProf's dict-shaped annotations ({'mod': ...}),
+# as opposed to ranges the user annotated.
+OP_MARKER_RE = r", op_id = |, seq = |#|::|^\{'"
 
 
 def is_op_marker(name: str) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from kview.attribution import attribute
 from kview.trace import open_trace
 
-from conftest import SAMPLES
+from conftest import PUBLIC, SAMPLES
 
 BERT = SAMPLES / "bert-2l_seq128_train_nsys.sqlite"
 DLRM = SAMPLES / "dlrm_b32768_train_nsys.sqlite"
@@ -154,3 +154,19 @@ def test_direction_and_backward_layer_against_independent_check(tables, path):
     assert len(bp) > 100
     ok = sum(x == y for x, y in bp)
     assert ok / len(bp) >= 0.95, (ok / len(bp), [p for p in bp if p[0] != p[1]][:5])
+
+
+def test_hopper_bf16_kernels_are_tensor_core_gemm_and_attention():
+    path = PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite"
+    if not path.exists():
+        pytest.skip("public fixtures not present")
+    a = attribute(open_trace(path, use_cache=False))
+    nvjet = a.filter(pl.col("Kernel").str.starts_with("nvjet_"))
+    flash = a.filter(pl.col("Kernel").str.contains("flash_fwd_kernel"))
+    assert nvjet.height > 100 and set(nvjet["Category"]) == {"gemm"} and set(nvjet["TC"]) == {"1"}
+    assert flash.height > 10 and set(flash["Category"]) == {"attention"} and set(flash["TC"]) == {"1"}
+    nccl = a.filter(pl.col("Kernel").str.starts_with("ncclDevKernel"))
+    assert nccl.height and set(nccl["Category"]) == {"communication"}
+    # fp32 FFMA GEMMs of the LM sample are not tensor-core kernels
+    lm = attribute(open_trace(LM, use_cache=False)).filter(pl.col("Category") == "gemm")
+    assert set(lm.filter(pl.col("Kernel").str.contains("ffma|sgemm"))["TC"]) == {"0"}
