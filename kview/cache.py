@@ -54,12 +54,27 @@ def load(trace_path: Path, key: str) -> pl.DataFrame | None:
         return None
 
 
+def _new_entry(d: Path, trace_path: Path) -> None:
+    """Create entry `d` and drop older entries of the same trace (an edited or re-exported
+    trace gets a new key; its old frames would otherwise stay forever)."""
+    source = str(trace_path.resolve())
+    for other in d.parent.iterdir() if d.parent.exists() else []:
+        try:
+            if other != d and (other / "source").read_text() == source:
+                shutil.rmtree(other, ignore_errors=True)
+        except OSError:
+            continue
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "source").write_text(source)
+
+
 def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
     d = _entry_dir(trace_path)
     if d is None:
         return
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        if not d.exists():
+            _new_entry(d, trace_path)
         tmp = d / f".{key}.{os.getpid()}.tmp"
         frame.write_parquet(tmp, compression="lz4", statistics=False)
         os.replace(tmp, d / f"{key}.parquet")

@@ -66,8 +66,10 @@ def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
     shutil.copy2(TRACE, t)
     open_trace(t).columns("kernels", ["start"])
     os.utime(t, ns=(t.stat().st_atime_ns, t.stat().st_mtime_ns + 10**9))
+    first = set((tmp_path / "xdg" / "kview" / "frames").iterdir())
     open_trace(t).columns("kernels", ["start"])
-    assert len(list((tmp_path / "xdg" / "kview" / "frames").iterdir())) == 2
+    now = set((tmp_path / "xdg" / "kview" / "frames").iterdir())
+    assert len(first) == len(now) == 1 and first != now  # new key, and the stale entry is gone
 
 
 def test_no_cache_writes_nothing(tmp_path, monkeypatch):
