@@ -318,10 +318,13 @@ class KernelsView(View):
         """The rows and columns as shown, with full kernel names (a report wants them whole)."""
         t = self.table
         frame = t.sorted_frame()
-        shown = t.columns
-        name_col = "Kernel" if "Kernel" in shown else ("Name" if "Name" in shown and self.mode == "summary" else None)
-        if name_col and "_full" in frame.columns and GROUPINGS[self.grouping][1] in ("Kernel", "Short name") \
-                or (name_col and self.mode == "rows"):
+        if self.mode == "rows":
+            name_col = "Kernel"
+        elif GROUPINGS[self.grouping][1] == "Kernel":
+            name_col = "Name" if "Name" in frame.columns else "Kernel"  # report summary or regrouped
+        else:
+            name_col = None  # grouped by something else: the shown key is the full value
+        if name_col and "_full" in frame.columns:
             frame = frame.with_columns(pl.col("_full").alias(name_col))
         return frame.select([c for c in frame.columns if c not in t.hidden]), "kernels"
 
