@@ -111,9 +111,10 @@ def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
     layer (the same without phase ranges, joined with ":"), and which phases it lies in.
     Computed once per range, so a million kernels only carry the id of their innermost range."""
-    memo = trace.__dict__.setdefault("_attribution", {})
-    if "user_paths" in memo:
-        return memo["user_paths"]
+    return trace.memo("attribution.user_paths", lambda: _build_user_paths(trace, labels))
+
+
+def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
     calls = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
@@ -127,7 +128,6 @@ def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
         (pl.col("label") == "forward_pass").any().alias("in_fwd"),
         (pl.col("label") == "backward_pass").any().alias("in_bwd"),
         (pl.col("label") == "optimizer_step").any().alias("in_opt")).rename({"call_id": "uid"})
-    memo["user_paths"] = out
     return out
 
 
@@ -268,10 +268,7 @@ def shown(table: pl.DataFrame) -> pl.DataFrame:
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""
-    memo = trace.__dict__.setdefault("_attribution", {})
-    if "table" not in memo:
-        memo["table"] = _attribute(trace)
-    return memo["table"]
+    return trace.memo("attribution.table", lambda: _attribute(trace))
 
 
 def _attribute(trace: Trace) -> pl.DataFrame:

@@ -41,29 +41,20 @@ def is_op_marker_expr(label: pl.Expr) -> pl.Expr:
     return label.str.contains(OP_MARKER_RE)
 
 
-def _memo(trace: Trace, key: str, build):
-    memo = trace.__dict__.setdefault("_nvtx_memo", {})
-    if key not in memo:
-        memo[key] = build()
-    return memo[key]
-
-
-def _cached_build(trace: Trace) -> pl.DataFrame:
-    """labelled + names from the frame cache when there (integers only, so a reopen skips the
+def _cached_build(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(labelled, names) from the frame cache when there (integers only, so a reopen skips the
     strings), else built and stored."""
     from . import cache
 
-    memo = trace.__dict__.setdefault("_nvtx_memo", {})
     if trace.use_cache:
         lab, names = cache.load(trace.path, "nvtx.labelled"), cache.load(trace.path, "nvtx.names")
         if lab is not None and names is not None:
-            memo["names"] = names
-            return lab.with_columns(pl.col("style").cast(STYLES))
-    lab = _build_labelled(trace)
+            return lab.with_columns(pl.col("style").cast(STYLES)), names
+    lab, names = _build_labelled(trace)
     if trace.use_cache:
         cache.store(trace.path, "nvtx.labelled", lab)
-        cache.store(trace.path, "nvtx.names", memo["names"])
-    return lab
+        cache.store(trace.path, "nvtx.names", names)
+    return lab, names
 
 
 def labelled(trace: Trace) -> pl.DataFrame:
@@ -74,16 +65,15 @@ def labelled(trace: Trace) -> pl.DataFrame:
     nsys, a range joins every domain-create row of its domainId in its process, so the rare
     export with one domain created on several threads counts those ranges once per row.
     """
-    return _memo(trace, "labelled", lambda: _cached_build(trace))
+    return trace.memo("nvtx.labelled", lambda: _cached_build(trace))[0]
 
 
 def names(trace: Trace) -> pl.DataFrame:
     """name_code -> name (`domain:text`, as nsys prints it)."""
-    labelled(trace)
-    return trace.__dict__["_nvtx_memo"]["names"]
+    return trace.memo("nvtx.labelled", lambda: _cached_build(trace))[1]
 
 
-def _build_labelled(trace: Trace) -> pl.DataFrame:
+def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ev = trace.nvtx_events.rename({"text": "text_cat"})
     ev = ev.with_columns(pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
                          (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
@@ -106,10 +96,10 @@ def _build_labelled(trace: Trace) -> pl.DataFrame:
         pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name"))
     table = keys.select("name").unique().sort("name").with_row_index("name_code")
     keys = keys.join(table, on="name", how="left").select(*key, pl.col("name_code").cast(pl.Int64))
-    trace.__dict__.setdefault("_nvtx_memo", {})["names"] = table.select(pl.col("name_code").cast(pl.Int64), "name")
     r = r.join(keys, on=key, how="left")
-    return r.select("id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code",
-                    STYLE.alias("style"))
+    labelled_ = r.select("id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code",
+                         STYLE.alias("style"))
+    return labelled_, table.select(pl.col("name_code").cast(pl.Int64), "name")
 
 
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
@@ -118,7 +108,7 @@ def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataF
 
 def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
-    return _memo(trace, "projection", lambda: _projection(trace))
+    return trace.memo("nvtx.projection", lambda: _projection(trace))
 
 
 def _projection(trace: Trace) -> pl.DataFrame:
@@ -130,7 +120,7 @@ def _projection(trace: Trace) -> pl.DataFrame:
 
 def projection_tree(trace: Trace) -> pl.DataFrame:
     """nest() of the push/pop projection ranges, computed once per trace."""
-    return _memo(trace, "tree", lambda: nest(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
+    return trace.memo("nvtx.tree", lambda: nest(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
 
 
 def nest(ranges: pl.DataFrame) -> pl.DataFrame:

@@ -20,10 +20,7 @@ SCHEMA = {"path_id": pl.Int64, "parent_id": pl.Int64, "Depth": pl.Int64, "Name":
 
 
 def path_table(trace: Trace) -> pl.DataFrame:
-    memo = trace.__dict__.setdefault("_nvtx_tree", {})
-    if "paths" not in memo:
-        memo["paths"] = _build(trace)
-    return memo["paths"]
+    return trace.memo("nvtx_tree.paths", lambda: _build(trace))
 
 
 def _build(trace: Trace) -> pl.DataFrame:

@@ -44,6 +44,13 @@ class Trace:
     def has(self, table: str) -> bool:
         return self.src.has(table)
 
+    def memo(self, key: str, build):
+        """A derived result (analysis tables, trees) computed once per open trace."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
+
     # -- frames --------------------------------------------------------------
     def _get(self, key: str, load):
         if key not in self._frames:
