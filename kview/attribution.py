@@ -72,6 +72,10 @@ def _labels(trace: Trace) -> pl.DataFrame:
 
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
+    return trace.memo("gpu_ops", lambda: _gpu_ops(trace))
+
+
+def _gpu_ops(trace: Trace) -> pl.DataFrame:
     cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
     parts = []
     if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -99,7 +103,15 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
     return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
 
 
+def launched_ops(trace: Trace) -> pl.DataFrame:
+    """gpu_ops with the launch call of each (r_start, r_end, global_tid; null when the call
+    lies outside the trace's window)."""
+    return trace.memo("launched_ops", lambda: _launches(trace, gpu_ops(trace)))
+
+
 def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
+    if ops.height == 0:
+        return ops
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
         pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
         (pl.col("global_tid") & PID_MASK).alias("global_pid"))
@@ -272,10 +284,10 @@ def attribute(trace: Trace) -> pl.DataFrame:
 
 
 def _attribute(trace: Trace) -> pl.DataFrame:
-    ops = gpu_ops(trace)
+    ops = launched_ops(trace)
     if ops.height == 0:
         return pl.DataFrame(schema={**{c: pl.String for c in COLUMNS}, "_grid": pl.Int64, "_block": pl.Int64})
-    ops = _launches(trace, ops).with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
+    ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     if have_nvtx:
         labels = _labels(trace)

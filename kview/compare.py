@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 from . import nvtx_ranges as nv
-from .attribution import attribute, gpu_ops, _launches
+from .attribution import attribute
+from .gpu_time import gpu_time_in, launch_timeline
 from .trace import Trace
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
@@ -66,29 +66,6 @@ def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> li
     return out
 
 
-def _launched(trace: Trace) -> pl.DataFrame:
-    """GPU ops with launch time and duration, sorted by launch time (ops without a launch
-    call in the trace use their own start)."""
-    memo = trace.__dict__.setdefault("_compare", {})
-    if "launched" not in memo:
-        ops = gpu_ops(trace)
-        if ops.height == 0:
-            memo["launched"] = pl.DataFrame(schema={"Idx": pl.Int64, "t": pl.Int64, "dur": pl.Int64})
-        else:
-            ops = _launches(trace, ops)
-            memo["launched"] = ops.select("Idx", pl.coalesce("r_start", "start").alias("t"),
-                                          (pl.col("end") - pl.col("start")).alias("dur")).sort("t")
-    return memo["launched"]
-
-
-def _gpu_time_in(launched: pl.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    t = launched["t"].to_numpy()
-    csum = np.concatenate([[0], np.cumsum(launched["dur"].to_numpy(), dtype=np.int64)])
-    lo = np.searchsorted(t, starts, side="left")
-    hi = np.searchsorted(t, ends, side="right")
-    return csum[hi] - csum[lo]
-
-
 def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.DataFrame:
     if w.start is None:
         return df
@@ -102,14 +79,13 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
         if metric == "cpu":
             vals = r.group_by("label").agg((pl.col("end") - pl.col("start")).sum().alias("v"))
         else:
-            launched = _launched(w.trace)
-            g = _gpu_time_in(launched, r["start"].to_numpy(), r["end"].to_numpy())
+            g, _ = gpu_time_in(w.trace, r["start"].to_numpy(), r["end"].to_numpy())
             vals = r.with_columns(pl.Series("v", g, dtype=pl.Int64)).group_by("label").agg(pl.col("v").sum())
         return vals.rename({"label": "item"})
     if metric == "cpu":
         raise ValueError("--metric cpu applies to ranges only (use --by range)")
     a = attribute(w.trace)
-    launched = _launched(w.trace).select("Idx", "t")
+    launched = launch_timeline(w.trace).select("Idx", "t")
     a = a.join(launched, on="Idx", how="left")
     if w.start is not None:
         a = a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))

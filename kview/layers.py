@@ -14,7 +14,7 @@ import re
 import polars as pl
 
 from . import nvtx_ranges as nv
-from .attribution import attribute, gpu_ops, _launches
+from .attribution import attribute, launched_ops
 from .trace import Trace
 
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
@@ -89,11 +89,11 @@ def phase_ranges(trace: Trace) -> pl.DataFrame:
 
 def phase_times(trace: Trace) -> pl.DataFrame:
     phases = phase_ranges(trace)
-    ops = gpu_ops(trace)
+    ops = launched_ops(trace)
     if ops.height == 0 or phases.height == 0:
         return pl.DataFrame(schema={"Phase": pl.String, "GPU Time (ns)": pl.Int64, "Kernels": pl.UInt32,
                                     "Share (%)": pl.Float64})
-    ops = _launches(trace, ops).filter(pl.col("r_start").is_not_null()).sort("r_start")
+    ops = ops.filter(pl.col("r_start").is_not_null()).sort("r_start")
     j = ops.join_asof(phases.rename({"start": "p_start", "end": "p_end"}), left_on="r_start", right_on="p_start",
                       strategy="backward").filter(pl.col("r_start") <= pl.col("p_end"))
     g = j.group_by("Phase").agg((pl.col("end") - pl.col("start")).sum().alias("GPU Time (ns)"),

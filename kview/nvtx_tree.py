@@ -8,11 +8,10 @@ level by level (parent path id, label code), so no per-range path string is ever
 """
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from . import nvtx_ranges as nv
-from .attribution import _launches, gpu_ops
+from .gpu_time import gpu_time_in
 from .trace import Trace
 
 SCHEMA = {"path_id": pl.Int64, "parent_id": pl.Int64, "Depth": pl.Int64, "Name": pl.String, "Path": pl.String,
@@ -57,17 +56,8 @@ def _build(trace: Trace) -> pl.DataFrame:
         assigned.append(level.select("id", "pid", "parent_pid", "lc", "depth", "start", "end"))
         prev = level.select("id", "pid")
     r = pl.concat(assigned)
-    ops = gpu_ops(trace)
-    if ops.height:
-        ops = _launches(trace, ops).select(pl.coalesce("r_start", "start").alias("t"),
-                                           (pl.col("end") - pl.col("start")).alias("d")).sort("t")
-        t = ops["t"].to_numpy()
-        csum = np.concatenate([[0], np.cumsum(ops["d"].to_numpy(), dtype=np.int64)])
-        lo = np.searchsorted(t, r["start"].to_numpy(), "left")
-        hi = np.searchsorted(t, r["end"].to_numpy(), "right")
-        r = r.with_columns(pl.Series("gpu", csum[hi] - csum[lo]), pl.Series("kern", hi - lo))
-    else:
-        r = r.with_columns(pl.lit(0).alias("gpu"), pl.lit(0).alias("kern"))
+    gpu, kern = gpu_time_in(trace, r["start"].to_numpy(), r["end"].to_numpy())
+    r = r.with_columns(pl.Series("gpu", gpu), pl.Series("kern", kern))
     g = r.group_by("pid").agg(pl.col("parent_pid").first(), pl.col("lc").first(), pl.col("depth").first(),
                               pl.len().alias("Instances"), (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
                               pl.col("gpu").sum().cast(pl.Int64).alias("GPU (ns)"),
