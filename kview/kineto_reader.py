@@ -212,9 +212,6 @@ class KinetoFrames:
                          "KINETO_SCHEMA_VERSION": str(doc.get("schemaVersion", "")),
                          "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
                          "RECORD_SHAPES": str(doc.get("record_shapes", ""))}
-        self.max_timestamp = None
-        if self.nvtx_events.height:
-            self.max_timestamp = int(max(self.nvtx_events["start"].max(), self.nvtx_events["end"].max()))
 
 
 def read(path: str | Path) -> KinetoFrames:

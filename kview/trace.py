@@ -105,19 +105,9 @@ class Trace:
 
     @property
     def nvtx_events(self) -> pl.DataFrame:
-        """Raw NVTX range and domain rows. Not kept: kview.nvtx_ranges derives and keeps the
-        compact integer form, and the raw strings are the largest thing a trace holds."""
-        if "nvtx_events" in self._frames:
-            return self._frames["nvtx_events"]
-        if self.use_cache:
-            from . import cache
-
-            frame = cache.load(self.path, "nvtx_events")
-            if frame is not None:
-                return frame
-            frame = nr.nvtx_events(self.src)
-            cache.store(self.path, "nvtx_events", frame)
-            return frame
+        """Raw NVTX range and domain rows, read when kview.nvtx_ranges builds its integer form.
+        Neither kept nor cached: that compact form is what is cached, and the raw strings are
+        the largest thing a trace holds."""
         return nr.nvtx_events(self.src)
 
     @cached_property
