@@ -88,6 +88,12 @@ def phase_ranges(trace: Trace) -> pl.DataFrame:
 
 
 def phase_times(trace: Trace) -> pl.DataFrame:
+    """GPU time and op count per phase (computed once per trace: Overview, Compare and
+    `kview phases` all ask for it)."""
+    return trace.memo("phase_times", lambda: _phase_times(trace))
+
+
+def _phase_times(trace: Trace) -> pl.DataFrame:
     phases = phase_ranges(trace)
     ops = launched_ops(trace)
     if ops.height == 0 or phases.height == 0:

@@ -27,6 +27,7 @@ def load(path: str, use_cache: bool, progress) -> TraceData:
     from kview.attribution import attribute
     from kview.layers import layer_times, phase_times
     from kview.nvtx_tree import path_table
+    from kview.kernel_names import short_names
     from kview.overview import build
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import open_trace
@@ -36,22 +37,17 @@ def load(path: str, use_cache: bool, progress) -> TraceData:
     progress(1, "kernel summary", None)
     data = TraceData(trace, cuda_gpu_kern_sum(trace).frame)
     progress(2, "attributing kernels", data)
-    from kview.kernel_names import short_names
-
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
     data.table = table.with_columns(short_names(table["Kernel"]).alias("_short"),
                                     pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"))
-    data.names = sorted(set(data.table["Kernel"].unique().drop_nulls().to_list()))[:5000]
+    data.names = sorted(data.table["Kernel"].unique().drop_nulls().to_list())[:5000]
     progress(3, "overview", data)
     data.overview = build(trace)
     progress(4, "NVTX tree", data)
     data.paths = path_table(trace)
     progress(5, "layers", data)
-    try:
-        data.layers = layer_times(trace)
-    except ValueError:
-        data.layers = pl.DataFrame()
+    data.layers = layer_times(trace)
     data.phases = phase_times(trace)
     progress(6, "done", data)
     return data
