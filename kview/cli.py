@@ -190,19 +190,9 @@ def cmd_overview(args) -> int:
                 "GPU busy": o.busy, "Largest idle gaps": o.gaps, "Time by category": o.categories,
                 "Time by phase": o.phases, "Top kernels": o.top_kernels,
                 "Findings": pl.DataFrame({"Finding": o.findings})}
-    if args.format == "json":
-        import json
-
-        sys.stdout.write(json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n")
-        return 0
-    for i, (title, df) in enumerate(sections.items()):
-        if not df.height:
-            continue
-        sys.stdout.write(("\n" if i else "") + f"** {title}:\n\n")
-        if title == "Findings" and args.format == "table":
-            sys.stdout.write("".join(f"- {f}\n" for f in o.findings))
-        else:
-            sys.stdout.write(render.render(df, args.format))
+    # findings are sentences: bullets in a terminal rather than a truncated table cell
+    bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
+    sys.stdout.write(render.render_sections(sections, args.format, texts=bullets))
     return 0
 
 
@@ -246,14 +236,8 @@ def cmd_diff(args) -> int:
     a = open_trace(args.before, use_cache=not args.no_cache)
     b = open_trace(args.after, use_cache=not args.no_cache)
     sections = diff(a, b, args.top)
-    if args.format == "json":
-        import json
-
-        sys.stdout.write(json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n")
-        return 0
-    for i, (title, df) in enumerate(sections.items()):
-        sys.stdout.write(("\n" if i else "") + f"** {title} (A = {a.name}, B = {b.name}):\n\n")
-        sys.stdout.write(render.render(df, args.format) if df.height else "(none)\n")
+    sys.stdout.write(render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})",
+                                            empty="(none)\n"))
     return 0
 
 

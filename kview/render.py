@@ -119,6 +119,22 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     return "\n".join(lines) + "\n"
 
 
+def render_sections(sections: dict[str, pl.DataFrame], fmt: str, suffix: str = "", empty: str | None = None,
+                    texts: dict[str, str] | None = None) -> str:
+    """Several titled tables: one JSON object of row lists, or `** Title:` blocks. Empty tables
+    print `empty` (or are left out when it is None); `texts` replaces a table's body in the
+    non-JSON formats."""
+    if fmt == "json":
+        return json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n"
+    blocks = []
+    for title, df in sections.items():
+        if df.height == 0 and empty is None:
+            continue
+        body = (texts or {}).get(title) or (render(df, fmt) if df.height else empty)
+        blocks.append(f"** {title}{suffix}:\n\n{body}")
+    return "\n".join(blocks)
+
+
 def render(frame: pl.DataFrame, fmt: str, decimals=None, width: int | None = None) -> str:
     if fmt == "csv":
         return to_csv(frame, decimals)
