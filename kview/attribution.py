@@ -49,14 +49,13 @@ OP_CATEGORIES = {"embedding/index": ["embedding", "embedding_bag", "index", "ind
 
 def _labels(trace: Trace) -> pl.DataFrame:
     """Per distinct range label: what kind of range it is, and the parsed op fields."""
-    n = nv.names(trace).with_columns(pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label"))
+    n = nv.labels(trace)
     lab = pl.col("label")
     base = lab.str.extract(r"^([^,]*)", 1)
     return n.with_columns(
         base.alias("base"),
         lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
         lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
-        nv.is_op_marker_expr(lab).alias("marker"),
     ).with_columns(
         pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
         pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),

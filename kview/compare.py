@@ -34,9 +34,8 @@ def user_ranges(trace: Trace) -> pl.DataFrame:
     if not trace.has("NVTX_EVENTS"):
         return pl.DataFrame(schema={"id": pl.Int64, "label": pl.String, "start": pl.Int64, "end": pl.Int64,
                                     "global_tid": pl.Int64})
-    r = nv.with_names(trace, nv.projection_ranges(trace))
-    r = r.with_columns(pl.col("name").str.splitn(":", 2).struct.field("field_1").alias("label"))
-    return r.filter(~nv.is_op_marker_expr(pl.col("label"))).select(
+    users = nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label")
+    return nv.projection_ranges(trace).join(users, on="name_code", how="inner").select(
         "id", "label", "start", "end", "global_tid")
 
 

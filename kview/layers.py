@@ -74,9 +74,8 @@ def phase_ranges(trace: Trace) -> pl.DataFrame:
     if not trace.has("NVTX_EVENTS"):
         return pl.DataFrame(schema={"id": pl.Int64, "start": pl.Int64, "end": pl.Int64, "Phase": pl.String})
     tree = nv.projection_tree(trace)
-    names = nv.names(trace).with_columns(pl.col("name").str.splitn(":", 2).struct.field("field_1").alias("label"))
-    users = (tree.join(names, on="name_code", how="left")
-             .filter(~nv.is_op_marker_expr(pl.col("label")).fill_null(True)))
+    users = tree.join(nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label"),
+                      on="name_code", how="inner")
     # parents among user ranges only (op markers are never phases)
     roots = users.filter(pl.col("parent").is_null() | ~pl.col("parent").is_in(users["id"].implode()))
     phases = roots

@@ -102,6 +102,13 @@ def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     return labelled_, table.select(pl.col("name_code").cast(pl.Int64), "name")
 
 
+def labels(trace: Trace) -> pl.DataFrame:
+    """name_code -> name, its `label` (the text after `domain:`) and whether it is an op marker."""
+    return trace.memo("nvtx.labels", lambda: names(trace).with_columns(
+        pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label")).with_columns(
+        is_op_marker_expr(pl.col("label")).alias("marker")))
+
+
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
     return frame.join(names(trace).rename({"name": out}), on="name_code", how="left")
 

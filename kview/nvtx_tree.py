@@ -28,9 +28,7 @@ def _build(trace: Trace) -> pl.DataFrame:
     tree = nv.projection_tree(trace)
     if tree.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    names = nv.names(trace).with_columns(
-        pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label"))
-    names = names.with_columns(pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
+    names = nv.labels(trace).with_columns(pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
                                .then(pl.col("label").str.extract(r"^([^,]*)", 1)).otherwise(pl.col("label"))
                                .alias("short"))
     codes = names.select("short").unique().sort("short").with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
