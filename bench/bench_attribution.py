@@ -16,8 +16,8 @@ import time
 def main() -> None:
     path = sys.argv[1]
     t0 = time.perf_counter()
-    from kview import filters
-    from kview.attribution import attribute
+    from kview.analysis import filters
+    from kview.analysis.attribution import attribute
     from kview.trace import open_trace
 
     a = attribute(open_trace(path, use_cache=False))

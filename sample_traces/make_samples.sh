@@ -12,7 +12,7 @@ work=${WORK:-$(mktemp -d)}
 python3 -m pip install -q --no-deps --no-build-isolation --target "$work/site" . >/dev/null 2>&1 \
   || { echo "pip install of kview failed" >&2; exit 1; }
 export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
-cd "$work"  # so the checkout's own kview/ folder does not shadow the installed package
+cd "$work"  # outside the checkout
 nsys --version
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 nsys stats --help-reports > "$OUT/nsys_help_reports.txt" 2>&1

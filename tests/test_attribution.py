@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kview.attribution import attribute
+from kview.analysis.attribution import attribute
 from kview.trace import open_trace
 
 from conftest import PUBLIC, SAMPLES

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kview import nvtx_ranges as nv
+from kview.analysis import nvtx_ranges as nv
 from kview.trace import open_trace
 
 from conftest import SAMPLES, TORCH_TRACES

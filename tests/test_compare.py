@@ -9,7 +9,7 @@ import sys
 import polars as pl
 import pytest
 
-from kview.compare import diff, phase_windows, root_window, side_by_side
+from kview.analysis.compare import diff, phase_windows, root_window, side_by_side
 from kview.trace import open_trace
 
 from conftest import PUBLIC, SAMPLES

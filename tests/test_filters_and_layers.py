@@ -7,9 +7,9 @@ import sys
 import polars as pl
 import pytest
 
-from kview import filters
-from kview.attribution import attribute
-from kview.layers import layer_times, phase_times
+from kview.analysis import filters
+from kview.analysis.attribution import attribute
+from kview.analysis.layers import layer_times, phase_times
 from kview.trace import open_trace
 
 from conftest import SAMPLES

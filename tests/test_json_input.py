@@ -10,7 +10,7 @@ from collections import defaultdict
 import polars as pl
 import pytest
 
-from kview.attribution import attribute
+from kview.analysis.attribution import attribute
 from kview.reports import REPORTS
 from kview.trace import JsonTrace, open_trace
 

@@ -7,8 +7,8 @@ import sys
 
 import polars as pl
 
-from kview.nvtx_tree import path_table
-from kview.overview import build
+from kview.analysis.nvtx_tree import path_table
+from kview.analysis.overview import build
 from kview.trace import open_trace
 
 from conftest import PUBLIC, SAMPLES

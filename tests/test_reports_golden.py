@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kview.render import to_csv
+from kview.output.render import to_csv
 from kview.reports import REPORTS
 from kview.trace import open_trace
 

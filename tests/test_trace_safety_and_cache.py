@@ -8,9 +8,9 @@ import stat
 import subprocess
 import sys
 
-from kview import cache
+from kview.io import cache
 from kview.reports import REPORTS
-from kview.render import to_csv
+from kview.output.render import to_csv
 from kview.trace import open_trace
 
 from conftest import LM_TRACES

@@ -1,0 +1,1 @@
+"""Analyses over the normalized trace: attribution, NVTX ranges and tree, layers and phases, compare, overview, filters."""

@@ -1,0 +1,364 @@
+"""Per-kernel attribution: direction, layer, op, shapes, category, FLOPs, for every GPU op.
+
+Forward work is explained by what encloses its launch call on the launching thread: the user
+NVTX ranges (the layer path) and PyTorch's op markers (emit_nvtx ranges, or the CPU ops of a
+kview torch capture written in the same text form). Backward work runs on the autograd thread,
+inside a node range `XBackward0, seq = N`; it is matched to the forward op that created the
+node (the op marker carrying the same `seq = N`, the latest one that started before the node),
+and takes that op's layer, op and shapes. Everything is joins over integer keys; names are
+parsed once per distinct label.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from kview.analysis import nvtx_ranges as nv
+from kview.io.nsys_reader import PID_MASK
+from kview.trace import Trace
+
+PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")
+COLUMNS = ["Idx", "Direction", "Layer", "Op", "Params", "Kernel", "Category", "Duration (ns)", "Start (ns)",
+           "Stream", "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes", "TFLOP/s"]
+
+CATEGORY_RULES = [  # first match wins; matched against the lower-cased kernel name
+    ("communication", r"nccl"),
+    ("attention", r"flash|fmha|attention|sdpa|mha_"),
+    # convolutions count as gemm: implicit-GEMM / Winograd / FFT kernels doing the same work
+    ("gemm", r"gemm|gemv|cutlass|xmma|cublas|matmul|wgmma|_mma_|dot_kernel|nvjet|scudnn|cudnn|winograd|"
+             r"implicit_convolve|im2col|fft2d|conv2d|convolution"),
+    ("softmax", r"softmax"),
+    ("normalization", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|welford|cuapplylayernorm"),
+    ("embedding/index", r"index|gather|scatter|embedding|indexselect|embeddingbag|take_along"),
+    ("reduction", r"reduce|cub::|radix|scan|sum_|argmax|max_|min_"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|copy|cat_?array|catarray"),
+]
+# aten names that read differently in user code (F.cross_entropy -> aten::cross_entropy_loss)
+OP_ALIASES = {"cross_entropy_loss": "cross_entropy", "_softmax": "softmax", "_log_softmax": "log_softmax",
+              "native_layer_norm": "layer_norm", "native_dropout": "dropout", "_scaled_dot_product_flash_attention":
+              "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention"}
+# Tensor-core kernels by name (PyProf's list, plus Hopper's nvjet/wgmma and flash attention)
+TC_RE = (r"hmma|wgmma|tensorop|s1688|h1688|i8816|16816|884gemm|1688gemm|_tf32|bf16|f16f16|e4m3|e5m2|"
+         r"xmma_gemm_(?:bf16|f16|tf32)|nvjet|flash|fmha")
+OP_CATEGORIES = {"embedding/index": ["embedding", "embedding_bag", "index", "index_select", "gather", "scatter",
+                                     "index_put_", "take"],
+                 "normalization": ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"],
+                 "softmax": ["softmax", "log_softmax"]}
+
+
+def _labels(trace: Trace) -> pl.DataFrame:
+    """Per distinct range label: what kind of range it is, and the parsed op fields."""
+    n = nv.labels(trace)
+    lab = pl.col("label")
+    base = lab.str.extract(r"^([^,]*)", 1)
+    return n.with_columns(
+        base.alias("base"),
+        lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
+        lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
+    ).with_columns(
+        pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
+        pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
+        pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
+        lab.is_in(list(PHASE_NAMES)).alias("phase"),
+    ).with_columns(
+        (pl.col("marker") & ~pl.col("bwd_node") & ~pl.col("bwd_eval") & ~pl.col("optim_marker")
+         & ~pl.col("base").str.starts_with("autograd::") & pl.col("base").str.contains(r"^[\w:.<>]+$"))
+        .alias("fwd_op"),
+        pl.col("base").str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
+    )
+
+
+def gpu_ops(trace: Trace) -> pl.DataFrame:
+    """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
+    return trace.memo("gpu_ops", lambda: _gpu_ops(trace))
+
+
+def _gpu_ops(trace: Trace) -> pl.DataFrame:
+    cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
+    parts = []
+    if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        k = trace.columns("kernels", cols + ["name_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+        k = trace.with_strings(k, "name_id", "Kernel").drop("name_id")
+        parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
+    if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        labels = trace.memcpy_kind_labels
+        lab = pl.DataFrame({"copy_kind": list(labels), "label": list(labels.values())},
+                           schema={"copy_kind": pl.Int64, "label": pl.String})
+        m = trace.columns("memcpy", cols + ["copy_kind", "bytes"]).join(lab, on="copy_kind", how="left")
+        parts.append(m.with_columns(pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
+                                    pl.lit("memcpy").alias("kind")).drop("copy_kind", "label"))
+    if trace.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+        s = trace.columns("memset", cols + ["bytes"])
+        parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
+    if not parts:
+        return pl.DataFrame()
+    ops = pl.concat(parts, how="diagonal_relaxed").sort(["start", "device", "stream"], maintain_order=True)
+    if "bytes" not in ops.columns:
+        ops = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("bytes"))
+    for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
+        if c not in ops.columns:
+            ops = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
+    return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
+
+
+def launched_ops(trace: Trace) -> pl.DataFrame:
+    """gpu_ops with the launch call of each (r_start, r_end, global_tid; null when the call
+    lies outside the trace's window)."""
+    return trace.memo("launched_ops", lambda: _launches(trace, gpu_ops(trace)))
+
+
+def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
+    if ops.height == 0:
+        return ops
+    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
+        pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"))
+    # one launch per op: a correlation id is unique per process
+    return ops.join(r.unique(["correlation", "global_pid"], keep="first"), on=["correlation", "global_pid"], how="left")
+
+
+def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
+    """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
+    layer (the same without phase ranges, joined with ":"), and which phases it lies in.
+    Computed once per range, so a million kernels only carry the id of their innermost range."""
+    return trace.memo("attribution.user_paths", lambda: _build_user_paths(trace, labels))
+
+
+def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
+    ranges = nv.projection_ranges(trace)
+    users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
+    calls = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
+    pairs = nv.enclosing(users, calls)
+    p = (pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
+         .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
+         .sort(["call_id", "start", "end"], descending=[False, False, True]))
+    out = p.group_by("call_id", maintain_order=True).agg(
+        pl.col("label").str.join(" > ").alias("path"),
+        pl.col("label").filter(~pl.col("phase")).str.join(":").alias("layer"),
+        (pl.col("label") == "forward_pass").any().alias("in_fwd"),
+        (pl.col("label") == "backward_pass").any().alias("in_bwd"),
+        (pl.col("label") == "optimizer_step").any().alias("in_opt")).rename({"call_id": "uid"})
+    return out
+
+
+def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """For each call (call_id, global_tid, start, end): its user path, layer, outermost forward op,
+    innermost backward node (seq), and direction flags."""
+    ranges = nv.projection_ranges(trace)
+    pairs = nv.enclosing(ranges, calls, nv.projection_tree(trace))
+    p = (pairs.join(ranges.select("id", "name_code", "start"), on="id", how="left")
+         .join(labels.select("name_code", "marker", "fwd_op", "bwd_node", "bwd_eval", "optim_marker", "seq"),
+               on="name_code", how="left"))
+    per_call = p.sort("start").group_by("call_id").agg(
+        pl.col("id").filter(~pl.col("marker")).last().alias("uid"),
+        pl.col("name_code").filter(pl.col("fwd_op")).first().alias("fop_code"),
+        pl.col("seq").filter(pl.col("bwd_node")).last().alias("bseq"),
+        pl.col("start").filter(pl.col("bwd_node")).last().alias("bstart"),
+        pl.col("id").filter(pl.col("bwd_eval")).last().alias("eval_id"),
+        (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
+        pl.col("optim_marker").any().alias("any_opt"))
+    # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
+    # sums, say) belongs to the node that evaluate_function ran: its child node range.
+    tree = nv.projection_tree(trace)
+    node_of_eval = (tree.select("id", "name_code", "start", "parent")
+                    .join(labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
+                    .sort("start").group_by("parent", maintain_order=True)
+                    .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
+                    .rename({"parent": "eval_id"}))
+    per_call = per_call.join(node_of_eval, on="eval_id", how="left").with_columns(
+        pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart")).drop(
+        "eseq", "estart", "eval_id")
+    ops = labels.select(pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes"))
+    out = calls.select("call_id").join(per_call, on="call_id", how="left")
+    out = out.join(_user_paths(trace, labels), on="uid", how="left").join(ops, on="fop_code", how="left")
+    return out.drop("uid", "fop_code")
+
+
+def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """For launches from threads without user ranges (the autograd engine's), the user path open
+    at that moment on the threads that do have user ranges: backward kernels land under
+    `profiled_step > backward_pass`, as the range tree and compare count them."""
+    ranges = nv.projection_ranges(trace)
+    users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
+    threads = users["global_tid"].unique().to_list()
+    if not threads or calls.height == 0:
+        return pl.DataFrame(schema={"call_id": pl.Int64, "open_path": pl.String})
+    probes = pl.concat([calls.select("call_id", pl.lit(t, dtype=pl.Int64).alias("global_tid"), "start",
+                                     pl.col("start").alias("end")) for t in threads])
+    pairs = nv.enclosing(users, probes)
+    inner = (pairs.join(users.select("id", "start"), on="id", how="left").sort("start")
+             .group_by("call_id").agg(pl.col("id").last().alias("uid")))
+    paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
+    return inner.join(paths, on="uid", how="left").select("call_id", "open_path")
+
+
+def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """(bseq, bstart) -> context of the forward op with that autograd sequence number: the
+    latest op marker with `seq = N` that started before the backward node."""
+    ranges = nv.projection_ranges(trace)
+    fw = (ranges.select("id", "name_code", "start", "end", "global_tid")
+          .join(labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
+                on="name_code", how="inner"))
+    q = nodes.select("bseq", "bstart").unique().drop_nulls()
+    m = q.sort("bstart").join_asof(
+        fw.rename({"seq": "bseq", "start": "fstart"}).sort("fstart"),
+        left_on="bstart", right_on="fstart", by="bseq", strategy="backward", check_sortedness=False)
+    m = m.filter(pl.col("id").is_not_null())
+    calls = m.select(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid",
+                     pl.col("fstart").alias("start"), "end")
+    ctx = _contexts(trace, calls, labels)
+    return m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id")).join(
+        ctx, on="call_id", how="left").select("bseq", "bstart", pl.col("path").alias("b_path"),
+                                              pl.col("layer").alias("b_layer"), pl.col("fop").alias("b_op"),
+                                              pl.col("fsizes").alias("b_sizes"))
+
+
+def _dims(s: str | None) -> list[list[int]] | None:
+    if not s:
+        return None
+    try:
+        out = []
+        for part in re.findall(r"\[([^\[\]]*)\]", s):
+            out.append([int(x) for x in part.split(",") if x.strip()])
+        return out
+    except ValueError:
+        return None
+
+
+def _fmt_dims(d: list[int]) -> str:
+    return "(" + ",".join(str(x) for x in d) + ")" if len(d) != 1 else str(d[0])
+
+
+def params_of(op: str | None, sizes: str | None) -> tuple[str, int | None, int | None]:
+    """PyProf-style parameter text and a FLOP / element estimate for one op and its input shapes."""
+    dims = _dims(sizes)
+    if not op or dims is None:
+        return "-", None, None
+    tensors = [d for d in dims if d]
+    if op in ("linear",) and len(dims) >= 2 and dims[0] and dims[1]:
+        x, w = dims[0], dims[1]
+        m, k = w[0], x[-1]
+        n_dims = x[:-1]
+        n = 1
+        for v in n_dims:
+            n *= v
+        return f"M={m},N={_fmt_dims(n_dims)},K={k}", 2 * m * n * k, m * n
+    if op in ("mm", "addmm") and len(tensors) >= 2:
+        a, b = (tensors[-2], tensors[-1])
+        if len(a) == 2 and len(b) == 2:
+            return f"M={a[0]},N={b[1]},K={a[1]}", 2 * a[0] * b[1] * a[1], a[0] * b[1]
+    if op in ("bmm", "baddbmm") and len(tensors) >= 2:
+        a, b = tensors[-2], tensors[-1]
+        if len(a) == 3 and len(b) == 3:
+            return f"B={a[0]},M={a[1]},N={b[2]},K={a[2]}", 2 * a[0] * a[1] * b[2] * a[2], a[0] * a[1] * b[2]
+    if op in ("matmul", "einsum") and len(tensors) >= 2:
+        a, b = tensors[0], tensors[1]
+        if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+            batch = 1
+            for v in a[:-2]:
+                batch *= v
+            m, k, n = a[-2], a[-1], b[-1]
+            return f"A={_fmt_dims(a)},B={_fmt_dims(b)}", 2 * batch * m * n * k, batch * m * n
+    if op == "embedding" and len(dims) >= 2 and dims[0] and dims[1]:
+        paren = "({})".format
+        return (f"I={paren(','.join(map(str, dims[1])))},E={paren(','.join(map(str, dims[0])))}", None, None)
+    elems = None
+    if tensors:
+        elems = 1
+        for v in tensors[0]:
+            elems *= v
+    return ";".join("[" + ",".join(str(v) for v in d) + "]" for d in dims), None, elems
+
+
+def shown(table: pl.DataFrame) -> pl.DataFrame:
+    """The attributed table without its hidden helper columns."""
+    return table.select(COLUMNS)
+
+
+def attribute(trace: Trace) -> pl.DataFrame:
+    """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
+    one row per GPU op, ordered by start."""
+    return trace.memo("attribution.table", lambda: _attribute(trace))
+
+
+def _attribute(trace: Trace) -> pl.DataFrame:
+    ops = launched_ops(trace)
+    if ops.height == 0:
+        return pl.DataFrame(schema={**{c: pl.String for c in COLUMNS}, "_grid": pl.Int64, "_block": pl.Int64})
+    ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
+    have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
+    if have_nvtx:
+        labels = _labels(trace)
+        calls = ops.filter(pl.col("r_start").is_not_null()).select(
+            "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end"))
+        ctx = _contexts(trace, calls, labels)
+        back = _forward_of_backward(trace, labels, ctx.filter(pl.col("bseq").is_not_null()))
+        ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
+        orphan = calls.join(ctx.filter(pl.col("path").is_null()).select("call_id"), on="call_id", how="inner")
+        ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
+        ops = ops.join(ctx, on="call_id", how="left")
+    else:
+        for c, t in (("path", pl.String), ("layer", pl.String), ("fop", pl.String), ("fsizes", pl.String),
+                     ("in_fwd", pl.Boolean), ("in_bwd", pl.Boolean), ("in_opt", pl.Boolean), ("any_bwd", pl.Boolean),
+                     ("any_opt", pl.Boolean), ("bseq", pl.Int64), ("b_path", pl.String), ("b_layer", pl.String),
+                     ("b_op", pl.String), ("b_sizes", pl.String), ("open_path", pl.String)):
+            ops = ops.with_columns(pl.lit(None, dtype=t).alias(c))
+    f = pl.col
+    direction = (pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False)).then(pl.lit("optim"))
+                 .when(f("any_bwd").fill_null(False) | f("in_bwd").fill_null(False)).then(pl.lit("bprop"))
+                 .when(f("in_fwd").fill_null(False) | f("fop").is_not_null()).then(pl.lit("fprop"))
+                 .otherwise(pl.lit("-")))
+    ops = ops.with_columns(direction.alias("Direction"))
+    is_b = (f("Direction") == "bprop") & f("b_op").is_not_null()
+    ops = ops.with_columns(
+        pl.when(is_b).then(f("b_layer")).otherwise(f("layer")).alias("layer_"),
+        pl.coalesce("path", "open_path").alias("path_"),
+        pl.when(is_b).then(f("b_op")).otherwise(f("fop")).alias("op_"),
+        pl.when(is_b).then(f("b_sizes")).otherwise(f("fsizes")).alias("sizes_"),
+    )
+    # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
+    keys = ops.select("op_", "sizes_").unique()
+    parsed = [params_of(o, s) for o, s in keys.iter_rows()]
+    keys = keys.with_columns(pl.Series("Params", [p[0] for p in parsed], dtype=pl.String),
+                             pl.Series("op_flops", [p[1] for p in parsed], dtype=pl.Int64),
+                             pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64))
+    ops = ops.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True)
+    name = f("Kernel").str.to_lowercase()
+    cat = pl.when(f("kind") == "memcpy").then(pl.lit("memcpy")).when(f("kind") == "memset").then(pl.lit("memset"))
+    for label, rx in CATEGORY_RULES:
+        cat = cat.when(name.str.contains(rx)).then(pl.lit(label))
+        if label == "communication":
+            cat = cat.when(f("Direction") == "optim").then(pl.lit("optimizer"))
+    for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
+        cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
+    cat = cat.otherwise(pl.lit("other"))
+    ops = ops.with_columns(cat.alias("Category"))
+    gemm = f("Category") == "gemm"
+    dur = (f("end") - f("start"))
+    flops = (pl.when(gemm & f("op_flops").is_not_null()).then(f("op_flops"))
+             .when((f("Category") == "elementwise") & f("op_elems").is_not_null()).then(f("op_elems")))
+    bytes_ = (pl.when(f("kind") != "kernel").then(f("bytes"))
+              .when((f("Category") == "elementwise") & f("op_elems").is_not_null()).then(f("op_elems") * 3 * 4))
+    ops = ops.with_columns(flops.alias("FLOPs"), bytes_.alias("Bytes"), dur.alias("Duration (ns)"))
+    return ops.select(
+        "Idx", "Direction",
+        f("layer_").fill_null("").replace("", "-").alias("Layer"),
+        f("op_").fill_null("-").alias("Op"),
+        f("Params").fill_null("-"),
+        "Kernel", "Category", "Duration (ns)", f("start").alias("Start (ns)"), f("stream").alias("Stream"),
+        f("device").alias("Device"),
+        pl.when(f("kind") == "kernel").then(pl.format("{}x{}x{}", "grid_x", "grid_y", "grid_z")).otherwise(pl.lit("-")).alias("Grid"),
+        pl.when(f("kind") == "kernel").then(pl.format("{}x{}x{}", "block_x", "block_y", "block_z")).otherwise(pl.lit("-")).alias("Block"),
+        f("correlation").alias("Correlation"),
+        f("path_").fill_null("").replace("", "-").alias("NVTX Path"),
+        pl.when(gemm | (f("Category") == "attention"))
+        .then(pl.when(name.str.contains(TC_RE) & ~name.str.contains("ffma|sgemm|scudnn")).then(pl.lit("1"))
+              .otherwise(pl.lit("0"))).otherwise(pl.lit("-")).alias("TC"),
+        "FLOPs", "Bytes",
+        pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))
+        .then((f("FLOPs").cast(pl.Float64) / f("Duration (ns)").cast(pl.Float64) / 1e3).round(3)).alias("TFLOP/s"),
+        # hidden helpers for filters and sorting (not part of the shown table)
+        (f("grid_x") * f("grid_y") * f("grid_z")).alias("_grid"),
+        (f("block_x") * f("block_y") * f("block_z")).alias("_block"),
+    )

@@ -1,0 +1,334 @@
+"""The `kview` command line. Subcommands never import Textual or torch.
+
+`kview TRACE` (no subcommand) hands over to the TUI, and `kview capture` to the capture
+package; both are imported by module name only when asked for, so the core keeps its
+one-way dependencies and `kview stats` starts fast on a box without them.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from kview.errors import TraceError
+
+class UsageError(Exception):
+    pass
+
+
+def _parser_stats(sub) -> None:
+    from kview.output.render import FORMATS
+
+    p = sub.add_parser("stats", help="nsys-compatible summary reports (same numbers as `nsys stats`)",
+                       description="Reports identical to `nsys stats --format csv`, without nsys.")
+    p.add_argument("trace", help="Nsight Systems .sqlite export")
+    p.add_argument("-r", "--report", default=None,
+                   help="comma-separated report names (default: nsys's default set); 'all' for every report")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("-o", "--output", default=None, metavar="PREFIX",
+                   help="write one file per report, PREFIX_<report>.<ext>, instead of stdout")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
+
+
+def _parser_analyses(sub) -> None:
+    from kview.output.render import FORMATS
+
+    p = sub.add_parser("kernels", help="one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
+                       description="Per-kernel attribution table. Filter language: bare words match kernel "
+                                   "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
+                                   "grid>1024; a leading - negates; terms AND together.")
+    p.add_argument("trace")
+    p.add_argument("--filter", default="", help='e.g. "dir:bprop layer:Enc_0 gemm dur>10us"')
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("layers", help="GPU time per repeated layer (forward/backward, sublayers)")
+    p.add_argument("trace")
+    p.add_argument("--pattern", default=None, help="regex for layer range names (default: detected, e.g. ^layer_\\d+$)")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("overview", help="trace facts, GPU busy share, idle gaps, time by category and phase, findings")
+    p.add_argument("trace")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("phases", help="GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)")
+    p.add_argument("trace")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+
+
+def _parser_compare(sub) -> None:
+    from kview.output.render import FORMATS
+
+    p = sub.add_parser("compare", help="traces side by side, or phases within one trace",
+                       description="Rows are ranges (or categories, kernels, layers), one column per trace "
+                                   "(or per --ranges phase), then the difference of each later column to the first.")
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--root", default=None, help="restrict each trace to its last instance of this range")
+    p.add_argument("--metric", default="gpu", choices=["gpu", "cpu"])
+    p.add_argument("--by", default="range", choices=["range", "category", "kernel", "layer"])
+    p.add_argument("--ranges", default=None, help="one trace: put these ranges side by side (comma list)")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+    p = sub.add_parser("diff", help="what changed between two runs (kernels, counts, phases)")
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("-f", "--format", default="table", choices=FORMATS)
+    p.add_argument("--no-cache", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kview import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kview", description="Terminal explorer for GPU traces.",
+        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).")
+    parser.add_argument("--version", action="version", version=f"kview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _parser_stats(sub)
+    _parser_analyses(sub)
+    _parser_compare(sub)
+    # Handed over whole to packages outside the core, imported by name only when used.
+    for name, help_ in (("capture", "run a workload under nsys or torch.profiler and write a trace (needs torch)"),
+                        ("bench", "time forward/backward/train steps of a workload (needs torch)")):
+        sp = sub.add_parser(name, help=help_, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _report_names(arg: str | None) -> list[str]:
+    from kview.reports import DEFAULT_REPORTS, REPORTS
+
+    if not arg:
+        return list(DEFAULT_REPORTS)
+    names = [n.strip() for n in arg.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(REPORTS)
+    unknown = [n for n in names if n not in REPORTS]
+    if unknown:
+        raise UsageError(f"unknown report {', '.join(unknown)} (known: {', '.join(REPORTS)})")
+    return names
+
+
+def cmd_stats(args) -> int:
+    from kview.output import render
+    from kview.reports import REPORTS
+    from kview.trace import open_trace
+
+    names = _report_names(args.report)
+    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
+    if args.output:
+        ext = render.EXTENSIONS[args.format]
+        outs = {f"{args.output}_{r.name}.{ext}": render.render(r.frame, args.format, r.decimals) for r in reports}
+        parent = Path(args.output).parent
+        if str(parent) and not parent.exists():
+            raise UsageError(f"output folder {parent} does not exist")
+        for path, text in outs.items():
+            Path(path).write_text(text)
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+    out = sys.stdout
+    for i, r in enumerate(reports):
+        if i:
+            out.write("\n")
+        out.write(f"** {r.title} ({r.name}):\n\n")
+        if r.skipped:
+            out.write(f"SKIPPED: {trace.name} {r.skipped}.\n")
+        elif r.empty:
+            out.write("(no rows)\n")
+        else:
+            out.write(render.render(r.frame, args.format, r.decimals))
+    return 0
+
+
+def cmd_kernels(args) -> int:
+    from kview.analysis import filters
+    from kview.output import render
+    from kview.analysis.attribution import attribute, shown
+    from kview.trace import open_trace
+
+    try:
+        pred = filters.parse(args.filter)
+    except filters.FilterError as e:
+        raise UsageError(f"--filter: {e}")
+    table = attribute(open_trace(args.trace, use_cache=not args.no_cache))
+    if pred is not None:
+        table = table.filter(pred)
+    sys.stdout.write(render.render(shown(table), args.format))
+    return 0
+
+
+def cmd_layers(args) -> int:
+    from kview.output import render
+    from kview.analysis.layers import layer_times, stacked_bars
+    from kview.trace import open_trace
+
+    try:
+        df = layer_times(open_trace(args.trace, use_cache=not args.no_cache), args.pattern)
+    except ValueError as e:
+        raise UsageError(str(e))
+    if df.height == 0:
+        print("kview: no repeated layer ranges found (give --pattern REGEX)", file=sys.stderr)
+        return 1
+    if args.format == "table":
+        df = df.with_columns(stacked_bars(df, ["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
+def cmd_overview(args) -> int:
+    from kview.output import render
+    from kview.analysis.overview import build
+    from kview.trace import open_trace
+
+    o = build(open_trace(args.trace, use_cache=not args.no_cache))
+    import polars as pl
+
+    sections = {"Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
+                "GPU busy": o.busy, "Largest idle gaps": o.gaps, "Time by category": o.categories,
+                "Time by phase": o.phases, "Top kernels": o.top_kernels,
+                "Findings": pl.DataFrame({"Finding": o.findings})}
+    # findings are sentences: bullets in a terminal rather than a truncated table cell
+    bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
+    sys.stdout.write(render.render_sections(sections, args.format, texts=bullets))
+    return 0
+
+
+def cmd_phases(args) -> int:
+    from kview.output import render
+    from kview.analysis.layers import bars, phase_times
+    from kview.trace import open_trace
+
+    df = phase_times(open_trace(args.trace, use_cache=not args.no_cache))
+    if args.format == "table" and df.height:
+        df = df.with_columns(bars(df, "GPU Time (ns)").alias("Bar"))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from kview.output import render
+    from kview.analysis.compare import phase_windows, root_window, side_by_side
+    from kview.trace import open_trace
+
+    traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
+    try:
+        if args.ranges:
+            if len(traces) != 1:
+                raise UsageError("--ranges compares phases within one trace; give exactly one trace")
+            windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
+        else:
+            windows = [root_window(t, args.root) for t in traces]
+        df = side_by_side(windows, args.by, args.metric)
+    except ValueError as e:
+        raise UsageError(str(e))
+    sys.stdout.write(render.render(df, args.format))
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from kview.output import render
+    from kview.analysis.compare import diff
+    from kview.trace import open_trace
+
+    a = open_trace(args.before, use_cache=not args.no_cache)
+    b = open_trace(args.after, use_cache=not args.no_cache)
+    sections = diff(a, b, args.top)
+    sys.stdout.write(render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})",
+                                            empty="(none)\n"))
+    return 0
+
+
+EXTERNAL = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}
+
+
+def cmd_external(args) -> int:
+    try:
+        module = importlib.import_module(EXTERNAL[args.command])
+    except ImportError as e:
+        raise UsageError(f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}")
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    return module.main(rest)
+
+
+COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
+            "overview": cmd_overview,
+            "compare": cmd_compare, "diff": cmd_diff,
+            "capture": cmd_external, "bench": cmd_external}
+
+
+def run_tui(argv: list[str]) -> int:
+    """`kview [TRACE ...] [--no-cache]`: validate every trace, then start the TUI."""
+    from kview.trace import bundled_sample, validate
+
+    use_cache = "--no-cache" not in argv
+    paths = [a for a in argv if a != "--no-cache"]
+    note = None
+    if not paths:
+        sample = bundled_sample()
+        if sample is None:
+            print("kview: no trace given and no bundled sample found (kview TRACE.sqlite)", file=sys.stderr)
+            return 2
+        paths = [str(sample)]
+        note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
+    for p in paths:
+        try:
+            validate(p)
+        except TraceError as e:
+            print(f"kview: {p}: {e.problem}", file=sys.stderr)
+            return 2
+    try:
+        tui = importlib.import_module("kview.tui.app")
+    except ImportError as e:
+        print(f"kview: the terminal UI needs the tui extra (pip install 'kview[tui]'): {e}", file=sys.stderr)
+        return 2
+    return tui.run(paths, use_cache=use_cache, note=note)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv == ["--no-cache"]:
+        return run_tui(argv)
+    if argv[0] in EXTERNAL:  # their own parsers take every argument, --help included
+        argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except TraceError as e:
+        print(f"kview: {getattr(args, 'trace', None) or e.path}: {e.problem}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"kview: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `kview stats ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a file that passed validation but is damaged inside (pyo3 panics
+        # of the Arrow readers derive from BaseException, hence not `Exception`)
+        if os.environ.get("KVIEW_DEBUG"):
+            raise
+        path = getattr(args, "trace", None) or " ".join(getattr(args, "traces", []) or []) or None
+        if path is None:  # not about a trace: a bug or an environment problem, say so plainly
+            print(f"kview {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"kview: {path}: cannot be read ({type(e).__name__}{': ' + msg if msg else ''})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

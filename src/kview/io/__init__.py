@@ -1,0 +1,1 @@
+"""Readers of trace files into the normalized model, and the frame cache."""

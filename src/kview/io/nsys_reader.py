@@ -1,0 +1,201 @@
+"""Nsight Systems SQLite export (nsys 2022.1 .. 2026.2) -> normalized polars frames.
+
+Every loader reads only the columns it names, tolerates tables and columns that a given nsys
+version did not create (tables are created lazily), and returns frames with stable column
+names and int64 nanosecond timestamps. Strings stay as StringIds ids until a report needs the
+text, so grouping a million kernels never hashes a million strings.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from kview.errors import TraceError
+from kview.io.sqlite_source import SqliteSource
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+NVTX = "NVTX_EVENTS"
+OSRT = "OSRT_API"
+
+# ENUM_NSYS_EVENT_TYPE values (stable across versions; 2022.1 has no ENUM tables).
+NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
+NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+NVTX_DOMAIN_CREATE = 75
+
+# ENUM_CUDA_MEMCPY_OPER labels, for exports that predate the ENUM tables (2022.1).
+MEMCPY_KIND_LABELS = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
+}
+
+NSYS_MARKER_TABLES = ("StringIds", KERNEL, RUNTIME, NVTX, "EXPORT_META_DATA", "META_DATA_EXPORT",
+                      "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS")
+
+PID_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid (VM id and PID kept)
+
+
+def check_nsys(src: SqliteSource) -> None:
+    if not any(src.has(t) for t in NSYS_MARKER_TABLES):
+        raise TraceError(src.path, "is a SQLite database but not an Nsight Systems export "
+                                   "(no StringIds, CUPTI or NVTX tables)")
+
+
+def metadata(src: SqliteSource) -> dict[str, str]:
+    table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if src.has(t)), None)
+    meta: dict[str, str] = {}
+    if table:
+        cols = src.columns(table)
+        if "name" in cols and "value" in cols:
+            meta = {str(k): str(v) for k, v in src.rows(f'SELECT name, value FROM "{table}"')}
+    return meta
+
+
+def strings(src: SqliteSource) -> pl.DataFrame:
+    if not src.has("StringIds"):
+        return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+    df = src.read("StringIds", ["id", "value"])
+    return df.with_columns(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
+
+
+KERNEL_COLUMNS = {
+    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
+    "contextId": ("context", pl.Int64), "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64), "globalPid": ("global_pid", pl.Int64),
+    "demangledName": ("name_id", pl.Int64), "shortName": ("short_name_id", pl.Int64),
+    "gridX": ("grid_x", pl.Int64), "gridY": ("grid_y", pl.Int64), "gridZ": ("grid_z", pl.Int64),
+    "blockX": ("block_x", pl.Int64), "blockY": ("block_y", pl.Int64), "blockZ": ("block_z", pl.Int64),
+    "registersPerThread": ("registers", pl.Int64), "staticSharedMemory": ("static_smem", pl.Int64),
+    "dynamicSharedMemory": ("dynamic_smem", pl.Int64), "graphNodeId": ("graph_node", pl.Int64),
+}
+RUNTIME_COLUMNS = {
+    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "globalTid": ("global_tid", pl.Int64),
+    "correlationId": ("correlation", pl.Int64), "nameId": ("name_id", pl.Int64),
+    "eventClass": ("event_class", pl.Int64),
+}
+MEMCPY_COLUMNS = {
+    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64), "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64), "bytes": ("bytes", pl.Int64),
+    "copyKind": ("copy_kind", pl.Int64), "srcKind": ("src_kind", pl.Int64), "dstKind": ("dst_kind", pl.Int64),
+}
+MEMSET_COLUMNS = {
+    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64), "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64), "bytes": ("bytes", pl.Int64), "memKind": ("mem_kind", pl.Int64),
+}
+NVTX_COLUMNS = {
+    "rowid": ("id", pl.Int64), "start": ("start", pl.Int64), "end": ("end", pl.Int64),
+    "eventType": ("event_type", pl.Int64), "text": ("text", pl.String), "textId": ("text_id", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64), "endGlobalTid": ("end_global_tid", pl.Int64),
+    "domainId": ("domain_id", pl.Int64),
+}
+OSRT_COLUMNS = {
+    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "globalTid": ("global_tid", pl.Int64),
+    "nameId": ("name_id", pl.Int64), "eventClass": ("event_class", pl.Int64),
+}
+
+
+TABLES = {
+    "kernels": (KERNEL, KERNEL_COLUMNS),
+    "runtime": (RUNTIME, RUNTIME_COLUMNS),
+    "memcpy": (MEMCPY, MEMCPY_COLUMNS),
+    "memset": (MEMSET, MEMSET_COLUMNS),
+    "osrt": (OSRT, OSRT_COLUMNS),
+}
+
+
+def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
+    """Normalized columns `names` of logical table `key`, in rowid order.
+
+    Columns this export lacks come back as nulls of the right type; an absent table gives
+    an empty frame with the requested schema.
+    """
+    table, spec = TABLES[key]
+    by_name = {v[0]: (raw, v[1]) for raw, v in spec.items()}
+    schema = {n: by_name[n][1] for n in names}
+    if not src.has(table):
+        return pl.DataFrame(schema=schema)
+    have = set(src.columns(table))
+    raw = [by_name[n][0] for n in names if by_name[n][0] in have]
+    df = src.read_rows_in_order(table, raw) if raw else None
+    height = df.height if df is not None and df.width else (src.scalar(f'SELECT count(*) FROM "{table}"') or 0)
+    out = {}
+    for n in names:
+        r, dtype = by_name[n]
+        if df is not None and r in df.columns:
+            out[n] = df[r].cast(dtype)
+        else:
+            out[n] = pl.Series(n, [None] * height, dtype=dtype)
+    return pl.DataFrame(out, schema=schema)
+
+
+def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
+    """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
+
+    `text` comes back Categorical: it is read in rowid chunks and encoded chunk by chunk, so
+    millions of PyTorch range strings never sit in memory as one string column.
+    """
+    schema = {v[0]: v[1] for v in NVTX_COLUMNS.values()}
+    schema["text"] = pl.Categorical
+    if not src.has(NVTX):
+        return pl.DataFrame(schema=schema)
+    have = set(src.columns(NVTX)) | {"rowid"}
+    cols = [c for c in NVTX_COLUMNS if c in have]
+    types = ",".join(str(t) for t in NVTX_RANGE_TYPES + (NVTX_DOMAIN_CREATE,))
+    hi = src.scalar(f"SELECT max(rowid) FROM {NVTX}") or 0
+    parts = []
+    for lo in range(0, hi + 1, chunk_rows):
+        df = src.query("SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
+                       f" AND rowid >= {lo} AND rowid < {lo + chunk_rows}")
+        if df.width == 0 or df.height == 0:
+            continue
+        exprs = []
+        for raw, (name, t) in NVTX_COLUMNS.items():
+            t = pl.Categorical if name == "text" else t
+            exprs.append((pl.col(raw).cast(pl.String).cast(t) if name == "text" and raw in df.columns else
+                          pl.col(raw).cast(t) if raw in df.columns else pl.lit(None, dtype=t)).alias(name))
+        parts.append(df.select(exprs))
+        del df
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts)
+
+
+def nvtx_max_timestamp(src) -> int | None:
+    """max(max(start), max(end)) over all NVTX_EVENTS: what nsys substitutes for a NULL end."""
+    if not src.has(NVTX):
+        return None
+    return src.scalar(f"SELECT max(max(start), max(end)) FROM {NVTX}")
+
+
+def memcpy_kind_labels(src) -> dict[int, str]:
+    if src.has("ENUM_CUDA_MEMCPY_OPER"):
+        return {int(k): str(v) for k, v in src.rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}
+    return dict(MEMCPY_KIND_LABELS)
+
+
+def threads(src) -> pl.DataFrame:
+    if not src.has("ThreadNames"):
+        return pl.DataFrame(schema={"global_tid": pl.Int64, "name_id": pl.Int64})
+    return src.read("ThreadNames", ["globalTid", "nameId"]).select(
+        pl.col("globalTid").cast(pl.Int64).alias("global_tid"), pl.col("nameId").cast(pl.Int64).alias("name_id"))
+
+
+def processes(src) -> pl.DataFrame:
+    if not src.has("PROCESSES"):
+        return pl.DataFrame(schema={"global_pid": pl.Int64, "pid": pl.Int64, "name": pl.String})
+    return src.read("PROCESSES", ["globalPid", "pid", "name"]).select(
+        pl.col("globalPid").cast(pl.Int64).alias("global_pid"), pl.col("pid").cast(pl.Int64),
+        pl.col("name").cast(pl.String))
+
+
+def devices(src) -> pl.DataFrame:
+    if not src.has("TARGET_INFO_GPU"):
+        return pl.DataFrame(schema={"id": pl.Int64, "name": pl.String})
+    want = ["id", "name", "busLocation", "totalMemory", "smCount", "clockRate", "memoryBandwidth",
+            "computeMajor", "computeMinor", "chipName"]
+    return src.read("TARGET_INFO_GPU", want)

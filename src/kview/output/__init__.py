@@ -1,0 +1,1 @@
+"""Renderers of tables to text formats (terminal table, Markdown, CSV, TSV, JSON)."""
