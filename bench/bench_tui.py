@@ -17,7 +17,7 @@ import time
 
 async def session(path: str, use_cache: bool, keys: bool) -> dict:
     from kview.tui.app import KviewApp
-    from kview.tui.views import GROUPINGS
+    from kview.tui.views.kernels import GROUPINGS
 
     app = KviewApp([path], use_cache=use_cache)
     out = {}

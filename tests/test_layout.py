@@ -52,7 +52,9 @@ def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
     # .data holds the bundled sample trace, installed under share/kview, not in site-packages
     assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {"kview"}
     assert any(n.endswith("data/share/kview/sample_traces/lm-small_ctx256_train_nsys.sqlite") for n in names)
-    for sub in ("kview/tui/__init__.py", "kview/capture/workload.py", "kview/models/transformer_lm.py"):
+    # the TUI's stylesheet is package data: the app cannot start without it
+    for sub in ("kview/tui/__init__.py", "kview/tui/kview.tcss", "kview/capture/workload.py",
+                "kview/models/transformer_lm.py"):
         assert sub in names
     core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert core and not any(x in line for line in core for x in ("torch", "nvtx", "textual"))

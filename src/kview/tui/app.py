@@ -6,28 +6,21 @@ stage by stage, so the kernel summary appears while attribution still runs.
 from __future__ import annotations
 
 import time
-from functools import partial
 from pathlib import Path
 
-from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.command import Hit, Hits, Provider
-from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from kview.output import render
-
 from kview.tui.clipboard import copy
-from kview.tui.keymap import GLOBAL_KEYS, help_rows
+from kview.tui.commands import KviewCommands
+from kview.tui.keymap import GLOBAL_KEYS, bindings
 from kview.tui.loading import TraceData, load
-from kview.tui.views import GROUPINGS, CompareView, KernelsView, LayersView, NvtxView, OverviewView
-
-VIEWS = [("overview", "1 Overview", OverviewView), ("kernels", "2 Kernels", KernelsView), ("nvtx", "3 NVTX", NvtxView),
-         ("layers", "4 Layers", LayersView), ("compare", "5 Compare", CompareView)]
+from kview.tui.views import VIEWS
+from kview.tui.widgets.export_screen import ExportScreen
+from kview.tui.widgets.help_screen import HelpScreen
 
 
 class Progress(Message):
@@ -42,68 +35,11 @@ class Failed(Message):
         self.index, self.error = index, error
 
 
-class HelpScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
-    DEFAULT_CSS = "HelpScreen { align: center middle; } HelpScreen > Vertical { width: 80; height: auto; " \
-                  "max-height: 90%; border: round cyan; background: $surface; padding: 0 1; }"
-
-    def __init__(self, view: str):
-        super().__init__()
-        self.view = view
-
-    def compose(self) -> ComposeResult:
-        t = Text(f"Keys of the {self.view} view\n\n", style="bold")
-        for key, text in help_rows(self.view):
-            t.append(f"{key:>18}  ", style="bold cyan")
-            t.append(text + "\n")
-        t.append("\nFilter: gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  "
-                 "stream:7  dur>50us  grid>1024  -cat:memset", style="dim")
-        yield Vertical(Static(t, id="help-text"))
-
-
-class ExportScreen(ModalScreen[str]):
-    BINDINGS = [Binding("escape", "dismiss('')", "Cancel")]
-    DEFAULT_CSS = "ExportScreen { align: center middle; } ExportScreen > OptionList { width: 40; height: 8; " \
-                  "border: round cyan; }"
-
-    def compose(self) -> ComposeResult:
-        yield OptionList("md", "csv", "tsv", "json", id="export-formats")
-
-    @on(OptionList.OptionSelected)
-    def _chosen(self, event) -> None:
-        self.dismiss(str(event.option.prompt))
-
-
-class KviewCommands(Provider):
-    """Views, groupings, copies and exports, and recent filters in the command palette."""
-
-    async def search(self, query: str) -> Hits:
-        app: KviewApp = self.app
-        matcher = self.matcher(query)
-        commands = [(f"View: {label[2:]}", partial(app.action_show_view, vid)) for vid, label, _ in VIEWS]
-        commands += [(f"Kernels: group by {g}", partial(app.group_kernels, i)) for i, (g, _) in enumerate(GROUPINGS)]
-        commands += [("Copy table as Markdown", partial(app.action_copy, "md")),
-                     ("Copy table as TSV", partial(app.action_copy, "tsv"))]
-        commands += [(f"Export table as {f}", partial(app.export_as, f)) for f in ("md", "csv", "tsv", "json")]
-        kv = app.view("kernels")
-        commands += [(f"Filter: {h}", partial(app.open_kernels_filtered, h)) for h in reversed(kv.history[-10:])]
-        for text, callback in commands:
-            score = matcher.match(text)
-            if score > 0:
-                yield Hit(score, matcher.highlight(text), callback)
-
-
 class KviewApp(App):
     TITLE = "kview"
     COMMANDS = App.COMMANDS | {KviewCommands}
-    BINDINGS = [Binding(k, a, d, show=k in ("question_mark", "q", "y", "slash")) for k, a, d in GLOBAL_KEYS
-                if a != "command_palette"]
-    CSS = """
-    #kernels-status, #layers-status { height: 1; padding: 0 1; }
-    #kernels-detail, #nvtx-detail { height: 3; border-top: solid $primary-darken-2; padding: 0 1; }
-    #filter { dock: bottom; }
-    TabPane { padding: 0; }
-    """
+    BINDINGS = bindings(GLOBAL_KEYS)
+    CSS_PATH = "kview.tcss"
 
     def __init__(self, paths: list[str], use_cache: bool = True, note: str | None = None):
         super().__init__()
@@ -117,9 +53,9 @@ class KviewApp(App):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with TabbedContent(initial="kernels", id="tabs"):
-            for vid, label, cls in VIEWS:
-                with TabPane(label, id=vid):
-                    yield cls(id=f"view-{vid}")
+            for n, cls in enumerate(VIEWS, 1):
+                with TabPane(f"{n} {cls.title}", id=cls.view_id):
+                    yield cls(id=f"view-{cls.view_id}")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -153,8 +89,8 @@ class KviewApp(App):
                 if len(self.loaded) == len(self.paths):
                     self.view("compare").set_data(self.loaded[0], [self.loaded[i] for i in sorted(self.loaded) if i])
             return
-        for vid, _, _ in VIEWS:
-            v = self.view(vid)
+        for cls in VIEWS:
+            v = self.view(cls.view_id)
             if v.data is None:
                 v.set_stage(m.text)
         d = m.data

@@ -9,12 +9,13 @@ from __future__ import annotations
 import polars as pl
 from rich.segment import Segment
 from rich.style import Style
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from kview.tui.keymap import TABLE_KEYS, bindings
 
 # 16-colour safe: named ANSI colours only, consistent across views.
 CATEGORY_COLOURS = {
@@ -40,15 +41,7 @@ def fmt_cell(v, dtype) -> str:
 class FrameTable(ScrollView, can_focus=True):
     """Cursor over a polars frame; posts RowHighlighted and RowSelected."""
 
-    BINDINGS = [
-        Binding("up,k", "cursor(-1)", "Up", show=False), Binding("down,j", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False), Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "Top", show=False), Binding("end", "jump(-1)", "Bottom", show=False),
-        Binding("left,h", "column(-1)", "Column left", show=False),
-        Binding("right,l", "column(1)", "Column right", show=False),
-        Binding("enter", "select", "Open", show=False),
-    ]
-    DEFAULT_CSS = "FrameTable { height: 1fr; }"
+    BINDINGS = bindings(TABLE_KEYS)
 
     cursor_row: reactive[int] = reactive(0)
     cursor_col: reactive[int] = reactive(0)

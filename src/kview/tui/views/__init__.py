@@ -1,0 +1,12 @@
+"""The explorer's views, one a module; each turns what the loader made ready into widgets and
+knows the table it shows (for copy and export)."""
+from __future__ import annotations
+
+from kview.tui.views.compare import CompareView
+from kview.tui.views.kernels import KernelsView
+from kview.tui.views.layers import LayersView
+from kview.tui.views.nvtx import NvtxView
+from kview.tui.views.overview import OverviewView
+
+# tab order: the n-th view is shown by key n (keymap.GLOBAL_KEYS)
+VIEWS = (OverviewView, KernelsView, NvtxView, LayersView, CompareView)

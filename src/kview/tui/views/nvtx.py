@@ -1,0 +1,79 @@
+"""NVTX: the range tree, GPU and CPU time per path; enter opens Kernels filtered to a range."""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+from rich.text import Text
+from textual import on
+from textual.widgets import Static, Tree
+
+from kview.analysis.overview import _fmt_ns
+from kview.tui.views.base import View
+
+
+class NvtxView(View):
+    view_id = "nvtx"
+    title = "NVTX"
+
+    def build(self) -> None:
+        paths = self.data.paths
+        if paths is None or paths.height == 0:
+            self.mount(Static("This trace has no NVTX ranges."))
+            return
+        self.children_of = {k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by(
+            "parent_id", maintain_order=True)}
+        self.total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
+        self.range_tree = Tree(f"{self.data.trace.name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
+        self.range_tree.auto_expand = False
+        self.range_tree.root.expand()
+        self._add_children(self.range_tree.root, None)
+        self.detail = Static("", id="nvtx-detail")
+        self.mount(self.range_tree, self.detail)
+        self.focus_if_active(self.range_tree)
+
+    def _label(self, r: dict) -> Text:
+        frac = r["GPU (ns)"] / self.total
+        bar = "█" * int(frac * 10) + ("▌" if (frac * 10) % 1 >= 0.5 else "")
+        t = Text(f"{r['Name'][:60]}  ", style="bold" if r["Depth"] < 2 else "")
+        t.append(f"{_fmt_ns(r['GPU (ns)'])}  {_fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  {r['Kernels']:,}k  ")
+        t.append(bar, style="cyan")
+        return t
+
+    def _add_children(self, node, parent_id) -> None:
+        key = (parent_id,)
+        kids = self.children_of.get(key)
+        if kids is None:
+            return
+        for r in kids.iter_rows(named=True):
+            has_kids = (r["path_id"],) in self.children_of
+            node.add(self._label(r), data=r, allow_expand=has_kids)
+
+    @on(Tree.NodeExpanded)
+    def _expanded(self, event) -> None:
+        node = event.node
+        if node.data is not None and not node.children:
+            self._add_children(node, node.data["path_id"])
+
+    @on(Tree.NodeHighlighted)
+    def _highlighted(self, event) -> None:
+        if event.node.data:
+            self.detail.update(Text(event.node.data["Path"], overflow="fold"))
+
+    @on(Tree.NodeSelected)
+    def _selected(self, event) -> None:
+        r = event.node.data
+        if not r:
+            return
+        parts = r["Path"].split(" > ")
+        user = [p for p in parts if "::" not in p and "Backward" not in p]
+        flt = []
+        if user:
+            flt.append(f'range:"(^| > ){re.escape(user[-1])}( > |$)"')
+        if parts[-1] not in user:
+            flt.append(f'op:"^{re.escape(parts[-1].removeprefix("aten::"))}$"')
+        self.app.open_kernels_filtered(" ".join(flt))
+
+    def table_for_copy(self):
+        cols = ["Path", "Instances", "CPU (ns)", "GPU (ns)", "Kernels"]
+        return self.data.paths.sort("Path").select(cols), "nvtx"

@@ -1,0 +1,54 @@
+"""Overview: what the trace is, how busy the GPU was, where the time went, and the findings."""
+from __future__ import annotations
+
+import polars as pl
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from kview.analysis.kernel_names import short_names
+from kview.tui.views.base import View
+from kview.tui.widgets.frame_table import CATEGORY_COLOURS
+
+
+class OverviewView(View):
+    view_id = "overview"
+    title = "Overview"
+
+    def build(self) -> None:
+        o = self.data.overview
+        facts = Table.grid(padding=(0, 2))
+        for k, v in o.facts:
+            facts.add_row(Text(k, style="bold"), v)
+        parts = [Static(facts)]
+        if o.busy.height:
+            parts.append(Static(self._table("GPU busy", o.busy)))
+        if o.gaps.height:
+            parts.append(Static(self._table("Largest idle gaps", o.gaps.with_columns(short_names(o.gaps["Next kernel"])))))
+        parts.append(Static(self._table("Time by category", o.categories, colour="Category")))
+        if o.phases.height:
+            parts.append(Static(self._table("Time by phase", o.phases)))
+        parts.append(Static(self._table("Top kernels", o.top_kernels.with_columns(
+            short_names(o.top_kernels["Kernel"])), colour="Category")))
+        findings = Text("Findings\n", style="bold")
+        for f in o.findings:
+            findings.append("• " + f + "\n")
+        parts.append(Static(findings))
+        self.mount(VerticalScroll(*parts))
+
+    @staticmethod
+    def _table(title, df: pl.DataFrame, colour: str | None = None) -> Table:
+        t = Table(title=title, title_justify="left", title_style="bold", expand=False)
+        for c, dt in df.schema.items():
+            t.add_column(c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=60,
+                         no_wrap=True)
+        for row in df.iter_rows(named=True):
+            style = CATEGORY_COLOURS.get(row.get(colour)) if colour else None
+            t.add_row(*[("" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row.values()],
+                      style=style)
+        return t
+
+    def table_for_copy(self):
+        o = self.data.overview
+        return o.categories, "overview"

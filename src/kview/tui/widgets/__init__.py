@@ -1,0 +1,1 @@
+"""Widgets shared by the views and the app, one a module."""
