@@ -27,8 +27,10 @@ async def session(path: str, use_cache: bool, keys: bool) -> dict:
         out["first kernel table (s)"] = round(app.ready_at - app.t0, 2)
         if not keys:
             return out
-        while 0 not in app.loaded:
-            await pilot.pause(0.1)
+        # every worker done (loading, then Compare) and what they posted handled
+        while unfinished := [w for w in app.workers if not w.is_finished]:
+            await app.workers.wait_for_complete(unfinished)
+            await pilot.pause()
         out["everything loaded (s)"] = round(time.perf_counter() - app.t0, 1)
         await pilot.press("2")
         kv = app.view("kernels")

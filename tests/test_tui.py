@@ -14,6 +14,7 @@ pytest.importorskip("textual")
 from kview.reports import cuda_gpu_kern_sum  # noqa: E402
 from kview.trace import open_trace  # noqa: E402
 from kview.tui.app import KviewApp  # noqa: E402
+from textual.worker import WorkerCancelled  # noqa: E402
 
 from conftest import PUBLIC, ROOT, SAMPLES  # noqa: E402
 
@@ -21,13 +22,16 @@ LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
 LM_FWD = str(SAMPLES / "lm-small_ctx256_forward_nsys.sqlite")
 
 
-async def loaded(pilot, app, n=1):
-    for _ in range(300):
-        await pilot.pause(0.05)
-        if len(app.loaded) >= n:
-            break
-    await pilot.pause()
-    assert len(app.loaded) >= n, "trace never finished loading"
+async def loaded(pilot):
+    """Wait for the loading workers and the Compare worker they start, then for the views to
+    handle what the workers posted (each pause runs every queued message)."""
+    workers = pilot.app.workers
+    while unfinished := [w for w in workers if not w.is_finished]:
+        try:
+            await workers.wait_for_complete(unfinished)
+        except WorkerCancelled:  # the app quit while loading (damage found in the trace)
+            pass
+        await pilot.pause()
 
 
 def screen_text(app) -> str:
@@ -42,7 +46,7 @@ async def test_first_frame_and_kernel_summary_equal_the_report():
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         assert app.query_one("#tabs").active == "kernels"  # the first frame exists before data
-        await loaded(pilot, app)
+        await loaded(pilot)
         kv = app.view("kernels")
         rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
         assert kv.table.frame["Total Time (ns)"].to_list() == rep["Total Time (ns)"].to_list()
@@ -55,7 +59,7 @@ async def test_filter_copy_markdown_and_tsv(tmp_path, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        await loaded(pilot, app)
+        await loaded(pilot)
         await pilot.press("2", "slash", *"xmma", "enter")
         kv = app.view("kernels")
         assert kv.filter_text == "xmma"
@@ -79,7 +83,7 @@ async def test_filter_copy_markdown_and_tsv(tmp_path, monkeypatch):
 async def test_toggle_grouping_sort_drill_in_and_back():
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        await loaded(pilot, app)
+        await loaded(pilot)
         kv = app.view("kernels")
         await pilot.press("t")
         assert kv.mode == "rows" and kv.table.frame.height == 3117
@@ -104,7 +108,7 @@ async def test_toggle_grouping_sort_drill_in_and_back():
 async def test_nvtx_tree_enter_opens_kernels_filtered():
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        await loaded(pilot, app)
+        await loaded(pilot)
         await pilot.press("3")
         tree = app.query_one("#nvtx-tree")
         labels = [str(n.label) for n in tree.root.children]
@@ -129,7 +133,7 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
     monkeypatch.chdir(tmp_path)
     app = KviewApp([LM, LM_FWD], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        await loaded(pilot, app, n=2)
+        await loaded(pilot)
         await pilot.press("4")
         lt = app.query_one("#layers-table")
         assert lt.frame["Layer"].to_list()[:3] == ["layer_0", "layer_1", "layer_2"]
@@ -179,7 +183,7 @@ async def test_public_fixtures_open_in_every_view(fixture):
         pytest.skip("public fixtures not present")
     app = KviewApp([str(path)], use_cache=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await loaded(pilot, app)
+        await loaded(pilot)
         assert app.view("kernels").table.frame.height > 0
         for key in "13452":
             await pilot.press(key)
@@ -190,7 +194,7 @@ async def test_public_fixtures_open_in_every_view(fixture):
 async def test_torch_profiler_json_opens_in_the_tui():
     app = KviewApp([str(SAMPLES / "bert-2l_seq128_train_torch.json.gz")], use_cache=False)
     async with app.run_test(size=(120, 36)) as pilot:
-        await loaded(pilot, app)
+        await loaded(pilot)
         await pilot.press("slash", *"layer:Q_Proj cat:gemm", "enter", "t")
         kv = app.view("kernels")
         assert kv.mode == "rows" and set(kv.table.frame["Direction"]) == {"fprop", "bprop"}
@@ -201,11 +205,47 @@ async def test_torch_profiler_json_opens_in_the_tui():
 @pytest.mark.parametrize("view", ["1", "2", "3", "4", "5"])
 def test_snapshot_of_each_view(snap_compare, view):
     async def run_before(pilot):
-        await loaded(pilot, pilot.app)
+        await loaded(pilot)
         await pilot.press(view)
         await pilot.pause()
 
     assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(120, 36), run_before=run_before)
+
+
+def test_snapshot_at_80x24(snap_compare):
+    """The first screen a user sees in a default terminal: the kernel summary at 80x24."""
+    async def run_before(pilot):
+        await loaded(pilot)
+
+    assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_loader_posts_one_frozen_message_per_thing_ready():
+    from dataclasses import FrozenInstanceError
+
+    from kview.tui.loading import load
+    from kview.tui.messages import (AttributedKernels, KernelSummary, LayersReady, NvtxTree, OverviewReady, Stage,
+                                    TraceLoaded, ViewMessage)
+    from kview.tui.views import VIEWS
+
+    messages = [m for m in load(LM, use_cache=False) if not isinstance(m, Stage)]
+    assert [type(m) for m in messages] == [KernelSummary, AttributedKernels, OverviewReady, NvtxTree, LayersReady,
+                                           TraceLoaded]
+    summary, attributed, overview, tree, layers, done = messages
+    rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
+    assert summary.frame.equals(rep)
+    assert attributed.table.height == 3117 and {"_short", "_range"} <= set(attributed.table.columns)
+    assert attributed.names == tuple(sorted(set(attributed.table["Kernel"])))
+    assert tree.trace_name == "lm-small_ctx256_train_nsys.sqlite" and tree.paths.height > 0
+    assert layers.layers["Layer"].to_list()[:2] == ["layer_0", "layer_1"]
+    assert done.index == 0 and done.phase_names == ("forward_pass", "backward_pass", "optimizer_step")
+    with pytest.raises(FrozenInstanceError):
+        summary.frame = rep
+    # every view message goes to a view that handles it itself
+    handlers = {cls.view_id: cls for cls in VIEWS}
+    for m in messages:
+        if isinstance(m, ViewMessage):
+            assert hasattr(handlers[m.view], m.handler_name), (m.view, m.handler_name)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
@@ -222,10 +262,7 @@ async def test_damage_found_while_loading_ends_the_app_with_one_line(tmp_path):
     bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}, {"ph": } ]}')
     app = KviewApp([str(bad)], use_cache=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(100):
-            await pilot.pause(0.05)
-            if app.return_code is not None:
-                break
+        await loaded(pilot)
     assert app.return_code == 2
 
 

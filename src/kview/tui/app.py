@@ -1,7 +1,9 @@
 """`kview TRACE [TRACE ...]`: the Textual explorer over the core.
 
-The first frame is drawn at once; traces load in a thread worker that posts typed messages
-stage by stage, so the kernel summary appears while attribution still runs.
+The first frame is drawn at once; each trace loads in a thread worker that posts one typed
+message per thing that became ready (messages.py) straight to the view that shows it, so the
+kernel summary appears while attribution still runs. Once every trace is in, a second worker
+makes the Compare table.
 """
 from __future__ import annotations
 
@@ -10,29 +12,18 @@ from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.message import Message
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from kview.output import render
 from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
 from kview.tui.keymap import GLOBAL_KEYS, bindings
-from kview.tui.loading import TraceData, load
+from kview.tui.loading import compare, load
+from kview.tui.messages import CompareReady, LoadFailed, OpenKernels, Stage, TraceLoaded, ViewMessage
 from kview.tui.views import VIEWS
+from kview.tui.views.base import View
 from kview.tui.widgets.export_screen import ExportScreen
 from kview.tui.widgets.help_screen import HelpScreen
-
-
-class Progress(Message):
-    def __init__(self, index: int, stage: str, text: str, data: TraceData | None):
-        super().__init__()
-        self.index, self.stage, self.text, self.data = index, stage, text, data
-
-
-class Failed(Message):
-    def __init__(self, index: int, error: str):
-        super().__init__()
-        self.index, self.error = index, error
 
 
 class KviewApp(App):
@@ -46,16 +37,23 @@ class KviewApp(App):
         self.paths = paths
         self.use_cache = use_cache
         self.note = note
-        self.loaded: dict[int, TraceData] = {}
+        self.views: dict[str, View] = {}             # by view id, made in compose
+        self.loaded: dict[int, TraceLoaded] = {}     # by the trace's place on the command line
+        self.failed: set[int] = set()
         self.t0 = time.perf_counter()
-        self.ready_at: float | None = None
+
+    @property
+    def ready_at(self) -> float | None:
+        """perf_counter() when the first kernel table was built (None before)."""
+        return self.views["kernels"].shown_at if "kernels" in self.views else None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with TabbedContent(initial="kernels", id="tabs"):
             for n, cls in enumerate(VIEWS, 1):
                 with TabPane(f"{n} {cls.title}", id=cls.view_id):
-                    yield cls(id=f"view-{cls.view_id}")
+                    view = self.views[cls.view_id] = cls(id=f"view-{cls.view_id}")
+                    yield view
         yield Footer()
 
     def on_mount(self) -> None:
@@ -65,83 +63,82 @@ class KviewApp(App):
         for i, p in enumerate(self.paths):
             self.load_trace(i, p)
 
+    # -- loading (thread workers; post_message is thread-safe) -------------------------------
     @work(thread=True, exit_on_error=False)
     def load_trace(self, index: int, path: str) -> None:
-        def progress(stage, text, data):
-            self.post_message(Progress(index, str(stage), text, data))
-
+        """Post each message of `load` as it comes: a view's message to that view (only the
+        first trace's: the views show the first trace), the rest to the app."""
         try:
-            load(path, self.use_cache, progress)
+            for message in load(path, self.use_cache, index):
+                if isinstance(message, ViewMessage):
+                    if index == 0:
+                        self.views[message.view].post_message(message)
+                elif index == 0 or isinstance(message, TraceLoaded):
+                    self.post_message(message)
         except Exception as e:  # the CLI validated the file; damage found while loading is reported
             from kview.errors import TraceError
 
             why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
-            self.post_message(Failed(index, f"kview: {path}: {why}".splitlines()[0]))
+            self.post_message(LoadFailed(index, f"kview: {path}: {why}".splitlines()[0]))
 
-    def view(self, vid: str):
-        return self.query_one(f"#view-{vid}")
+    @work(thread=True, exit_on_error=False)
+    def compare_traces(self, first: TraceLoaded, others: list[TraceLoaded]) -> None:
+        try:
+            message = compare(first, others)
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
+        self.views["compare"].post_message(message)
 
-    @on(Progress)
-    def _progress(self, m: Progress) -> None:
-        if m.index != 0:
-            if m.text == "done":
-                self.loaded[m.index] = m.data
-                if len(self.loaded) == len(self.paths):
-                    self.view("compare").set_data(self.loaded[0], [self.loaded[i] for i in sorted(self.loaded) if i])
-            return
-        for cls in VIEWS:
-            v = self.view(cls.view_id)
-            if v.data is None:
-                v.set_stage(m.text)
-        d = m.data
-        if m.stage == "2" and d is not None:  # kernel summary ready: show the Kernels view now
-            self.view("kernels").set_data(d)
-            self.ready_at = time.perf_counter()
-        elif m.stage == "3" and d is not None:  # attribution ready
-            kv = self.view("kernels")
-            kv.data = d
-            kv.refresh_table()
-        elif m.stage == "4":
-            self.view("overview").set_data(d)
-        elif m.stage == "5":
-            self.view("nvtx").set_data(d)
-        elif m.stage == "6":
-            self.view("layers").set_data(d)
-            self.loaded[0] = d
-            if len(self.loaded) == len(self.paths):
-                self.view("compare").set_data(d, [self.loaded[i] for i in sorted(self.loaded) if i])
+    def view(self, vid: str) -> View:
+        return self.views[vid]
 
-    @on(Failed)
-    def _failed(self, m: Failed) -> None:
+    @on(Stage)
+    def _stage(self, m: Stage) -> None:
+        for v in self.views.values():
+            v.show_stage(m.text)
+
+    @on(TraceLoaded)
+    def _trace_loaded(self, m: TraceLoaded) -> None:
+        self.loaded[m.index] = m
+        self._compare_when_all_in()
+
+    @on(LoadFailed)
+    def _load_failed(self, m: LoadFailed) -> None:
         if m.index == 0:  # nothing to show: leave with the reason, as the CLI does for bad input
             self.exit(return_code=2, message=m.error)
-        else:
-            self.notify(m.error, title="could not load", severity="error", timeout=30)
+            return
+        self.notify(m.error, title="could not load", severity="error", timeout=30)
+        self.failed.add(m.index)
+        self._compare_when_all_in()
+
+    def _compare_when_all_in(self) -> None:
+        """Compare once every trace is loaded or has failed (those that failed are left out)."""
+        if 0 in self.loaded and len(self.loaded) + len(self.failed) == len(self.paths):
+            self.views["compare"].show_stage("comparing")
+            self.compare_traces(self.loaded[0], [self.loaded[i] for i in sorted(self.loaded) if i])
+
+    @on(OpenKernels)
+    def _open_kernels(self, m: OpenKernels) -> None:
+        self.open_kernels_filtered(m.filter_text)
 
     # -- actions ----------------------------------------------------------------
-    def active_view(self):
-        return self.view(self.query_one(TabbedContent).active)
+    def active_view(self) -> View:
+        return self.views[self.query_one(TabbedContent).active]
 
     def action_show_view(self, vid: str) -> None:
         self.query_one(TabbedContent).active = vid
-        v = self.view(vid)
+        v = self.views[vid]
         for w in (v.query("FrameTable") or v.query("Tree")):
             w.focus()
             break
 
     def open_kernels_filtered(self, text: str) -> None:
         self.action_show_view("kernels")
-        kv = self.view("kernels")
-        if kv.data is not None and kv.set_filter(text):
-            kv.mode = "rows" if kv.data.table is not None else kv.mode
-            kv.refresh_table()
+        self.views["kernels"].show_filtered(text)
 
     def group_kernels(self, index: int) -> None:
         self.action_show_view("kernels")
-        kv = self.view("kernels")
-        if kv.data is not None:
-            kv.grouping = index - 1
-            kv.action_cycle_grouping()
+        self.views["kernels"].group_by(index)
 
     def action_copy(self, kind: str) -> None:
         frame, name = self.active_view().table_for_copy()

@@ -1,53 +1,67 @@
-"""Everything the views show, computed off the UI thread from the core (no Textual here)."""
+"""What the views show, computed off the UI thread from the core, in the order a user needs it.
+
+`load` yields one message per thing that became ready (see messages.py); the app's thread
+worker posts each as it comes, so the kernel summary is on screen while attribution runs.
+`compare` makes the Compare table once every trace is loaded.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import polars as pl
+from textual.message import Message
+
+from kview.tui.messages import (AttributedKernels, CompareReady, KernelSummary, LayersReady, NvtxTree, OverviewReady,
+                                Stage, TraceLoaded)
+
+# the filter line suggests at most this many kernel names
+SUGGESTED_NAMES = 5000
 
 
-@dataclass
-class TraceData:
-    trace: object
-    kern_sum: pl.DataFrame
-    table: pl.DataFrame | None = None       # attributed kernels (filled in after the summary)
-    overview: object | None = None
-    paths: pl.DataFrame | None = None
-    layers: pl.DataFrame | None = None
-    phases: pl.DataFrame | None = None
-    names: list[str] = field(default_factory=list)
-
-
-STAGES = ("opening", "kernel summary", "attributing kernels", "overview", "NVTX tree", "layers")
-
-
-def load(path: str, use_cache: bool, progress) -> TraceData:
-    """Load in stages; `progress(stage_index, text, data)` is called after each stage so the UI
-    shows the first table before the slow stages finish."""
+def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     from kview.analysis.attribution import attribute
+    from kview.analysis.kernel_names import short_names
     from kview.analysis.layers import layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table
-    from kview.analysis.kernel_names import short_names
     from kview.analysis.overview import build
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import open_trace
 
-    progress(0, f"opening {path}", None)
+    yield Stage(f"opening {path}")
     trace = open_trace(path, use_cache=use_cache)
-    progress(1, "kernel summary", None)
-    data = TraceData(trace, cuda_gpu_kern_sum(trace).frame)
-    progress(2, "attributing kernels", data)
+    yield Stage("kernel summary")
+    yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
+    yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
-    data.table = table.with_columns(short_names(table["Kernel"]).alias("_short"),
-                                    pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"))
-    data.names = sorted(data.table["Kernel"].unique().drop_nulls().to_list())[:5000]
-    progress(3, "overview", data)
-    data.overview = build(trace)
-    progress(4, "NVTX tree", data)
-    data.paths = path_table(trace)
-    progress(5, "layers", data)
-    data.layers = layer_times(trace)
-    data.phases = phase_times(trace)
-    progress(6, "done", data)
-    return data
+    table = table.with_columns(short_names(table["Kernel"]).alias("_short"),
+                               pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"))
+    names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
+    yield AttributedKernels(table, names)
+    yield Stage("overview")
+    yield OverviewReady(build(trace))
+    yield Stage("NVTX tree")
+    yield NvtxTree(trace.name, path_table(trace))
+    yield Stage("layers")
+    yield LayersReady(layer_times(trace))
+    phases = phase_times(trace)
+    yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
+
+
+def compare(first: TraceLoaded, others: list[TraceLoaded]) -> CompareReady:
+    """Several traces side by side by range (within their last `profiled_step` when every trace
+    has one), or one trace's phases by kernel category."""
+    from kview.analysis.compare import phase_windows, root_window, side_by_side, user_ranges
+
+    traces = [first.trace] + [o.trace for o in others]
+    try:
+        if len(traces) > 1:
+            has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in traces)
+            windows = [root_window(t, "profiled_step" if has_root else None) for t in traces]
+            return CompareReady(side_by_side(windows, "range"), f"{len(traces)} traces by range (GPU time)")
+        if len(first.phase_names) < 2:
+            return CompareReady(None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.")
+        return CompareReady(side_by_side(phase_windows(first.trace, list(first.phase_names)), "category"),
+                            "phases of this trace by kernel category (GPU time)")
+    except ValueError as e:
+        return CompareReady(None, str(e))

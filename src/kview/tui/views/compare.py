@@ -1,11 +1,12 @@
 """Compare: several traces by range, or the phases of one trace by kernel category."""
 from __future__ import annotations
 
-import polars as pl
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.messages import CompareReady
 from kview.tui.views.base import View
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -15,28 +16,19 @@ class CompareView(View):
     title = "Compare"
     BINDINGS = bindings(VIEW_KEYS["compare"])
 
-    def build(self) -> None:
-        from kview.analysis.compare import phase_windows, root_window, side_by_side, user_ranges
+    data: var[CompareReady | None] = var(None, init=False)
 
-        traces = [self.data.trace] + [d.trace for d in self.extra]
-        try:
-            if len(traces) > 1:
-                has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in traces)
-                windows = [root_window(t, "profiled_step" if has_root else None) for t in traces]
-                df, what = side_by_side(windows, "range"), f"{len(traces)} traces by range (GPU time)"
-            else:
-                phases = self.data.phases["Phase"].to_list() if self.data.phases is not None else []
-                if len(phases) < 2:
-                    self.mount(Static("Open two or more traces (kview A B) or a trace with phase ranges to compare."))
-                    return
-                df = side_by_side(phase_windows(self.data.trace, phases), "category")
-                what = "phases of this trace by kernel category (GPU time)"
-        except ValueError as e:
-            self.mount(Static(str(e)))
+    def on_compare_ready(self, m: CompareReady) -> None:
+        self.data = m
+
+    def watch_data(self, m: CompareReady) -> None:
+        if m.frame is None:  # nothing to compare: the caption says why
+            self.show(Static(m.caption))
             return
-        self.table = FrameTable(df, id="compare-table")
-        self.mount(Static(Text(what, style="bold")), self.table)
+        self.table = FrameTable(m.frame, id="compare-table")
+        self.show(Static(Text(m.caption, style="bold")), self.table)
         self.focus_if_active(self.table)
 
     def action_sort(self, descending: bool) -> None:
-        self.table.sort_by_cursor(descending)
+        if self.data is not None and self.data.frame is not None:
+            self.table.sort_by_cursor(descending)

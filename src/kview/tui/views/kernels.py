@@ -1,21 +1,30 @@
 """Kernels: the kernel summary (exactly `cuda_gpu_kern_sum`), regrouped, filtered, or per kernel."""
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
 import polars as pl
 from rich.text import Text
 from textual import on
-from textual.widgets import Input, Static
+from textual.reactive import var
 from textual.suggester import SuggestFromList
+from textual.widgets import Input, Static
 
 from kview.analysis import filters
 from kview.analysis.kernel_names import short_names
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.messages import AttributedKernels, KernelSummary
 from kview.tui.views.base import View
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
 
+# (what the status line calls it, the column grouped by)
 GROUPINGS = [("name", "Kernel"), ("short name", "Short name"), ("category", "Category"), ("layer", "Layer"),
              ("op", "Op"), ("direction", "Direction"), ("range", "Range")]
+# grouping keys the loader derived as columns of the attributed table
+DERIVED = {"Short name": "_short", "Range": "_range"}
 
 
 def share_bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
@@ -27,73 +36,99 @@ def share_bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
                           part.replace_strict(list(range(8)), eighths.to_list(), default="")])
 
 
+@dataclass(frozen=True)
+class KernelsState:
+    """What the Kernels view shows; one value, so a key that changes several parts (a group
+    switch also leaves the drill-in) refreshes the table once."""
+
+    mode: str = "summary"                  # "summary": a row per group; "rows": a row per kernel
+    grouping: int = 0                      # index into GROUPINGS
+    filter_text: str = ""
+    pick: tuple[str, Any] | None = None    # (grouped-by column, key) of the group drilled into
+
+
 class KernelsView(View):
     view_id = "kernels"
     title = "Kernels"
     BINDINGS = bindings(VIEW_KEYS["kernels"])
 
+    kern_sum: var[KernelSummary | None] = var(None, init=False)
+    attributed: var[AttributedKernels | None] = var(None, init=False)
+    state: var[KernelsState] = var(KernelsState, init=False)
+
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.mode = "summary"
-        self.grouping = 0
-        self.filter_text = ""
-        self.pick: tuple[str, str] | None = None
-        self.history: list[str] = []
+        self.history: list[str] = []          # filters applied, oldest first (the filter line walks it)
+        self.shown_at: float | None = None    # perf_counter() when the first table was built
 
-    def build(self) -> None:
+    # the parts of the state, read-only
+    @property
+    def mode(self) -> str:
+        return self.state.mode
+
+    @property
+    def grouping(self) -> int:
+        return self.state.grouping
+
+    @property
+    def filter_text(self) -> str:
+        return self.state.filter_text
+
+    @property
+    def pick(self) -> tuple[str, Any] | None:
+        return self.state.pick
+
+    # -- data arriving ----------------------------------------------------------------
+    def on_kernel_summary(self, m: KernelSummary) -> None:
+        self.kern_sum = m
+
+    def on_attributed_kernels(self, m: AttributedKernels) -> None:
+        self.attributed = m
+
+    def watch_kern_sum(self) -> None:
         self.table = FrameTable(hidden=("_full", "_grid", "_block", "_key", "_short", "_range"), id="kernels-table",
                                 narrow=("Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Start (ns)", "Stream",
                                         "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes",
                                         "Params", "Category"))
         self.status = Static("", id="kernels-status")
         self.detail = Static("", id="kernels-detail")
-        suggest = ["dir:fprop", "dir:bprop", "dir:optim"] + [f"cat:{c}" for c in CATEGORY_COLOURS]
-        names = self.data.names or []
         self.finput = FilterInput(self.history, placeholder="filter: gemm dir:bprop layer:layer_3 dur>50us -cat:memset",
-                                  suggester=SuggestFromList(suggest + names, case_sensitive=False), id="filter")
+                                  suggester=self._suggester(), id="filter")
         self.finput.display = False
-        self.mount(self.status, self.table, self.detail, self.finput)
+        self.show(self.status, self.table, self.detail, self.finput)
         self.refresh_table()
+        self.shown_at = time.perf_counter()
         self.focus_if_active(self.table)
+
+    def watch_attributed(self) -> None:
+        self.finput.suggester = self._suggester()
+        self.refresh_table()
+
+    def watch_state(self) -> None:
+        if self.kern_sum is not None:
+            self.refresh_table()
+
+    def _suggester(self) -> SuggestFromList:
+        words = ["dir:fprop", "dir:bprop", "dir:optim"] + [f"cat:{c}" for c in CATEGORY_COLOURS]
+        names = list(self.attributed.names) if self.attributed is not None else []
+        return SuggestFromList(words + names, case_sensitive=False)
 
     # -- the table ----------------------------------------------------------------
     def _rows(self) -> pl.DataFrame:
-        if self.pick:
-            self._ensure_key(self.pick[0])
-        t = self.data.table
-        if t is None:
+        if self.attributed is None:
             return pl.DataFrame()
+        t = self.attributed.table
         if self.filter_text:
             t = filters.apply(t, self.filter_text)
         if self.pick:
             col, val = self.pick
-            t = t.filter(self._key_expr(col) == val)
+            t = t.filter(pl.col(DERIVED.get(col, col)) == val)
         return t
-
-    DERIVED = {"Short name": "_short", "Range": "_range"}
-
-    def _ensure_key(self, label: str) -> None:
-        """Derived grouping keys are computed once per trace, as columns of the table, so a
-        filter or a group switch never recomputes them over a million rows."""
-        col = self.DERIVED.get(label)
-        t = self.data.table
-        if col is None or t is None or col in t.columns:
-            return
-        if label == "Short name":
-            t = t.with_columns(short_names(t["Kernel"]).alias(col))
-        else:
-            t = t.with_columns(pl.col("NVTX Path").str.split(" > ").list.last().alias(col))
-        self.data.table = t
-
-    def _key_expr(self, label: str) -> pl.Expr:
-        self._ensure_key(label)
-        return pl.col(self.DERIVED.get(label, label))
 
     def summary(self) -> pl.DataFrame:
         label = GROUPINGS[self.grouping][1]
-        self._ensure_key(label)
-        if self.data.table is None or (label == "Kernel" and not self.filter_text):
-            k = self.data.kern_sum  # exactly cuda_gpu_kern_sum
+        if self.attributed is None or (label == "Kernel" and not self.filter_text):
+            k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             total = k["Total Time (ns)"].sum() or 1
             return k.with_columns(share_bar(pl.col("Total Time (ns)") / total).alias("Share"),
                                   pl.col("Name").alias("_full"),
@@ -102,7 +137,7 @@ class KernelsView(View):
         if label == "Kernel":
             rows = rows.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
         d = pl.col("Duration (ns)")
-        g = rows.with_columns(self._key_expr(label).alias("_key")).group_by("_key").agg(
+        g = rows.with_columns(pl.col(DERIVED.get(label, label)).alias("_key")).group_by("_key").agg(
             d.sum().alias("Total Time (ns)"), pl.len().alias("Instances"), d.mean().round(1).alias("Avg (ns)"),
             d.median().alias("Med (ns)"), d.min().alias("Min (ns)"), d.max().alias("Max (ns)"),
             d.std().fill_null(0).round(1).alias("StdDev (ns)"), pl.col("Category").mode().first().alias("_cat"))
@@ -130,7 +165,7 @@ class KernelsView(View):
             parts.append(f"filter: {self.filter_text}")
         if self.pick:
             parts.append(f"{self.pick[0]} = {self.pick[1]}")
-        if self.data.table is None:
+        if self.attributed is None:
             parts.append("attributing kernels…")
         self.status.update(Text("  ·  ".join(parts), style="bold"))
         self.show_detail()
@@ -146,33 +181,35 @@ class KernelsView(View):
         self.detail.update(Text(str(text), overflow="fold"))
 
     @on(FrameTable.RowHighlighted)
-    def _highlighted(self, _event) -> None:
+    def _highlighted(self, _event: FrameTable.RowHighlighted) -> None:
         self.show_detail()
 
     @on(FrameTable.RowSelected)
-    def _selected(self, event) -> None:
+    def _selected(self, event: FrameTable.RowSelected) -> None:
         if self.mode == "summary":
             row = self.table.row(event.row)
             label = GROUPINGS[self.grouping][1]
-            self.pick = (label, row["_key"] if "_key" in row else row["_full"])
-            self.mode = "rows"
-            self.refresh_table()
+            self.state = replace(self.state, mode="rows", pick=(label, row["_key"] if "_key" in row else row["_full"]))
 
-    # -- actions -------------------------------------------------------------------
+    # -- actions and what the app asks for -------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.kern_sum is not None  # no key does anything before the first table
+
     def action_toggle_rows(self) -> None:
-        if self.data.table is None:
+        if self.attributed is None:
             self.app.notify("per-kernel rows are still being attributed", severity="warning")
             return
-        self.mode = "rows" if self.mode == "summary" else "summary"
-        self.refresh_table()
+        self.state = replace(self.state, mode="rows" if self.mode == "summary" else "summary")
 
     def action_cycle_grouping(self) -> None:
-        self.grouping = (self.grouping + 1) % len(GROUPINGS)
-        if self.data.table is None:
-            self.grouping = 0
-        self.mode = "summary"
-        self.pick = None
-        self.refresh_table()
+        self.group_by(self.grouping + 1)
+
+    def group_by(self, index: int) -> None:
+        """Summarize by GROUPINGS[index] (by name until kernels are attributed)."""
+        if self.kern_sum is None:
+            return
+        grouping = index % len(GROUPINGS) if self.attributed is not None else 0
+        self.state = replace(self.state, mode="summary", grouping=grouping, pick=None)
         self.app.notify(f"grouped by {GROUPINGS[self.grouping][0]}", timeout=2)
 
     def action_sort(self, descending: bool) -> None:
@@ -185,19 +222,28 @@ class KernelsView(View):
         self.finput.value = self.filter_text
         self.finput.focus()
 
-    def set_filter(self, text: str) -> bool:
+    def set_filter(self, text: str, rows: bool = False) -> bool:
+        """Apply filter `text` (per kernel when `rows`, once attributed); False, with the reason
+        on screen, when it does not parse (the old filter stays)."""
         try:
             filters.parse(text)
         except filters.FilterError as e:
             self.app.notify(str(e), title="filter", severity="error")
             return False
-        self.filter_text = text.strip()
-        if self.filter_text and (not self.history or self.history[-1] != self.filter_text):
-            self.history.append(self.filter_text)
-        if self.data.table is not None and self.filter_text:
-            self.mode = "rows" if self.mode == "rows" or GROUPINGS[self.grouping][1] != "Kernel" else self.mode
-        self.refresh_table()
+        text = text.strip()
+        if text and (not self.history or self.history[-1] != text):
+            self.history.append(text)
+        mode = self.mode
+        if self.attributed is not None and (rows or (text and GROUPINGS[self.grouping][1] != "Kernel")):
+            mode = "rows"
+        self.state = replace(self.state, filter_text=text, mode=mode)
         return True
+
+    def show_filtered(self, text: str) -> None:
+        """The kernels matching `text`, one row each (enter on an NVTX range, a recent filter in
+        the palette)."""
+        if self.kern_sum is not None:
+            self.set_filter(text, rows=True)
 
     @on(Input.Submitted, "#filter")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -205,8 +251,10 @@ class KernelsView(View):
             self.finput.display = False
             self.focus_if_active(self.table)
 
-    def table_for_copy(self):
+    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
         """The rows and columns as shown, with full kernel names (a report wants them whole)."""
+        if self.kern_sum is None:
+            return pl.DataFrame(), self.view_id
         t = self.table
         frame = t.sorted_frame()
         if self.mode == "rows":
@@ -217,21 +265,17 @@ class KernelsView(View):
             name_col = None  # grouped by something else: the shown key is the full value
         if name_col and "_full" in frame.columns:
             frame = frame.with_columns(pl.col("_full").alias(name_col))
-        return frame.select([c for c in frame.columns if c not in t.hidden]), "kernels"
+        return frame.select([c for c in frame.columns if c not in t.hidden]), self.view_id
 
     def back(self) -> bool:
+        if self.kern_sum is None:
+            return False
         if self.finput.display:
             self.finput.display = False
             self.focus_if_active(self.table)
             return True
-        if self.pick:
-            self.pick = None
-            self.mode = "summary"
-            self.refresh_table()
-            return True
-        if self.mode == "rows":
-            self.mode = "summary"
-            self.refresh_table()
+        if self.pick or self.mode == "rows":
+            self.state = replace(self.state, mode="summary", pick=None)
             return True
         if self.filter_text:
             self.set_filter("")

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import polars as pl
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import Static
 
 from kview.analysis.layers import stacked_bars
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.messages import LayersReady
 from kview.tui.views.base import View
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -16,20 +18,25 @@ class LayersView(View):
     title = "Layers"
     BINDINGS = bindings(VIEW_KEYS["layers"])
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.by_time = False
+    data: var[LayersReady | None] = var(None, init=False)
+    by_time: var[bool] = var(False, init=False)   # order: by layer index, or by total time
 
-    def build(self) -> None:
-        df = self.data.layers
-        if df is None or df.height == 0:
-            self.mount(Static("No repeated layer ranges (layer_0.., Enc_0.., Embedding_0..) in this trace."))
+    def on_layers_ready(self, m: LayersReady) -> None:
+        self.data = m
+
+    def watch_data(self, m: LayersReady) -> None:
+        if m.layers.height == 0:
+            self.show(Static("No repeated layer ranges (layer_0.., Enc_0.., Embedding_0..) in this trace."))
             return
         self.status = Static("", id="layers-status")
         self.table = FrameTable(id="layers-table")
-        self.mount(self.status, self.table)
+        self.show(self.status, self.table)
         self.render_layers()
         self.focus_if_active(self.table)
+
+    def watch_by_time(self) -> None:
+        if self.data is not None and self.data.layers.height:
+            self.render_layers()
 
     def render_layers(self) -> None:
         df = self.data.layers
@@ -50,4 +57,3 @@ class LayersView(View):
 
     def action_toggle_order(self) -> None:
         self.by_time = not self.by_time
-        self.render_layers()

@@ -6,9 +6,11 @@ import re
 import polars as pl
 from rich.text import Text
 from textual import on
+from textual.reactive import var
 from textual.widgets import Static, Tree
 
 from kview.analysis.overview import _fmt_ns
+from kview.tui.messages import NvtxTree, OpenKernels
 from kview.tui.views.base import View
 
 
@@ -16,20 +18,25 @@ class NvtxView(View):
     view_id = "nvtx"
     title = "NVTX"
 
-    def build(self) -> None:
-        paths = self.data.paths
-        if paths is None or paths.height == 0:
-            self.mount(Static("This trace has no NVTX ranges."))
+    data: var[NvtxTree | None] = var(None, init=False)
+
+    def on_nvtx_tree(self, m: NvtxTree) -> None:
+        self.data = m
+
+    def watch_data(self, m: NvtxTree) -> None:
+        paths = m.paths
+        if paths.height == 0:
+            self.show(Static("This trace has no NVTX ranges."))
             return
         self.children_of = {k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by(
             "parent_id", maintain_order=True)}
         self.total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
-        self.range_tree = Tree(f"{self.data.trace.name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
+        self.range_tree = Tree(f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
         self._add_children(self.range_tree.root, None)
         self.detail = Static("", id="nvtx-detail")
-        self.mount(self.range_tree, self.detail)
+        self.show(self.range_tree, self.detail)
         self.focus_if_active(self.range_tree)
 
     def _label(self, r: dict) -> Text:
@@ -72,8 +79,10 @@ class NvtxView(View):
             flt.append(f'range:"(^| > ){re.escape(user[-1])}( > |$)"')
         if parts[-1] not in user:
             flt.append(f'op:"^{re.escape(parts[-1].removeprefix("aten::"))}$"')
-        self.app.open_kernels_filtered(" ".join(flt))
+        self.post_message(OpenKernels(" ".join(flt)))
 
-    def table_for_copy(self):
+    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
+        if self.data is None:
+            return pl.DataFrame(), self.view_id
         cols = ["Path", "Instances", "CPU (ns)", "GPU (ns)", "Kernels"]
-        return self.data.paths.sort("Path").select(cols), "nvtx"
+        return self.data.paths.sort("Path").select(cols), self.view_id

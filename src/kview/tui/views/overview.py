@@ -5,9 +5,11 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.reactive import var
 from textual.widgets import Static
 
 from kview.analysis.kernel_names import short_names
+from kview.tui.messages import OverviewReady
 from kview.tui.views.base import View
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS
 
@@ -16,8 +18,13 @@ class OverviewView(View):
     view_id = "overview"
     title = "Overview"
 
-    def build(self) -> None:
-        o = self.data.overview
+    data: var[OverviewReady | None] = var(None, init=False)
+
+    def on_overview_ready(self, m: OverviewReady) -> None:
+        self.data = m
+
+    def watch_data(self, m: OverviewReady) -> None:
+        o = m.overview
         facts = Table.grid(padding=(0, 2))
         for k, v in o.facts:
             facts.add_row(Text(k, style="bold"), v)
@@ -35,7 +42,7 @@ class OverviewView(View):
         for f in o.findings:
             findings.append("• " + f + "\n")
         parts.append(Static(findings))
-        self.mount(VerticalScroll(*parts))
+        self.show(VerticalScroll(*parts))
 
     @staticmethod
     def _table(title, df: pl.DataFrame, colour: str | None = None) -> Table:
@@ -49,6 +56,5 @@ class OverviewView(View):
                       style=style)
         return t
 
-    def table_for_copy(self):
-        o = self.data.overview
-        return o.categories, "overview"
+    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
+        return (self.data.overview.categories if self.data else pl.DataFrame()), self.view_id

@@ -1,0 +1,135 @@
+"""The load protocol: one message per thing that became ready, posted by the loading worker.
+
+Each message is a frozen dataclass holding finished polars frames; nothing writes to it once it
+is made, so a view may keep it as its data while the worker goes on. A view message names the
+view that shows it (`view`); the worker posts it straight to that view, which handles it in its
+own `on_<message>` method. `Stage`, `TraceLoaded` and `LoadFailed` go to the app.
+"""
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import polars as pl
+from textual.message import Message
+from typing_extensions import dataclass_transform
+
+if TYPE_CHECKING:
+    from kview.analysis.overview import Overview
+    from kview.trace import Trace
+
+_TEXTUAL_SLOTS = frozenset(Message.__slots__)
+
+
+@dataclass_transform(frozen_default=True)
+def frozen_message(cls: type) -> type:
+    """`@dataclass(frozen=True)` for a Textual Message: the fields cannot be reassigned, while
+    Textual's own bookkeeping on every message (sender, time, propagation flags) stays writable.
+    (A plain frozen dataclass would refuse that bookkeeping too.) Equality is identity, as for
+    any message: the fields are frames, which have no truth value."""
+    cls = dataclass(frozen=True, eq=False)(cls)
+
+    def __setattr__(self: Message, name: str, value: Any) -> None:
+        if name not in _TEXTUAL_SLOTS:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self: Message, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    cls.__setattr__ = __setattr__  # type: ignore[assignment]
+    cls.__delattr__ = __delattr__  # type: ignore[assignment]
+    return cls
+
+
+class ViewMessage(Message):
+    """What one view shows; `view` is that view's id (the worker posts the message to it, and
+    it goes no further: nothing above the view handles it)."""
+
+    view: ClassVar[str]
+
+    def __init_subclass__(cls, bubble: bool | None = False, **kw: Any) -> None:
+        super().__init_subclass__(bubble=bubble, **kw)
+
+
+# -- for the views -------------------------------------------------------------------------
+@frozen_message
+class KernelSummary(ViewMessage):
+    """`cuda_gpu_kern_sum` of the trace: the first table, shown before attribution finishes."""
+
+    view: ClassVar[str] = "kernels"
+    frame: pl.DataFrame
+
+
+@frozen_message
+class AttributedKernels(ViewMessage):
+    """Every kernel with its layer, op, direction and range (`attribute`), plus the grouping keys
+    derived once here (`_short`, `_range`) and the kernel names the filter line suggests."""
+
+    view: ClassVar[str] = "kernels"
+    table: pl.DataFrame
+    names: tuple[str, ...]
+
+
+@frozen_message
+class OverviewReady(ViewMessage):
+    view: ClassVar[str] = "overview"
+    overview: Overview
+
+
+@frozen_message
+class NvtxTree(ViewMessage):
+    """GPU and CPU time per NVTX path (`path_table`); empty when the trace has no ranges."""
+
+    view: ClassVar[str] = "nvtx"
+    trace_name: str
+    paths: pl.DataFrame
+
+
+@frozen_message
+class LayersReady(ViewMessage):
+    """Forward/backward time per repeated layer range (`layer_times`); empty when none repeat."""
+
+    view: ClassVar[str] = "layers"
+    layers: pl.DataFrame
+
+
+@frozen_message
+class CompareReady(ViewMessage):
+    """The Compare table, or (frame None) the sentence saying why there is nothing to compare."""
+
+    view: ClassVar[str] = "compare"
+    frame: pl.DataFrame | None
+    caption: str
+
+
+# -- for the app ---------------------------------------------------------------------------
+@frozen_message
+class Stage(Message):
+    """The loader moved on to `text`; views still waiting say so."""
+
+    text: str
+
+
+@frozen_message
+class TraceLoaded(Message):
+    """Trace `index` (its place on the command line) is loaded; Compare waits for all of them."""
+
+    index: int
+    trace: Trace
+    phase_names: tuple[str, ...]
+
+
+@frozen_message
+class LoadFailed(Message):
+    """Trace `index` could not be loaded; `error` is the one line to show."""
+
+    index: int
+    error: str
+
+
+@frozen_message
+class OpenKernels(Message):
+    """Show the Kernels view filtered by `filter_text` (posted by a view, handled by the app)."""
+
+    filter_text: str
