@@ -1,14 +1,18 @@
 """Read-only access to a SQLite file: validation, schema, and columnar reads into polars.
 
 Validation reads only the 100-byte header and the file size, so a zeroed, truncated or
-foreign file is refused before SQLite touches it. Bulk reads go through connectorx
-(chosen by measurement, see bench/RESULTS.md): it returns Arrow columns without building
-Python row objects. The schema look-ups use stdlib sqlite3 with an immutable read-only URI,
-so nothing is ever written beside or into the trace.
+foreign file is refused before SQLite touches it, and a leftover rollback journal or WAL
+beside the trace (an interrupted write) is refused rather than rolled back or checkpointed.
+Bulk reads go through connectorx (chosen by measurement, see bench/RESULTS.md): it returns
+Arrow columns without building Python row objects. Every connection, connectorx's and the
+stdlib's for schema look-ups, opens the same `file:` URI with `mode=ro&immutable=1` and the
+path percent-encoded, so SQLite opens the file O_RDONLY, takes no locks and never creates,
+reads or deletes a `-journal`, `-wal` or `-shm` beside it.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 import urllib.parse
 from functools import cached_property
@@ -19,6 +23,41 @@ import polars as pl
 from kview.errors import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_HEADER = 32  # a WAL file holds pages only past its 32-byte header
+
+
+def sqlite_uri(path: Path) -> str:
+    """The read-only, immutable `file:` URI of `path`, with every byte of the path that is not
+    a plain URI character percent-encoded (`%`, `?`, `#`, spaces, newlines, non-ASCII)."""
+    return "file:" + urllib.parse.quote(str(path), safe="/") + "?mode=ro&immutable=1"
+
+
+def connectorx_url(path: Path) -> str:
+    """connectorx percent-decodes what follows `sqlite://` once and hands the result to SQLite
+    (opened with URI filenames on), so the file: URI goes in encoded once more."""
+    return "sqlite://" + urllib.parse.quote(sqlite_uri(path), safe="/")
+
+
+def leftover_write(path: Path) -> str | None:
+    """The name of a hot rollback journal or a WAL with pages in it beside `path`, if any.
+
+    Either means a writer stopped mid-transaction (an export killed, a disk filled): SQLite
+    would roll the journal back into the trace, or checkpoint the WAL into it, on open. kview
+    never does either, and reading the main file alone could show half a transaction.
+    """
+    for suffix, least in (("-journal", 1), ("-wal", WAL_HEADER + 1)):
+        side = path.with_name(path.name + suffix)
+        try:
+            if side.stat().st_size < least:
+                continue
+            with open(side, "rb") as f:
+                first = f.read(1)
+        except OSError:
+            continue
+        # A journal whose header was zeroed (journal_mode=PERSIST after a commit) is not hot.
+        if suffix == "-wal" or first not in (b"", b"\x00"):
+            return side.name
+    return None
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -51,6 +90,10 @@ def check_sqlite_file(path: Path) -> None:
         raise TraceError(path, f"is truncated ({size} of {pages * page_size} bytes)")
     if page_size < 512 or page_size & (page_size - 1):
         raise TraceError(path, "has a corrupt SQLite header")
+    side = leftover_write(path)
+    if side:
+        raise TraceError(path, f"has a leftover {side} beside it (an interrupted write): open a copy, "
+                               f"or run `sqlite3 {shlex.quote(path.name)} .recover`")
 
 
 class SqliteSource:
@@ -59,10 +102,9 @@ class SqliteSource:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path).expanduser().absolute()
         check_sqlite_file(self.path)
-        query = urllib.parse.urlencode({"mode": "ro", "immutable": "1"})
-        self._uri = urllib.parse.urlunsplit(["file", "", str(self.path), query, ""])
+        self._url = connectorx_url(self.path)
         try:
-            self.con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            self.con = sqlite3.connect(sqlite_uri(self.path), uri=True, check_same_thread=False)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         except sqlite3.DatabaseError as e:
             raise TraceError(self.path, f"is not a readable SQLite database ({e})") from None
@@ -134,7 +176,7 @@ class SqliteSource:
         import connectorx as cx
 
         try:
-            return cx.read_sql(f"sqlite://{self.path}", sql, return_type="polars", **kw)
+            return cx.read_sql(self._url, sql, return_type="polars", **kw)
         except Exception as e:  # connectorx raises RuntimeError/pyo3 panics on bad files
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TraceError(self.path, f"cannot be read ({msg})") from None

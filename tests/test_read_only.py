@@ -1,0 +1,213 @@
+"""A user's trace is opened read-only and immutable by every reader and command: its bytes,
+mtime and folder are the same afterwards, a leftover journal or WAL (an interrupted write) is
+refused and never acted on, and odd file names reach SQLite escaped."""
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fswatch import Untouched
+
+from conftest import SAMPLES
+
+FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
+OTHER = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
+COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"], ["diff"]]
+
+
+def kview(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "kview.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def args_for(cmd, trace):
+    if cmd[0] == "diff":
+        return ["diff", trace, trace]
+    return [cmd[0], trace, *cmd[1:]]
+
+
+def _in_child(code: str) -> None:
+    """Run `code` in a child that dies without closing its connection (a killed writer)."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def hot_journal(folder):
+    """A trace whose writer was killed mid-transaction: pages already spilled into the trace,
+    the originals in a hot `-journal` beside it (SQLite would roll them back on open)."""
+    t = folder / "t.sqlite"
+    shutil.copy(FWD, t)
+    _in_child(f"""
+        import os, sqlite3
+        con = sqlite3.connect({str(t)!r})
+        con.execute("PRAGMA cache_size=1")
+        con.execute("BEGIN")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 1")
+        os._exit(0)
+    """)
+    assert (folder / "t.sqlite-journal").stat().st_size > 0
+    return t
+
+
+def wal_pending(folder):
+    """A WAL-mode trace whose last commit was never checkpointed (`-wal` and `-shm` left)."""
+    t = folder / "t.sqlite"
+    shutil.copy(FWD, t)
+    _in_child(f"""
+        import os, sqlite3
+        con = sqlite3.connect({str(t)!r})
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 1")
+        con.commit()
+        os._exit(0)
+    """)
+    assert (folder / "t.sqlite-wal").stat().st_size > 32
+    return t
+
+
+def wal_clean(folder):
+    """A WAL-mode trace closed cleanly: no `-wal` beside it, the header says WAL."""
+    t = folder / "t.sqlite"
+    shutil.copy(FWD, t)
+    con = sqlite3.connect(t)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    con.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["t.sqlite"] and t.read_bytes()[18:20] == b"\x02\x02"
+    return t
+
+
+@pytest.mark.parametrize("make,side", [(hot_journal, "t.sqlite-journal"), (wal_pending, "t.sqlite-wal")])
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c[0])
+def test_interrupted_write_is_refused_and_left_alone(make, side, cmd, tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = make(folder)
+    with Untouched(folder) as u:
+        r = kview(*args_for(cmd, t))
+    u.check()
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert str(t) in lines[0] and side in lines[0] and "an interrupted write" in lines[0]
+    assert "open a copy, or run `sqlite3 t.sqlite .recover`" in lines[0]
+
+
+@pytest.mark.parametrize("make,side", [(hot_journal, "t.sqlite-journal"), (wal_pending, "t.sqlite-wal")])
+def test_tui_refuses_an_interrupted_write_before_starting(make, side, tmp_path):
+    t = make(tmp_path)
+    with Untouched(tmp_path) as u:
+        r = subprocess.run([sys.executable, "-m", "kview.cli", str(t)], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+    u.check()
+    assert r.returncode == 2 and side in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "\x1b[" not in r.stdout + r.stderr
+
+
+def test_every_reader_is_immutable_even_where_sqlite_would_roll_back(tmp_path):
+    """Below the commands' refusal: the readers themselves never roll back or checkpoint."""
+    from kview.io.sqlite_source import SqliteSource
+
+    for make in (hot_journal, wal_pending):
+        folder = tmp_path / make.__name__
+        folder.mkdir()
+        t = make(folder)
+        src = SqliteSource.__new__(SqliteSource)  # past the refusal, to exercise both connections
+        from kview.io.sqlite_source import connectorx_url, sqlite_uri
+
+        src.path, src._url = t, connectorx_url(t)
+        with Untouched(folder) as u:
+            src.con = sqlite3.connect(sqlite_uri(t), uri=True)
+            n_std = src.con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+            n_cx = src.query("SELECT count(*) AS n FROM CUPTI_ACTIVITY_KIND_KERNEL")["n"][0]
+            src.con.close()
+        u.check()
+        assert n_std == n_cx > 0
+
+
+def _commands_leave_folder_untouched(folder, t, env=None):
+    for cmd in COMMANDS:
+        with Untouched(folder) as u:
+            r = kview(*args_for(cmd, t), env=env)
+        u.check()
+        assert r.returncode == 0, (cmd, r.stderr)
+        assert r.stdout.count("\n") >= 3
+
+
+def test_clean_wal_trace_opens_and_nothing_appears_beside_it(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = wal_clean(folder)
+    want = kview("stats", FWD, "-f", "csv", "--no-cache").stdout
+    assert kview("stats", t, "-f", "csv", "--no-cache").stdout == want
+    _commands_leave_folder_untouched(folder, t)  # no -wal/-shm created, even for a moment
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder on a read-only mount (chmod does not stop root; a read-only mount does). Skips
+    where mounting is not allowed."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_clean_wal_trace_opens_in_a_read_only_folder(read_only_folder):
+    t = wal_clean(read_only_folder)
+    assert subprocess.run(["mount", "-o", "remount,ro", str(read_only_folder)], capture_output=True).returncode == 0
+    with pytest.raises(OSError):
+        (read_only_folder / "probe").write_text("x")
+    _commands_leave_folder_untouched(read_only_folder, t)
+
+
+NAMES = {"percent20": "e%20f.sqlite", "question": "a?b.sqlite", "hash": "c#d.sqlite", "newline": "new\nline.sqlite",
+         "space": "sp ace.sqlite", "percent3F": "x%3Fy.sqlite"}
+
+
+@pytest.mark.parametrize("name", list(NAMES.values()), ids=list(NAMES))
+def test_odd_names_open_that_file_and_create_nothing(name, tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = folder / name
+    shutil.copy(FWD, t)
+    # decoys where a wrongly decoded or truncated name would land
+    for decoy in {"e f.sqlite", "a", "c", "new", "newline.sqlite", "x?y.sqlite"} - {name}:
+        shutil.copy(OTHER, folder / decoy)
+    want = kview("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv", "--no-cache")
+    with Untouched(folder) as u:
+        got = kview("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    u.check()
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+
+
+async def test_tui_leaves_the_trace_and_its_folder_untouched(tmp_path):
+    pytest.importorskip("textual")
+    from kview.tui.app import KviewApp
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = wal_clean(folder)
+    with Untouched(folder) as u:
+        app = KviewApp([str(t)], use_cache=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(600):
+                await pilot.pause(0.05)
+                if app.loaded:
+                    break
+            assert app.loaded, "trace never finished loading"
+            await pilot.press("3", "4", "1")
+    u.check()
