@@ -163,7 +163,8 @@ def cmd_kernels(args) -> int:
 
 def cmd_layers(args) -> int:
     from kview.output import render
-    from kview.analysis.layers import layer_times, stacked_bars
+    from kview.analysis.layers import layer_times
+    from kview.output.format import stacked_bar
     from kview.trace import open_trace
 
     try:
@@ -174,7 +175,7 @@ def cmd_layers(args) -> int:
         print("kview: no repeated layer ranges found (give --pattern REGEX)", file=sys.stderr)
         return 1
     if args.format == "table":
-        df = df.with_columns(stacked_bars(df, ["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
+        df = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
     sys.stdout.write(render.render(df, args.format))
     return 0
 
@@ -199,12 +200,16 @@ def cmd_overview(args) -> int:
 
 def cmd_phases(args) -> int:
     from kview.output import render
-    from kview.analysis.layers import bars, phase_times
+    import polars as pl
+
+    from kview.analysis.layers import phase_times
+    from kview.output.format import bar
     from kview.trace import open_trace
 
     df = phase_times(open_trace(args.trace, use_cache=not args.no_cache))
     if args.format == "table" and df.height:
-        df = df.with_columns(bars(df, "GPU Time (ns)").alias("Bar"))
+        gpu = pl.col("GPU Time (ns)")
+        df = df.with_columns(bar(gpu / gpu.max(), width=30).alias("Bar"))
     sys.stdout.write(render.render(df, args.format))
     return 0
 

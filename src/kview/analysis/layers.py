@@ -106,33 +106,3 @@ def _phase_times(trace: Trace) -> pl.DataFrame:
     total = g["GPU Time (ns)"].sum()
     return g.sort("_first").drop("_first").with_columns(
         (pl.col("GPU Time (ns)") * 100.0 / total).round(1).alias("Share (%)"))
-
-
-def stacked_bars(frame: pl.DataFrame, parts: list[str], width: int = 30, glyphs: str = "█▓▒░") -> pl.Series:
-    """One bar per row, its segments (forward, backward, ...) drawn with different block shades,
-    scaled so the largest row total fills `width` cells."""
-    vals = [frame[p].fill_null(0).cast(pl.Float64).to_list() for p in parts]
-    totals = [sum(v) for v in zip(*vals)] if vals else []
-    top = max(totals) if totals else 0
-    out = []
-    for row in zip(*vals):
-        text, used = "", 0.0
-        for i, v in enumerate(row):
-            used += v / top * width if top else 0
-            n = round(used) - len(text)
-            text += glyphs[i % len(glyphs)] * max(n, 0)
-        out.append(text)
-    return pl.Series("Bar", out, dtype=pl.String)
-
-
-def bars(frame: pl.DataFrame, value: str, width: int = 30) -> pl.Series:
-    """Horizontal bars in block characters (1/8 cell resolution) proportional to `value`."""
-    vals = frame[value].fill_null(0).cast(pl.Float64).to_list()
-    top = max(vals) if vals else 0
-    eighths = "▏▎▍▌▋▊▉"
-    out = []
-    for v in vals:
-        cells = (v / top * width) if top else 0
-        full, rem = int(cells), int((cells - int(cells)) * 8)
-        out.append("█" * full + (eighths[rem - 1] if rem else ""))
-    return pl.Series("Bar", out, dtype=pl.String)

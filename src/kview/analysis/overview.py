@@ -9,6 +9,7 @@ import polars as pl
 
 from kview.analysis.attribution import attribute
 from kview.analysis.layers import phase_times
+from kview.output.format import fmt_ns
 from kview.trace import Trace
 
 SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
@@ -37,16 +38,6 @@ def merged_busy(ops: pl.DataFrame) -> pl.DataFrame:
     return o.group_by(["device", "seg"]).agg(pl.col("start").min(), pl.col("end").max()).sort(["device", "start"])
 
 
-def _fmt_ns(ns: float | int | None) -> str:
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) / scale < 100 else f"{ns / scale:,.1f} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     a = attribute(trace)
     meta = trace.metadata
@@ -63,7 +54,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                    (pl.col("Start (ns)") + pl.col("Duration (ns)")).alias("end"), "Kernel", "Category", "Stream")
     if ops.height:
         span = int(ops["end"].max() - ops["start"].min())
-        facts += [("GPU span", _fmt_ns(span)), ("Devices", str(ops["device"].n_unique())),
+        facts += [("GPU span", fmt_ns(span)), ("Devices", str(ops["device"].n_unique())),
                   ("Streams", str(ops["Stream"].n_unique())), ("GPU ops", f"{ops.height:,}")]
     procs = trace.processes
     if procs.height and ops.height:
@@ -101,7 +92,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             worst = runs.sort("n", descending=True).row(0, named=True)
             findings.append(f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
                             f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
-                            f"{_fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
+                            f"{fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
                             f"{worst['n']} kernels on stream {worst['Stream']}. Fuse ops, use CUDA graphs or "
                             f"torch.compile.")
     cats = a.group_by("Category").agg(pl.col("Duration (ns)").sum().alias("Time (ns)"), pl.len().alias("Ops")).sort(
@@ -117,7 +108,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
         if pageable.height:
             findings.append(f"Pageable memcpy: {pageable.height:,} copies ({pageable['bytes'].sum() / 1e6:,.1f} MB, "
-                            f"{_fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
+                            f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
                             f"pin it (pin_memory=True) to copy asynchronously at full speed.")
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         r = trace.with_strings(trace.columns("runtime", ["start", "end", "name_id"]), "name_id", "api")
@@ -125,12 +116,12 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
         if sync.height:
             worst = sync.sort("d", descending=True).row(0, named=True)
-            findings.append(f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {_fmt_ns(int(sync['d'].sum()))} "
-                            f"in all; the longest is {worst['api']} at {_fmt_ns(worst['d'])}. The CPU waits there "
+            findings.append(f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
+                            f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
                             f"instead of queueing work.")
         sm = r.filter(pl.col("api").is_in(list(SYNC_MEMCPY_APIS)))
         if sm.height:
-            findings.append(f"Synchronous memcpy/memset: {sm.height:,} calls ({_fmt_ns(int(sm['d'].sum()))}) block the "
+            findings.append(f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
                             f"host; prefer the Async variants on a stream.")
     if busy.height and busy["Busy (%)"].min() < 50:
         findings.append(f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "

@@ -20,10 +20,10 @@ SUGGESTED_NAMES = 5000
 
 def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     from kview.analysis.attribution import attribute
-    from kview.analysis.kernel_names import short_names
     from kview.analysis.layers import layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table
     from kview.analysis.overview import build
+    from kview.output.format import short_names
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import open_trace
 

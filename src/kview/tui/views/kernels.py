@@ -13,7 +13,8 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
 
 from kview.analysis import filters
-from kview.analysis.kernel_names import short_names
+from kview.analysis.kernel_groups import STATS, group_stats
+from kview.output.format import bar, short_names
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import AttributedKernels, KernelSummary
 from kview.tui.views.base import View
@@ -25,15 +26,6 @@ GROUPINGS = [("name", "Kernel"), ("short name", "Short name"), ("category", "Cat
              ("op", "Op"), ("direction", "Direction"), ("range", "Range")]
 # grouping keys the loader derived as columns of the attributed table
 DERIVED = {"Short name": "_short", "Range": "_range"}
-
-
-def share_bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
-    cells = (frac * width * 8).round(0).cast(pl.Int64)
-    full = (cells // 8).cast(pl.UInt32)
-    part = cells % 8
-    eighths = pl.Series(["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"])
-    return pl.concat_str([pl.lit("█").repeat_by(full).list.join(""),
-                          part.replace_strict(list(range(8)), eighths.to_list(), default="")])
 
 
 @dataclass(frozen=True)
@@ -130,26 +122,19 @@ class KernelsView(View):
         if self.attributed is None or (label == "Kernel" and not self.filter_text):
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             total = k["Total Time (ns)"].sum() or 1
-            return k.with_columns(share_bar(pl.col("Total Time (ns)") / total).alias("Share"),
+            return k.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"),
                                   pl.col("Name").alias("_full"),
                                   short_names(k["Name"]).alias("Name"))
         rows = self._rows()
         if label == "Kernel":
             rows = rows.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
-        d = pl.col("Duration (ns)")
-        g = rows.with_columns(pl.col(DERIVED.get(label, label)).alias("_key")).group_by("_key").agg(
-            d.sum().alias("Total Time (ns)"), pl.len().alias("Instances"), d.mean().round(1).alias("Avg (ns)"),
-            d.median().alias("Med (ns)"), d.min().alias("Min (ns)"), d.max().alias("Max (ns)"),
-            d.std().fill_null(0).round(1).alias("StdDev (ns)"), pl.col("Category").mode().first().alias("_cat"))
+        key = DERIVED.get(label, label)
+        g = group_stats(rows, key)
         total = g["Total Time (ns)"].sum() or 1
-        g = g.sort(["Total Time (ns)", "_key"], descending=[True, False])
-        g = g.with_columns((pl.col("Total Time (ns)") * 100.0 / total).round(1).alias("Time (%)"),
-                           share_bar(pl.col("Total Time (ns)") / total).alias("Share"), pl.col("_key").alias("_full"))
-        shown = short_names(g["_key"]) if label == "Kernel" else g["_key"]
-        cat = [] if label == "Category" else [pl.col("_cat").alias("Category")]
-        return g.with_columns(shown.alias(label)).select(
-            "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)",
-            label, "Share", *cat, "_full", "_key")
+        shown = short_names(g[key]) if label == "Kernel" else g[key]
+        return g.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"), pl.col(key).alias("_full"),
+                              pl.col(key).alias("_key"), shown.alias(label)).select(
+            *STATS, label, "Share", *([] if label == "Category" else ["Category"]), "_full", "_key")
 
     def refresh_table(self) -> None:
         if self.mode == "summary":

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
-from kview.analysis.layers import stacked_bars
+from kview.output.format import SHADES, stacked_bar
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import LayersReady
 from kview.tui.views.base import View
@@ -44,12 +44,12 @@ class LayersView(View):
             df = df.sort("Total (ns)", descending=True)
         parts = ["Forward (ns)", "Backward (ns)"]
         width = 24 if self.app.size.width < 120 else 40
-        bar = stacked_bars(df, parts, width=width).alias("Forward █ Backward ▓")
+        bar = stacked_bar(parts, width=width).alias("Forward █ Backward ▓")
         subs = [c for c in df.columns if c not in ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "Kernels")]
         extra = []
         if len(subs) >= 2:  # nested ranges: the same total split by sublayer (attention / ffn ...)
-            names = " ".join(f"{g} {c.removesuffix(' (ns)')}" for g, c in zip("█▓▒░", subs))
-            extra = [stacked_bars(df, subs, width=width).alias(names)]
+            names = " ".join(f"{g} {c.removesuffix(' (ns)')}" for g, c in zip(SHADES, subs))
+            extra = [stacked_bar(subs, width=width).alias(names)]
         df = df.select("Layer", bar, *extra, pl.all().exclude("Layer"))
         self.table.set_frame(df)
         self.status.update(Text(f"{df.height} layers · ordered by {'time' if self.by_time else 'index'} (o)",

@@ -9,7 +9,7 @@ from textual import on
 from textual.reactive import var
 from textual.widgets import Static, Tree
 
-from kview.analysis.overview import _fmt_ns
+from kview.output.format import bar, fmt_ns
 from kview.tui.messages import NvtxTree, OpenKernels
 from kview.tui.views.base import View
 
@@ -28,9 +28,10 @@ class NvtxView(View):
         if paths.height == 0:
             self.show(Static("This trace has no NVTX ranges."))
             return
+        total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
+        paths = paths.with_columns(bar(pl.col("GPU (ns)") / total).alias("_bar"))  # share of all ranges' GPU time
         self.children_of = {k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by(
             "parent_id", maintain_order=True)}
-        self.total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
         self.range_tree = Tree(f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
@@ -39,12 +40,11 @@ class NvtxView(View):
         self.show(self.range_tree, self.detail)
         self.focus_if_active(self.range_tree)
 
-    def _label(self, r: dict) -> Text:
-        frac = r["GPU (ns)"] / self.total
-        bar = "█" * int(frac * 10) + ("▌" if (frac * 10) % 1 >= 0.5 else "")
+    @staticmethod
+    def _label(r: dict) -> Text:
         t = Text(f"{r['Name'][:60]}  ", style="bold" if r["Depth"] < 2 else "")
-        t.append(f"{_fmt_ns(r['GPU (ns)'])}  {_fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  {r['Kernels']:,}k  ")
-        t.append(bar, style="cyan")
+        t.append(f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  {r['Kernels']:,}k  ")
+        t.append(r["_bar"], style="cyan")
         return t
 
     def _add_children(self, node, parent_id) -> None:

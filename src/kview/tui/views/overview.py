@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.reactive import var
 from textual.widgets import Static
 
-from kview.analysis.kernel_names import short_names
+from kview.output.format import short_names
 from kview.tui.messages import OverviewReady
 from kview.tui.views.base import View
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS
