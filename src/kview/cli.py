@@ -12,10 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from kview.errors import TraceError
-
-class UsageError(Exception):
-    pass
+from kview.errors import KviewError, TraceError, UsageError, debugging, internal_error_line, shown
 
 
 def _parser_stats(sub) -> None:
@@ -28,7 +25,9 @@ def _parser_stats(sub) -> None:
                    help="comma-separated report names (default: nsys's default set); 'all' for every report")
     p.add_argument("-f", "--format", default="table", choices=FORMATS)
     p.add_argument("-o", "--output", default=None, metavar="PREFIX",
-                   help="write one file per report, PREFIX_<report>.<ext>, instead of stdout")
+                   help="write one file per report, PREFIX_<report>.<ext>, instead of stdout (never over an "
+                        "existing file unless --force, never over the trace)")
+    p.add_argument("--force", action="store_true", help="with -o: overwrite existing output files")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
 
 
@@ -118,16 +117,18 @@ def cmd_stats(args) -> int:
     from kview.trace import open_trace
 
     names = _report_names(args.report)
+    if args.output:
+        from kview.output import files
+
+        ext = render.EXTENSIONS[args.format]
+        targets = {n: Path(f"{args.output}_{n}.{ext}") for n in names}
+        files.check(list(targets.values()), [args.trace], args.force)  # refused before the work
     trace = open_trace(args.trace, use_cache=not args.no_cache)
     reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
     if args.output:
-        ext = render.EXTENSIONS[args.format]
-        outs = {f"{args.output}_{r.name}.{ext}": render.render(r.frame, args.format, r.decimals) for r in reports}
-        parent = Path(args.output).parent
-        if str(parent) and not parent.exists():
-            raise UsageError(f"output folder {parent} does not exist")
-        for path, text in outs.items():
-            Path(path).write_text(text)
+        texts = {targets[r.name]: render.render(r.frame, args.format, r.decimals) for r in reports}
+        files.write(texts, [args.trace], args.force)
+        for path in texts:
             print(f"wrote {path}", file=sys.stderr)
         return 0
     out = sys.stdout
@@ -153,7 +154,7 @@ def cmd_kernels(args) -> int:
     try:
         pred = filters.parse(args.filter)
     except filters.FilterError as e:
-        raise UsageError(f"--filter: {e}")
+        raise UsageError(str(e), what="--filter")
     table = attribute(open_trace(args.trace, use_cache=not args.no_cache))
     if pred is not None:
         table = table.filter(pred)
@@ -167,10 +168,7 @@ def cmd_layers(args) -> int:
     from kview.output.format import stacked_bar
     from kview.trace import open_trace
 
-    try:
-        df = layer_times(open_trace(args.trace, use_cache=not args.no_cache), args.pattern)
-    except ValueError as e:
-        raise UsageError(str(e))
+    df = layer_times(open_trace(args.trace, use_cache=not args.no_cache), args.pattern)
     if df.height == 0:
         print("kview: no repeated layer ranges found (give --pattern REGEX)", file=sys.stderr)
         return 1
@@ -220,16 +218,13 @@ def cmd_compare(args) -> int:
     from kview.trace import open_trace
 
     traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
-    try:
-        if args.ranges:
-            if len(traces) != 1:
-                raise UsageError("--ranges compares phases within one trace; give exactly one trace")
-            windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
-        else:
-            windows = [root_window(t, args.root) for t in traces]
-        df = side_by_side(windows, args.by, args.metric)
-    except ValueError as e:
-        raise UsageError(str(e))
+    if args.ranges:
+        if len(traces) != 1:
+            raise UsageError("--ranges compares phases within one trace; give exactly one trace")
+        windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
+    else:
+        windows = [root_window(t, args.root) for t in traces]
+    df = side_by_side(windows, args.by, args.metric)
     sys.stdout.write(render.render(df, args.format))
     return 0
 
@@ -283,7 +278,7 @@ def run_tui(argv: list[str]) -> int:
         try:
             validate(p)
         except TraceError as e:
-            print(f"kview: {p}: {e.problem}", file=sys.stderr)
+            print(f"kview: {shown(p)}: {e.problem}", file=sys.stderr)
             return 2
     try:
         tui = importlib.import_module("kview.tui.app")
@@ -293,7 +288,29 @@ def run_tui(argv: list[str]) -> int:
     return tui.run(paths, use_cache=use_cache, note=note)
 
 
+def _exit_on_signal(signum, _frame) -> None:
+    """Ctrl-C or SIGTERM during a subcommand: remove half-written temporaries and leave at
+    once, without the interpreter's teardown (no traceback from threads being joined)."""
+    from kview import atomic_write
+
+    atomic_write.remove_pending()
+    os._exit(128 + signum)
+
+
+def _error_line(args, e: KviewError) -> str:
+    # a trace as the user typed it (relative, say), when the error is about that trace
+    given = getattr(args, "trace", None)
+    if isinstance(e, TraceError) and given and Path(given).expanduser().absolute() == Path(e.path).absolute():
+        return f"kview: {shown(given)}: {e.problem}"
+    return e.line()
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself, not a caller in-process (tests)
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv == ["--no-cache"]:
@@ -306,11 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](args)
-    except TraceError as e:
-        print(f"kview: {getattr(args, 'trace', None) or e.path}: {e.problem}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"kview: {e}", file=sys.stderr)
+    except KviewError as e:  # the side that failed: input trace, output file, command line
+        print(_error_line(args, e), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `kview stats ... | head`
         try:
@@ -322,17 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (SystemExit, GeneratorExit):
         raise
-    except BaseException as e:  # a file that passed validation but is damaged inside (pyo3 panics
-        # of the Arrow readers derive from BaseException, hence not `Exception`)
-        if os.environ.get("KVIEW_DEBUG"):
+    except BaseException as e:  # kview's own bug: the readers turn damage inside a trace into
+        # TraceError (pyo3 panics of the Arrow readers included), so what arrives here is not the file's
+        if debugging():
             raise
-        path = getattr(args, "trace", None) or " ".join(getattr(args, "traces", []) or []) or None
-        if path is None:  # not about a trace: a bug or an environment problem, say so plainly
-            print(f"kview {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 1
-        msg = str(e).splitlines()[0] if str(e) else ""
-        print(f"kview: {path}: cannot be read ({type(e).__name__}{': ' + msg if msg else ''})", file=sys.stderr)
-        return 2
+        print(internal_error_line(args.command, e), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -188,7 +188,15 @@ class JsonTrace(Trace):
         if not frames:
             from kview.io.kineto_reader import read
 
-            kf = read(self.path)
+            try:
+                kf = read(self.path)
+            except TraceError:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
+                    pl.exceptions.PolarsError) as e:  # an event of the wrong shape: the file's damage
+                msg = str(e).splitlines()[0][:80] if str(e) else ""
+                raise TraceError(self.path, f"has an event kview cannot read ({type(e).__name__}"
+                                            f"{': ' + msg if msg else ''})") from None
             frames = {k: getattr(kf, k) for k in self.KEYS}
             frames["_meta"] = pl.DataFrame({"name": list(kf.metadata), "value": list(kf.metadata.values())},
                                            schema={"name": pl.String, "value": pl.String})
@@ -223,7 +231,8 @@ class JsonTrace(Trace):
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:
         ev = self._json["nvtx_events"]
-        return None if ev.height == 0 else int(max(ev["start"].max(), ev["end"].max()))
+        found = [v for v in (ev["start"].max(), ev["end"].max()) if v is not None]
+        return int(max(found)) if found else None
 
     @cached_property
     def memcpy_kind_labels(self) -> dict[int, str]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kview.errors import UsageError
+
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline
@@ -45,7 +47,7 @@ def root_window(trace: Trace, root: str | None, label: str | None = None) -> Win
         return Window(trace, label)
     r = user_ranges(trace).filter(pl.col("label") == root).sort("start")
     if r.height == 0:
-        raise ValueError(f"{trace.name}: no range named {root!r}")
+        raise UsageError(f"{trace.name}: no range named {root!r}")
     last = r.row(-1, named=True)
     return Window(trace, label, last["start"], last["end"])
 
@@ -59,7 +61,7 @@ def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> li
     for n in names:
         inst = r.filter(pl.col("label") == n).sort("start")
         if inst.height == 0:
-            raise ValueError(f"{trace.name}: no range named {n!r}")
+            raise UsageError(f"{trace.name}: no range named {n!r}")
         row = inst.row(-1, named=True)
         out.append(Window(trace, n, row["start"], row["end"]))
     return out
@@ -82,7 +84,7 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
             vals = r.with_columns(pl.Series("v", g, dtype=pl.Int64)).group_by("label").agg(pl.col("v").sum())
         return vals.rename({"label": "item"})
     if metric == "cpu":
-        raise ValueError("--metric cpu applies to ranges only (use --by range)")
+        raise UsageError("--metric cpu applies to ranges only (use --by range)")
     a = attribute(w.trace)
     launched = launch_timeline(w.trace).select("Idx", "t")
     a = a.join(launched, on="Idx", how="left")

@@ -13,6 +13,8 @@ import re
 
 import polars as pl
 
+from kview.errors import UsageError
+
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute, launched_ops
 from kview.trace import Trace
@@ -44,7 +46,7 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     try:
         re.compile(pattern)
     except re.error as e:
-        raise ValueError(f"bad layer pattern {pattern!r}: {e}") from None
+        raise UsageError(f"bad layer pattern {pattern!r}: {e}") from None
     a = attribute(trace).filter(pl.col("Direction").is_in(["fprop", "bprop"]))
     parts = a.select("Direction", "Duration (ns)", pl.col("Layer").str.split(":").alias("c"))
     # position of the first component that is a layer; the next one is the sublayer

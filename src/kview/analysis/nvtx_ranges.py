@@ -122,7 +122,7 @@ def _projection(trace: Trace) -> pl.DataFrame:
     all_ranges = labelled(trace)
     hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     r = all_ranges.filter(pl.col("end_global_tid").is_null())
-    return r.with_columns(pl.col("end").fill_null(hi)).drop("end_global_tid")
+    return r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64))).drop("end_global_tid")
 
 
 def projection_tree(trace: Trace) -> pl.DataFrame:

@@ -127,10 +127,19 @@ def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
     for n in names:
         r, dtype = by_name[n]
         if df is not None and r in df.columns:
-            out[n] = df[r].cast(dtype)
+            out[n] = _cast(src, table, df[r], dtype)
         else:
             out[n] = pl.Series(n, [None] * height, dtype=dtype)
     return pl.DataFrame(out, schema=schema)
+
+
+def _cast(src: SqliteSource, table: str, col: pl.Series, dtype) -> pl.Series:
+    """A column in kview's type; text where the schema has numbers is the file's damage."""
+    try:
+        return col.cast(dtype)
+    except (pl.exceptions.PolarsError, ValueError, TypeError) as e:
+        raise TraceError(src.path, f"has values of the wrong type in {table}.{col.name} "
+                                   f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
 
 
 def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
@@ -158,7 +167,11 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
             t = pl.Categorical if name == "text" else t
             exprs.append((pl.col(raw).cast(pl.String).cast(t) if name == "text" and raw in df.columns else
                           pl.col(raw).cast(t) if raw in df.columns else pl.lit(None, dtype=t)).alias(name))
-        parts.append(df.select(exprs))
+        try:
+            parts.append(df.select(exprs))
+        except (pl.exceptions.PolarsError, ValueError, TypeError) as e:
+            raise TraceError(src.path, f"has values of the wrong type in {NVTX} "
+                                       f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
         del df
     if not parts:
         return pl.DataFrame(schema=schema)
@@ -169,7 +182,9 @@ def nvtx_max_timestamp(src) -> int | None:
     """max(max(start), max(end)) over all NVTX_EVENTS: what nsys substitutes for a NULL end."""
     if not src.has(NVTX):
         return None
-    return src.scalar(f"SELECT max(max(start), max(end)) FROM {NVTX}")
+    # not SQLite's max(a, b): that is NULL when every end is (all ranges left open)
+    found = [v for v in src.rows(f"SELECT max(start), max(end) FROM {NVTX}")[0] if v is not None]
+    return max(found) if found else None
 
 
 def memcpy_kind_labels(src) -> dict[int, str]:

@@ -177,7 +177,9 @@ class SqliteSource:
 
         try:
             return cx.read_sql(self._url, sql, return_type="polars", **kw)
-        except Exception as e:  # connectorx raises RuntimeError/pyo3 panics on bad files
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as e:  # RuntimeError, or a pyo3 PanicException (a BaseException) on damage
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TraceError(self.path, f"cannot be read ({msg})") from None
 

@@ -19,7 +19,7 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
         return empty(name, title, NO_NVTX)
     hi = trace.nvtx_max_timestamp
     r = nv.labelled(trace).filter(pl.col("style").is_in(list(styles)))
-    r = r.select("name_code", "style", (pl.col("end").fill_null(hi) - pl.col("start")).alias("dur"))
+    r = r.select("name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur"))
     g = r.group_by(["name_code", "style"] if with_style else ["name_code"]).agg(stats_aggs("dur"))
     g = nv.with_names(trace, g)
     keys = ["name", "style"] if with_style else ["name"]
