@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import cast
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -22,6 +23,7 @@ from kview.tui.loading import compare, load
 from kview.tui.messages import CompareReady, LoadFailed, OpenKernels, Stage, TraceLoaded, ViewMessage
 from kview.tui.views import VIEWS
 from kview.tui.views.base import View
+from kview.tui.views.kernels import KernelsView
 from kview.tui.widgets.export_screen import ExportScreen
 from kview.tui.widgets.help_screen import HelpScreen
 
@@ -43,9 +45,13 @@ class KviewApp(App):
         self.t0 = time.perf_counter()
 
     @property
+    def kernels(self) -> KernelsView:
+        return cast(KernelsView, self.views["kernels"])
+
+    @property
     def ready_at(self) -> float | None:
         """perf_counter() when the first kernel table was built (None before)."""
-        return self.views["kernels"].shown_at if "kernels" in self.views else None
+        return self.kernels.shown_at if "kernels" in self.views else None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -134,11 +140,11 @@ class KviewApp(App):
 
     def open_kernels_filtered(self, text: str) -> None:
         self.action_show_view("kernels")
-        self.views["kernels"].show_filtered(text)
+        self.kernels.show_filtered(text)
 
     def group_kernels(self, index: int) -> None:
         self.action_show_view("kernels")
-        self.views["kernels"].group_by(index)
+        self.kernels.group_by(index)
 
     def action_copy(self, kind: str) -> None:
         frame, name = self.active_view().table_for_copy()
@@ -174,7 +180,7 @@ class KviewApp(App):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.query_one(TabbedContent).active))
 
-    def action_back(self) -> None:
+    def action_step_back(self) -> None:
         self.active_view().back()
 
     def check_action(self, action: str, parameters) -> bool | None:

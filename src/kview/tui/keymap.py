@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ GLOBAL_KEYS = [
     Key("y", "copy('md')", "Copy table as Markdown", show=True), Key("Y", "copy('tsv')", "Copy table as TSV"),
     Key("e", "export", "Export table to a file"),
     Key("question_mark", "help", "Help: every key of this view", show=True),
-    Key("ctrl+p", "", "Command palette"), Key("escape", "back", "Step back"),
+    Key("ctrl+p", "", "Command palette"), Key("escape", "step_back", "Step back"),
     Key("q", "quit", "Quit", show=True),
 ]
 
@@ -62,7 +62,7 @@ TABLE_VIEWS = ("kernels", "layers", "compare")
 KEY_LABELS = {"question_mark": "?", "slash": "/", "escape": "esc"}
 
 
-def bindings(keys: list[Key]) -> list[Binding]:
+def bindings(keys: list[Key]) -> list[BindingType]:
     """Textual bindings of the keys that run an action."""
     return [Binding(k.keys, k.action, k.help, show=k.show) for k in keys if k.action]
 

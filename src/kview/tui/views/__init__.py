@@ -2,6 +2,7 @@
 knows the table it shows (for copy and export)."""
 from __future__ import annotations
 
+from kview.tui.views.base import View
 from kview.tui.views.compare import CompareView
 from kview.tui.views.kernels import KernelsView
 from kview.tui.views.layers import LayersView
@@ -9,4 +10,4 @@ from kview.tui.views.nvtx import NvtxView
 from kview.tui.views.overview import OverviewView
 
 # tab order: the n-th view is shown by key n (keymap.GLOBAL_KEYS)
-VIEWS = (OverviewView, KernelsView, NvtxView, LayersView, CompareView)
+VIEWS: tuple[type[View], ...] = (OverviewView, KernelsView, NvtxView, LayersView, CompareView)

@@ -26,7 +26,7 @@ class View(Vertical):
 
     def show_stage(self, text: str) -> None:
         """Say what the loader is doing (only while the view still waits for its data)."""
-        for s in self.query(".stage"):
+        for s in self.query(".stage").results(Static):
             s.update(f"loading: {text}…")
 
     def show(self, *widgets: Widget) -> None:

@@ -120,6 +120,7 @@ class KernelsView(View):
     def summary(self) -> pl.DataFrame:
         label = GROUPINGS[self.grouping][1]
         if self.attributed is None or (label == "Kernel" and not self.filter_text):
+            assert self.kern_sum is not None  # the table exists once the summary arrived
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             total = k["Total Time (ns)"].sum() or 1
             return k.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"),
@@ -173,6 +174,8 @@ class KernelsView(View):
     def _selected(self, event: FrameTable.RowSelected) -> None:
         if self.mode == "summary":
             row = self.table.row(event.row)
+            if row is None:
+                return
             label = GROUPINGS[self.grouping][1]
             self.state = replace(self.state, mode="rows", pick=(label, row["_key"] if "_key" in row else row["_full"]))
 

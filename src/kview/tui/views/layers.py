@@ -31,15 +31,14 @@ class LayersView(View):
         self.status = Static("", id="layers-status")
         self.table = FrameTable(id="layers-table")
         self.show(self.status, self.table)
-        self.render_layers()
+        self.render_layers(m.layers)
         self.focus_if_active(self.table)
 
     def watch_by_time(self) -> None:
         if self.data is not None and self.data.layers.height:
-            self.render_layers()
+            self.render_layers(self.data.layers)
 
-    def render_layers(self) -> None:
-        df = self.data.layers
+    def render_layers(self, df: pl.DataFrame) -> None:
         if self.by_time:
             df = df.sort("Total (ns)", descending=True)
         parts = ["Forward (ns)", "Backward (ns)"]

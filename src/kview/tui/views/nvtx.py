@@ -8,6 +8,7 @@ from rich.text import Text
 from textual import on
 from textual.reactive import var
 from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode
 
 from kview.output.format import bar, fmt_ns
 from kview.tui.messages import NvtxTree, OpenKernels
@@ -32,10 +33,10 @@ class NvtxView(View):
         paths = paths.with_columns(bar(pl.col("GPU (ns)") / total).alias("_bar"))  # share of all ranges' GPU time
         self.children_of = {k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by(
             "parent_id", maintain_order=True)}
-        self.range_tree = Tree(f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
+        self.range_tree: Tree[dict] = Tree(f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
-        self._add_children(self.range_tree.root, None)
+        self._add_ranges(self.range_tree.root, None)
         self.detail = Static("", id="nvtx-detail")
         self.show(self.range_tree, self.detail)
         self.focus_if_active(self.range_tree)
@@ -47,7 +48,9 @@ class NvtxView(View):
         t.append(r["_bar"], style="cyan")
         return t
 
-    def _add_children(self, node, parent_id) -> None:
+    def _add_ranges(self, node: TreeNode[dict], parent_id: int | None) -> None:
+        """Add the ranges under `parent_id` below `node` (on first expansion: a deep tree is
+        never built whole)."""
         key = (parent_id,)
         kids = self.children_of.get(key)
         if kids is None:
@@ -60,7 +63,7 @@ class NvtxView(View):
     def _expanded(self, event) -> None:
         node = event.node
         if node.data is not None and not node.children:
-            self._add_children(node, node.data["path_id"])
+            self._add_ranges(node, node.data["path_id"])
 
     @on(Tree.NodeHighlighted)
     def _highlighted(self, event) -> None:

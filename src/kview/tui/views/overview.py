@@ -51,7 +51,7 @@ class OverviewView(View):
             t.add_column(c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=60,
                          no_wrap=True)
         for row in df.iter_rows(named=True):
-            style = CATEGORY_COLOURS.get(row.get(colour)) if colour else None
+            style = CATEGORY_COLOURS.get(str(row.get(colour))) if colour else None
             t.add_row(*[("" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row.values()],
                       style=style)
         return t

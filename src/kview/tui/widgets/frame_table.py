@@ -47,12 +47,12 @@ class FrameTable(ScrollView, can_focus=True):
     cursor_col: reactive[int] = reactive(0)
 
     class RowHighlighted(Message):
-        def __init__(self, table: "FrameTable", row: int):
+        def __init__(self, table: FrameTable, row: int):
             super().__init__()
             self.table, self.row = table, row
 
     class RowSelected(Message):
-        def __init__(self, table: "FrameTable", row: int):
+        def __init__(self, table: FrameTable, row: int):
             super().__init__()
             self.table, self.row = table, row
 
@@ -64,7 +64,7 @@ class FrameTable(ScrollView, can_focus=True):
         self.narrow_below = narrow_below
         self.natural: list[int] = []
         self.frame = pl.DataFrame()
-        self.order = None                  # row permutation after a sort (no column is gathered)
+        self.order: pl.Series | None = None  # row permutation after a sort (no column is gathered)
         self.widths: list[int] = []
         self.sort_state: tuple[str, bool] | None = None
         if frame is not None:
@@ -170,7 +170,7 @@ class FrameTable(ScrollView, can_focus=True):
                 style = base + Style(color="red" if v > 0 else "green")
             elif c in ("Share", "Bar"):
                 cat = row.get("Category")
-                style = base + Style(color=CATEGORY_COLOURS.get(cat, "cyan"))
+                style = base + Style(color=CATEGORY_COLOURS.get(str(cat), "cyan"))
             if cursor and j == self.cursor_col:
                 style = style + Style(bold=True, underline=True)
             segs.append(Segment(text + "  ", style))
