@@ -89,6 +89,12 @@ class Trace:
                     col = cache.load(self.path, f"{key}.{n}")
                     if col is not None:
                         got[n] = col.to_series()
+            height = have.height if have is not None and have.width else None
+            if len({len(c) for c in got.values()} | ({height} if height is not None else set())) > 1:
+                from kview.errors import warn_once
+
+                warn_once("cached columns of different lengths were ignored; the frames are rebuilt from the trace")
+                got = {}
             todo = [n for n in missing if n not in got]
             if todo:
                 fresh = nr.read_columns(self.src, key, todo)

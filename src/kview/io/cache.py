@@ -1,85 +1,193 @@
 """Parquet cache of normalized frames, under the user cache dir, never beside the trace.
 
-Entries are keyed by the trace's absolute path, size and mtime, so an edited or replaced
-trace gets a new key. A missing, unreadable or half-written entry is rebuilt from the trace;
-a cache dir that cannot be written is silently not used.
+The cache is an optimization only. Any problem with it (a full disk, a cache folder that cannot
+be made or entered, a damaged, foreign or stale entry) means the frames are built from the trace
+in memory, with one warning per kind of problem, never a failure.
+
+An entry is keyed by the trace's resolved path and a cheap content fingerprint: size, mtime,
+ctime and inode, plus for SQLite the header's change counter and a hash of the first, last and
+a few evenly spaced pages, for JSON a hash of its first and last 64 KiB (a .gz's last bytes are
+the content's CRC and length). An edit that keeps size and mtime changes the fingerprint, so it
+gets a new entry. Every file of an entry carries that fingerprint in its Parquet metadata and is
+checked against it when read, so a file copied in from another trace's entry is never served.
+Files are written to a temporary and renamed into place; temporaries of killed runs are removed.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import polars as pl
 
-from kview import __version__
+from kview import __version__, atomic_write
+from kview.errors import warn_once
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SAMPLES = 8  # pages hashed between the first and the last
+JSON_EDGE = 1 << 16
+META_FINGERPRINT, META_KEY = "kview.fingerprint", "kview.key"
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME")
-    if base:
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(base):
         return Path(base) / "kview"
+    if base and sys.platform not in ("darwin", "win32"):  # relative: the XDG spec says to ignore it
+        return Path.home() / ".cache" / "kview"
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("kview", appauthor=False))
 
 
-def _entry_dir(trace_path: Path) -> Path | None:
+def content_fingerprint(path: Path, size: int) -> str:
+    """A hash of the bytes that change with any edit of the trace, read in a few small reads."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        head = f.read(100)
+        h.update(head)
+        if head.startswith(SQLITE_MAGIC) and len(head) == 100:
+            page = int.from_bytes(head[16:18], "big")
+            page = 65536 if page == 1 else max(page, 512)
+            offsets = [0, *(size * i // (SAMPLES + 1) // page * page for i in range(1, SAMPLES + 1)),
+                       max(size - page, 0)]
+            reads = [(o, page) for o in offsets]  # the header's change counter is in page 1
+        else:
+            reads = [(0, JSON_EDGE), (max(size - JSON_EDGE, 0), JSON_EDGE)]
+        for offset, n in reads:
+            f.seek(offset)
+            h.update(f.read(n))
+    return h.hexdigest()
+
+
+_fingerprints: dict[tuple, str] = {}
+
+
+def fingerprint(trace_path: Path) -> tuple[str, str] | None:
+    """(resolved path, fingerprint) of the trace as it is now; None if it cannot be read."""
     try:
-        st = trace_path.stat()
+        resolved = str(trace_path.resolve())
+        st = os.stat(resolved)
+        ident = (resolved, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        if ident not in _fingerprints:  # once per state of the file, not once per column
+            content = content_fingerprint(Path(resolved), st.st_size)
+            text = "|".join(map(str, (*ident, content, __version__, FORMAT_VERSION)))
+            _fingerprints[ident] = hashlib.sha256(text.encode()).hexdigest()
+        return resolved, _fingerprints[ident]
     except OSError:
         return None
-    ident = f"{trace_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{__version__}|{FORMAT_VERSION}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:24]
-    return cache_root() / "frames" / digest
+
+
+_broken: set[Path] = set()  # cache folders that cannot be used: not tried again in this process
+
+
+def _unusable(e: BaseException) -> None:
+    _broken.add(cache_root())
+    why = getattr(e, "strerror", None) or str(e).splitlines()[0][:120] or type(e).__name__
+    warn_once(f"the cache under {cache_root()} cannot be used ({why}); kview builds what it needs from the trace "
+              f"in memory on every run")
+
+
+def _entry(trace_path: Path) -> tuple[Path, str, str] | None:
+    if cache_root() in _broken:
+        return None
+    fp = fingerprint(trace_path)
+    if fp is None:
+        return None
+    resolved, digest = fp
+    return cache_root() / "frames" / digest[:32], digest, resolved
 
 
 def load(trace_path: Path, key: str) -> pl.DataFrame | None:
-    d = _entry_dir(trace_path)
-    if d is None:
+    """The cached frame `key` of this trace, or None (absent, unusable, or not this trace's)."""
+    found = _entry(trace_path)
+    if found is None:
         return None
+    d, digest, _ = found
     f = d / f"{key}.parquet"
-    if not f.exists():
+    try:
+        if not f.is_file():
+            return None
+    except OSError as e:
+        _unusable(e)
         return None
     try:
+        meta = pl.read_parquet_metadata(f)
+        if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
+            warn_once("a cache entry that belongs to another trace or frame was ignored; the frames are "
+                      "rebuilt from the trace")
+            _drop(f)
+            return None
         return pl.read_parquet(f)
-    except Exception:  # corrupt or truncated entry: drop it and rebuild from the trace
-        try:
-            f.unlink()
-        except OSError:
-            pass
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # damaged or truncated (polars errors, OSError, pyo3 panics)
+        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
+        _drop(f)
         return None
 
 
-def _new_entry(d: Path, trace_path: Path) -> None:
-    """Create entry `d` and drop older entries of the same trace (an edited or re-exported
+def _drop(f: Path) -> None:
+    try:
+        f.unlink()
+    except OSError:
+        pass
+
+
+def _new_entry(d: Path, resolved: str) -> None:
+    """Create entry `d`, dropping older entries of the same trace (an edited or re-exported
     trace gets a new key; its old frames would otherwise stay forever)."""
-    source = str(trace_path.resolve())
-    for other in d.parent.iterdir() if d.parent.exists() else []:
+    frames = d.parent
+    frames.mkdir(parents=True, exist_ok=True)
+    for other in frames.iterdir():
         try:
-            if other != d and (other / "source").read_text() == source:
+            if other != d and (other / "source").read_text() == resolved:
                 shutil.rmtree(other, ignore_errors=True)
         except OSError:
             continue
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "source").write_text(source)
+    d.mkdir(exist_ok=True)
+    with atomic_write.replacing(d / "source") as tmp:
+        atomic_write.write_bytes(tmp, resolved.encode())
+
+
+_swept: set[Path] = set()
+
+
+def _sweep_temporaries(d: Path) -> None:
+    """Remove temporaries left by runs that were killed mid-write (their pid is gone)."""
+    if d in _swept:
+        return
+    _swept.add(d)
+    for p in d.glob(".*.kview-*.tmp"):
+        try:
+            pid = int(p.name.rsplit(".kview-", 1)[1][:-4])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _drop(p)
+        except (ValueError, OSError):
+            continue
 
 
 def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
-    d = _entry_dir(trace_path)
-    if d is None:
+    """Cache `frame` as `key` of this trace; any failure only turns the cache off (one warning)."""
+    found = _entry(trace_path)
+    if found is None:
         return
+    d, digest, resolved = found
     try:
-        if not d.exists():
-            _new_entry(d, trace_path)
-        tmp = d / f".{key}.{os.getpid()}.tmp"
-        frame.write_parquet(tmp, compression="lz4", statistics=False)
-        os.replace(tmp, d / f"{key}.parquet")
-    except OSError:
-        return
+        if not d.is_dir():
+            _new_entry(d, resolved)
+        _sweep_temporaries(d)
+        with atomic_write.replacing(d / f"{key}.parquet") as tmp:
+            frame.write_parquet(tmp, compression="lz4", statistics=False,
+                                metadata={META_FINGERPRINT: digest, META_KEY: key})
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # OSError, polars' ComputeError on a full disk, a folder in the way
+        _unusable(e)
 
 
 def clear() -> None:
