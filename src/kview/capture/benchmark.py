@@ -1,6 +1,10 @@
-"""`kview bench`: the seed's benchmark table — mean and standard deviation of forward,
-forward+backward and full training steps, with warm-up, dtype and context sweeps, peak GPU
-memory per mode, and an optional allocator-history snapshot."""
+"""`kview bench`: time the steps of a built-in workload, as the seed's benchmark table does.
+
+For each context length, dtype, pass and warm-up count asked for: run the warm-up steps, then
+time --steps steps (synchronizing the GPU after each), and report the mean and sample standard
+deviation of one step and the peak GPU memory. Passes: forward, forward+backward (`backward`),
+and a full training step with AdamW (`train`).
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +13,9 @@ import statistics
 import sys
 import timeit
 
-from kview.capture.workload import BUILDERS, DTYPES, MODES, step
+from kview.capture.options import DTYPE_NAMES, LM_SIZES, MODELS, MODES
+
+FORMATS = ("table", "csv", "tsv", "md", "json")
 
 
 def _ints(s: str) -> list[int]:
@@ -17,24 +23,36 @@ def _ints(s: str) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kview bench", description=__doc__.splitlines()[0])
-    p.add_argument("model", choices=sorted(BUILDERS))
-    p.add_argument("--size", default="small")
-    p.add_argument("--ctx", default=None, help="context length, or a comma list to sweep")
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--modes", default="forward,backward,train")
-    p.add_argument("--dtype", default="fp32", help="fp32, bf16 (autocast) or a comma list")
-    p.add_argument("--warmup", default="5", help="warm-up steps, or a comma list to sweep (e.g. 0,1,2,5)")
-    p.add_argument("--steps", type=int, default=10)
+    p = argparse.ArgumentParser(
+        prog="kview bench",
+        description="Time forward, forward+backward and training steps of a built-in workload: mean and "
+                    "standard deviation of one step over --steps timed steps after --warmup warm-up steps, "
+                    "and peak GPU memory, with sweeps over context length, dtype and warm-up. Runs on the GPU "
+                    "when CUDA is available, else on the CPU (and says so).",
+        epilog="example: kview bench lm --size small --ctx 256,512 --dtype fp32,bf16 --warmup 0,1,5")
+    p.add_argument("model", choices=MODELS, metavar="MODEL", help=f"the workload: {', '.join(MODELS)}")
+    p.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
+    p.add_argument("--ctx", default=None, help="context length, or a comma list to sweep (default: LM 512, BERT 128)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)")
+    p.add_argument("--layers", type=int, default=None, help="number of layers (default: LM by size, BERT 2)")
+    p.add_argument("--modes", default="forward,backward,train",
+                   help="passes to time, a comma list of forward, backward (forward+backward), train "
+                        "(adds AdamW) (default: forward,backward,train)")
+    p.add_argument("--dtype", default="fp32",
+                   help=f"{', '.join(DTYPE_NAMES)} (bf16/fp16 under autocast), or a comma list (default: fp32)")
+    p.add_argument("--warmup", default="5", help="warm-up steps, or a comma list to sweep, e.g. 0,1,2,5 (default: 5)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per row (default: 10)")
     p.add_argument("--memory-snapshot", default=None, metavar="PICKLE",
-                   help="record the allocator history of the last mode and summarize its largest allocations")
-    p.add_argument("-f", "--format", default="table", choices=("table", "csv", "tsv", "md", "json"))
+                   help="record the allocator history of the last pass into PICKLE and list its largest "
+                        "allocations (GPU only; default: off)")
+    p.add_argument("-f", "--format", default="table", choices=FORMATS, help="output format (default: table)")
     return p
 
 
 def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     import torch
+
+    from kview.capture.workload import BUILDERS, DTYPES, step
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -70,9 +88,16 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     del model, opt
     if device == "cuda":
         torch.cuda.empty_cache()
-    return {"Model": model_name if model_name != "lm" else f"lm-{a.size}", "Ctx": ns.ctx, "Dtype": dtype,
+    return {"Model": model_name if model_name != "lm" else f"lm-{a.size}", "Device": _device_name(device),
+            "Ctx": ns.ctx, "Dtype": dtype,
             "Pass": mode, "Warmup": warmup, "Mean (s)": statistics.fmean(times),
             "Std (s)": statistics.stdev(times) if len(times) > 1 else 0.0, "Peak Mem (GiB)": peak}
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
 def largest_allocations(snapshot: str, n: int = 10):
@@ -102,10 +127,20 @@ def largest_allocations(snapshot: str, n: int = 10):
 def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
-    bad = [m for m in modes if m not in MODES] + [d for d in a.dtype.split(",") if d not in DTYPES]
+    bad = [m for m in modes if m not in MODES] + [d for d in a.dtype.split(",") if d not in DTYPE_NAMES]
     if bad:
         print(f"kview bench: unknown mode or dtype {', '.join(bad)}", file=sys.stderr)
         return 2
+    try:
+        import torch
+    except ImportError as e:
+        print(f"kview bench: needs torch (pip install 'kview[capture]'): {e}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("kview bench: no CUDA device: timing on the CPU (peak GPU memory is not measured)", file=sys.stderr)
+        if a.memory_snapshot:
+            print("kview bench: --memory-snapshot records GPU allocations only; none on the CPU", file=sys.stderr)
+            a.memory_snapshot = None
     ctxs = _ints(a.ctx) if a.ctx else [None]
     rows = []
     for ctx in ctxs:

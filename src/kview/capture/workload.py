@@ -14,10 +14,10 @@ import sys
 
 import torch
 
+from kview.capture.options import MODES
 from kview.models import bert, dlrm, ncf, transformer_lm
 from kview.models.annotate import annotate
 
-MODES = ("forward", "backward", "train")
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
