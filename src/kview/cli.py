@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_analyses(sub)
     _parser_compare(sub)
     # Handed over whole to packages outside the core, imported by name only when used.
-    for name, help_ in (("capture", "run a workload under nsys or torch.profiler and write a trace (needs torch)"),
-                        ("bench", "time forward/backward/train steps of a workload (needs torch)")):
+    for name, help_ in (("capture", "profile your program (-- COMMAND) or a built-in workload under nsys or "
+                                    "torch.profiler into a trace (needs torch)"),
+                        ("bench", "time forward/backward/train steps of a built-in workload (needs torch)")):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
     return parser

@@ -1,5 +1,11 @@
-"""`kview capture`: run a workload under Nsight Systems (when installed) or torch.profiler and
-write a trace in the nsys SQLite schema."""
+"""`kview capture`: profile your own program, or one of the built-in workloads, and write a
+trace in the nsys SQLite schema.
+
+    kview capture [options] -o TRACE.sqlite -- COMMAND [ARGS...]
+    kview capture MODEL [options] -o TRACE.sqlite
+
+Nsight Systems is used when `nsys` is on PATH, torch.profiler otherwise (--backend chooses).
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,25 +16,74 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kview.capture.options import DTYPE_NAMES, LM_SIZES, MODELS, MODES
 from kview.errors import TraceError
 
-from kview.capture.workload import DTYPES, MODES
+USAGE = """kview capture [options] -o TRACE.sqlite -- COMMAND [ARGS...]
+       kview capture MODEL [options] -o TRACE.sqlite"""
+EPILOG = """examples:
+  kview capture -o run.sqlite -- python train.py --lr 3e-4
+  kview capture --annotate --skip 5 --steps 2 -o run.sqlite -- python -m mypkg.train
+  kview capture --backend torch -o run.sqlite -- torchrun --nproc-per-node 2 train.py   (run.rank0.sqlite, run.rank1.sqlite)
+  kview capture lm --size small --ctx 256 --mode train -o lm.sqlite
+
+COMMAND is `python SCRIPT`, `python -m MODULE`, a .py script, or `torchrun ...`; it runs unchanged
+(same sys.argv) with kview's hooks: a step ends at each optimizer step unless the program calls
+kview.capture.step() or torch.profiler's prof.step(), and each profiled step is an NVTX range step_N.
+Under torchrun each rank writes TRACE.rank{R}.sqlite; open them together with `kview TRACE.rank*.sqlite`."""
+
+
+def _nonneg(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return v
+
+
+def _pos(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return v
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kview capture", description="Capture a workload into an nsys-schema trace.")
-    p.add_argument("model", choices=["lm", "bert", "dlrm", "ncf"])
-    p.add_argument("--size", default="small", help="LM size: tiny, small, medium, large, xl, 2.7B")
-    p.add_argument("--ctx", type=int, default=None, help="context / sequence length")
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--mode", default="train", choices=MODES, help="backward = forward+backward; train adds AdamW")
-    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=1)
-    p.add_argument("--backend", default="auto", choices=["auto", "nsys", "torch"])
-    p.add_argument("--shapes", action="store_true", help="record tensor shapes of every op")
-    p.add_argument("-o", "--output", required=True, help="trace to write (.sqlite)")
+    p = argparse.ArgumentParser(prog="kview capture", usage=USAGE, epilog=EPILOG,
+                                description="Profile a program or a built-in workload into an nsys-schema SQLite trace.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", choices=MODELS, metavar="MODEL",
+                   help=f"a built-in workload ({', '.join(MODELS)}) instead of a COMMAND")
+    p.add_argument("-o", "--output", required=True, help="trace to write (.sqlite); per rank TRACE.rank{R}.sqlite")
+    p.add_argument("--backend", default="auto", choices=["auto", "nsys", "torch"],
+                   help="auto: nsys when on PATH, else torch.profiler (default: auto)")
+    p.add_argument("--shapes", action="store_true",
+                   help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx)")
+    p.add_argument("--steps", type=_pos, default=None,
+                   help="steps to profile (default: COMMAND: all, to the end of the run; MODEL: 1)")
+    g = p.add_argument_group("COMMAND form")
+    g.add_argument("--skip", type=_nonneg, default=None, help="steps to run before profiling starts (default: 0)")
+    g.add_argument("--annotate", action="store_true",
+                   help="a range per module call named by its path (layers.3.mlp), through global module hooks")
+    g.add_argument("--annotate-depth", type=_nonneg, default=None, metavar="D",
+                   help="with --annotate: only modules at most D levels below the model (default: all)")
+    g.add_argument("--annotate-include", default=None, metavar="REGEX",
+                   help="with --annotate: only modules whose path or class name matches (default: all)")
+    g.add_argument("--annotate-exclude", default=None, metavar="REGEX",
+                   help="with --annotate: skip modules whose path or class name matches (default: none)")
+    g.add_argument("--one-file", action="store_true",
+                   help="torchrun under nsys: one report holding every rank instead of one per rank")
+    g.add_argument("--keep-json", action="store_true",
+                   help="torch backend: also keep the torch.profiler trace as TRACE[.rank{R}].json.gz")
+    g = p.add_argument_group("MODEL form")
+    g.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
+    g.add_argument("--ctx", type=_pos, default=None, help="context / sequence length (default: LM 512, BERT 128)")
+    g.add_argument("--batch", type=_pos, default=None,
+                   help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)")
+    g.add_argument("--layers", type=_pos, default=None, help="number of layers (default: LM by size, BERT 2)")
+    g.add_argument("--mode", default="train", choices=MODES,
+                   help="backward = forward+backward; train adds AdamW (default: train)")
+    g.add_argument("--dtype", default="fp32", choices=DTYPE_NAMES, help="bf16/fp16 run under autocast (default: fp32)")
+    g.add_argument("--warmup", type=_nonneg, default=2, help="warm-up steps before the profiled ones (default: 2)")
     return p
 
 
@@ -41,7 +96,7 @@ def workload_args(a) -> list[str]:
     return out
 
 
-def capture_nsys(a, out: Path) -> None:
+def capture_nsys(a, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         rep = Path(tmp) / "trace"
         cmd = ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
@@ -49,23 +104,29 @@ def capture_nsys(a, out: Path) -> None:
                "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--force-overwrite", "true",
                "-o", str(rep), sys.executable, "-m", "kview.capture.workload", *workload_args(a)]
         print(f"kview capture: profiling under nsys ({' '.join(workload_args(a))})", file=sys.stderr)
-        run(cmd, capture=True)
+        r = run(cmd, capture=True)
         print("kview capture: exporting to SQLite", file=sys.stderr)
         run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
             capture=True)
+        return _workload_info(r.stderr)
 
 
-def capture_torch(a, out: Path) -> None:
+def _workload_info(stderr: str) -> dict:
+    for line in stderr.splitlines():
+        if line.startswith("KVIEW_CAPTURE "):
+            return json.loads(line.split(" ", 1)[1])
+    return {}
+
+
+def capture_torch(a, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         js = Path(tmp) / "trace.json"
         args = workload_args(a) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
         print(f"kview capture: profiling under torch.profiler ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True)
-        info = {}
-        for line in r.stderr.splitlines():
-            if line.startswith("KVIEW_CAPTURE "):
-                info = json.loads(line.split(" ", 1)[1])
+        info = _workload_info(r.stderr)
         convert_kineto(js, out, info, " ".join(["kview", "capture", *sys.argv[2:]]))
+        return info
 
 
 def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
@@ -91,19 +152,68 @@ def run(cmd: list[str], capture: bool = False) -> subprocess.CompletedProcess:
     return r
 
 
+CPU_NOTE = "ran on the CPU: no CUDA device was used, so the trace holds CPU ops and no GPU kernels"
+
+
 def main(argv: list[str]) -> int:
-    a = parser().parse_args(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        opts, command = argv[:at], argv[at + 1:]
+    else:
+        opts, command = argv, None
+    p = parser()
+    a = p.parse_args(opts)
     out = Path(a.output)
     if out.suffix != ".sqlite":
-        print("kview capture: the output must end in .sqlite", file=sys.stderr)
-        return 2
+        p.error("the output must end in .sqlite")
+    if (command is None) == (a.model is None):
+        p.error("give either MODEL or `-- COMMAND [ARGS...]`, not both" if command is not None
+                else "give a MODEL or `-- COMMAND [ARGS...]`")
+    if not out.resolve().parent.is_dir():
+        p.error(f"output folder {out.parent} does not exist")
     backend = a.backend
     if backend == "auto":
         backend = "nsys" if shutil.which("nsys") else "torch"
+    elif backend == "nsys" and not shutil.which("nsys"):
+        print("kview capture: nsys is not on PATH (install Nsight Systems or use --backend torch)", file=sys.stderr)
+        return 2
+    if command is not None:
+        return _main_command(a, command, out, backend)
+    if a.skip is not None or a.annotate or a.one_file or a.keep_json:
+        p.error("--skip, --annotate, --one-file and --keep-json go with `-- COMMAND`")
+    a.steps = a.steps or 1
     try:
-        (capture_nsys if backend == "nsys" else capture_torch)(a, out)
+        info = (capture_nsys if backend == "nsys" else capture_torch)(a, out)
     except TraceError as e:
         print(f"kview capture: {e.problem}", file=sys.stderr)
         return 2
-    print(f"kview capture: wrote {out} ({backend} backend)", file=sys.stderr)
+    cpu = f"; {CPU_NOTE}" if info.get("device") == "cpu" else ""
+    print(f"kview capture: wrote {out} ({backend} backend{cpu})", file=sys.stderr)
+    return 0
+
+
+def _main_command(a, command: list[str], out: Path, backend: str) -> int:
+    from kview.capture import command as cmd
+
+    annotate = None
+    if a.annotate:
+        annotate = {"depth": a.annotate_depth, "include": a.annotate_include, "exclude": a.annotate_exclude}
+    elif a.annotate_depth is not None or a.annotate_include or a.annotate_exclude:
+        print("kview capture: --annotate-depth/-include/-exclude need --annotate", file=sys.stderr)
+        return 2
+    try:
+        o = cmd.run(command, out, backend=backend, skip=a.skip, steps=a.steps, shapes=a.shapes, annotate=annotate,
+                    one_file=a.one_file, keep_json=a.keep_json)
+    except cmd.CommandFailed as e:
+        print(f"kview capture: {e}", file=sys.stderr)
+        return e.code
+    except (cmd.CommandError, TraceError) as e:
+        print(f"kview capture: {getattr(e, 'problem', e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kview capture: interrupted; no trace written", file=sys.stderr)
+        return 130
+    for note in o.notes:
+        print(f"kview capture: {note}", file=sys.stderr)
+    print(f"kview capture: wrote {', '.join(str(p) for p in o.written)} ({backend} backend)", file=sys.stderr)
     return 0

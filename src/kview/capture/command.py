@@ -1,0 +1,281 @@
+"""`kview capture [options] -o TRACE.sqlite -- COMMAND [ARGS...]`: profile the user's own program.
+
+The program runs through `python -m kview.capture.launch` (see session.py), which counts steps,
+opens the step_N and module ranges and, under torch.profiler, profiles in the program's own
+process. Under torchrun every rank runs it and writes its own trace, `TRACE.rank{R}.sqlite`: with
+Nsight Systems torchrun starts one `nsys profile -o ...rank%q{RANK}` per rank (`--no-python`),
+with the torch backend each rank exports its torch.profiler trace. Reports, exports and status
+files go to a temporary folder and only finished traces are moved to the output path, so a failed
+program leaves nothing behind, and nothing is ever written beside the user's script.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kview.errors import TraceError
+
+LAUNCH = ["-m", "kview.capture.launch"]
+PY_OPTS_WITH_VALUE = {"-X", "-W", "-Q"}
+
+
+class CommandError(Exception):
+    """The command cannot be run under the capture hooks (said in one line)."""
+
+
+@dataclass
+class Program:
+    """A Python program to run: `python [OPTS] [-m] TARGET ARGS` or `torchrun [OPTS] [-m] TARGET ARGS`."""
+    launcher: list[str]           # python [opts]  |  torchrun  |  python -m torch.distributed.run
+    module: bool
+    target: str
+    args: list[str]
+    torchrun_opts: list[str] = field(default_factory=list)
+    distributed: bool = False
+    worker_python: str = sys.executable
+
+    def launched(self) -> list[str]:
+        """The user's target and arguments behind the capture launcher."""
+        return [*LAUNCH, *(["-m"] if self.module else []), self.target, *self.args]
+
+
+def _is_python(word: str) -> bool:
+    return bool(re.fullmatch(r"python[\d.]*", Path(word).name)) or word == sys.executable
+
+
+def _shebang_python(exe: str) -> str:
+    """The interpreter a console script (torchrun) runs under; the workers use the same."""
+    try:
+        path = shutil.which(exe) or exe
+        with open(path, "rb") as f:
+            first = f.readline().decode("utf-8", "replace").strip()
+        if first.startswith("#!"):
+            words = first[2:].split()
+            if words and Path(words[0]).name == "env" and len(words) > 1:
+                return shutil.which(words[1]) or words[1]
+            if words:
+                return words[0]
+    except OSError:
+        pass
+    return sys.executable
+
+
+def parse(cmd: list[str]) -> Program:
+    if not cmd:
+        raise CommandError("no command after `--` (e.g. kview capture -o run.sqlite -- python train.py)")
+    head = cmd[0]
+    if head.endswith(".py"):
+        return Program([sys.executable], False, head, cmd[1:])
+    if Path(head).name == "torchrun":
+        return _torchrun([head], cmd[1:], _shebang_python(head))
+    if not _is_python(head):
+        raise CommandError(f"cannot profile `{head}`: give `python SCRIPT`, `python -m MODULE`, a .py script, "
+                           f"or `torchrun ...`")
+    i, opts = 1, []
+    while i < len(cmd) and cmd[i].startswith("-") and cmd[i] != "-m":
+        if cmd[i] in ("-c", "-"):
+            raise CommandError("`python -c` and stdin programs cannot be profiled: save the code as a script")
+        opts.append(cmd[i])
+        if cmd[i] in PY_OPTS_WITH_VALUE and i + 1 < len(cmd):
+            opts.append(cmd[i + 1])
+            i += 1
+        i += 1
+    rest = cmd[i:]
+    if not rest:
+        raise CommandError(f"no script or module after `{shlex.join(cmd)}`")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise CommandError("`-m` needs a module name")
+        if rest[1] in ("torch.distributed.run", "torch.distributed.launch"):
+            return _torchrun([head, *opts, "-m", rest[1]], rest[2:], head)
+        return Program([head, *opts], True, rest[1], rest[2:])
+    return Program([head, *opts], False, rest[0], rest[1:])
+
+
+def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
+    try:
+        from torch.distributed.run import get_args_parser
+    except ImportError as e:
+        raise CommandError(f"reading torchrun's options needs torch here ({e})")
+    try:
+        ns = get_args_parser().parse_args(rest)
+    except SystemExit:
+        raise CommandError(f"torchrun does not accept these options: {shlex.join(rest)}") from None
+    if ns.no_python:
+        raise CommandError("torchrun --no-python runs no Python program: kview can profile only Python programs")
+    script, args = ns.training_script, list(ns.training_script_args)
+    at = next((i for i in range(len(rest)) if rest[i] == script and rest[i + 1:] == args), None)
+    if at is None:
+        raise CommandError(f"cannot find the training script in `torchrun {shlex.join(rest)}`")
+    opts = [o for o in rest[:at] if o not in ("-m", "--module")]
+    return Program(launcher, ns.module, script, args, opts, True, python)
+
+
+def nsys_options(shapes: bool, window: bool) -> list[str]:
+    return (["--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
+             f"--pytorch={'autograd-shapes-nvtx' if shapes else 'autograd-nvtx'}", "--force-overwrite", "true"]
+            + (["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if window else []))
+
+
+def build(prog: Program, backend: str, tmp: Path, *, shapes: bool, window: bool, one_file: bool) -> list[str]:
+    """The command line that runs the program under the chosen backend."""
+    if backend == "torch":
+        if prog.distributed:
+            return [*prog.launcher, *prog.torchrun_opts, *prog.launched()]
+        return [*prog.launcher, *prog.launched()]
+    nsys = ["nsys", "profile", *nsys_options(shapes, window)]
+    if prog.distributed and not one_file:  # one nsys per rank, each writing its own report
+        return [*prog.launcher, *prog.torchrun_opts, "--no-python", *nsys, "-o", str(tmp / "trace.rank%q{RANK}"),
+                prog.worker_python, "-u", *prog.launched()]
+    if prog.distributed:
+        return [*nsys, "-o", str(tmp / "trace"), *prog.launcher, *prog.torchrun_opts, *prog.launched()]
+    return [*nsys, "-o", str(tmp / "trace"), *prog.launcher, *prog.launched()]
+
+
+def _package_link(tmp: Path) -> Path:
+    """A folder holding only a link to this kview package, put first on the program's
+    PYTHONPATH so its interpreter finds the launcher without seeing kview's other dependencies."""
+    import kview
+
+    d = tmp / "py"
+    d.mkdir()
+    (d / "kview").symlink_to(Path(kview.__file__).resolve().parent, target_is_directory=True)
+    return d
+
+
+def output_name(out: Path, tag: str | None) -> Path:
+    """TRACE.sqlite for one process; TRACE.rank{R}.sqlite per rank."""
+    if tag is None:
+        return out
+    return out.with_name(f"{out.name[: -len(out.suffix)]}.{tag}{out.suffix}")
+
+
+@dataclass
+class Outcome:
+    written: list[Path]
+    statuses: list[dict]
+    notes: list[str]
+
+
+def run(cmd: list[str], out: Path, *, backend: str, skip: int | None, steps: int | None, shapes: bool,
+        annotate: dict | None, one_file: bool, keep_json: bool) -> Outcome:
+    prog = parse(cmd)
+    window = skip is not None or steps is not None
+    with tempfile.TemporaryDirectory(prefix="kview-capture-") as t:
+        tmp = Path(t)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(_package_link(tmp)), *filter(None, [env.get("PYTHONPATH")])])
+        env["KVIEW_CAPTURE"] = json.dumps({"backend": backend, "dir": str(tmp), "window": window, "skip": skip or 0,
+                                           "steps": steps, "shapes": shapes, "annotate": annotate})
+        full = build(prog, backend, tmp, shapes=shapes, window=window, one_file=one_file)
+        where = "Nsight Systems" if backend == "nsys" else "torch.profiler"
+        print(f"kview capture: running `{shlex.join(cmd)}` under {where}", file=sys.stderr)
+        try:
+            rc = subprocess.run(full, env=env).returncode
+        except FileNotFoundError as e:
+            raise CommandError(f"cannot start `{full[0]}`: {e.strerror}") from None
+        if rc != 0:
+            code = 128 - rc if rc < 0 else rc
+            raise CommandFailed(code, f"`{shlex.join(cmd)}` failed (exit {code}); no trace written")
+        statuses = [json.loads(p.read_text()) for p in sorted(tmp.glob("status.*.json"))]
+        if window and statuses and not any(s["profiled"] for s in statuses):
+            done = max(s["steps"] for s in statuses)
+            raise CommandError(f"the program completed {done} step(s), so --skip {skip or 0} left nothing to "
+                               f"profile; no trace written")
+        made = _nsys_exports(tmp) if backend == "nsys" else _torch_exports(tmp, statuses, " ".join(sys.argv))
+        if not made:
+            raise CommandError("the program ran but no trace was recorded; no trace written")
+        tails = {_tag(s): s["tail"] for s in statuses if s.get("tail")}
+        for tag, db, _ in made:
+            for n in ([tails[tag]] if tag in tails else list(tails.values()) if tag is None else []):
+                drop_range(db, f"step_{n}")
+        single = len(made) == 1 and not prog.distributed
+        plan = [(src, output_name(out, None if single else tag), js) for tag, src, js in made]
+        for src, dst, js in plan:
+            shutil.move(str(src), dst)
+            if keep_json and js is not None:
+                with open(js, "rb") as f, gzip.open(dst.with_suffix(".json.gz"), "wb") as g:
+                    shutil.copyfileobj(f, g)
+        notes = _notes(statuses, steps)
+        return Outcome([dst for _, dst, _ in plan], statuses, notes)
+
+
+class CommandFailed(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _tag(status: dict) -> str:
+    return f"rank{status['rank']}" if status["rank"] is not None else f"pid{status['pid']}"
+
+
+def drop_range(db: Path, name: str) -> None:
+    """Remove the push/pop range `name` (the unfinished tail step) from a trace we just wrote."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (text = ? OR textId IN "
+                    "(SELECT id FROM StringIds WHERE value = ?))", (name, name))
+        con.commit()
+    finally:
+        con.close()
+
+
+def _nsys_exports(tmp: Path) -> list[tuple[str | None, Path, None]]:
+    made = []
+    for rep in sorted(tmp.glob("trace*.nsys-rep")):
+        m = re.fullmatch(r"trace\.(rank\d+)\.nsys-rep", rep.name)
+        db = rep.with_suffix(".sqlite")
+        r = subprocess.run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(rep)],
+                           capture_output=True, text=True)
+        if r.returncode != 0 or not db.exists():
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+            raise TraceError(rep, f"nsys export failed (exit {r.returncode}): {tail[0]}")
+        made.append((m[1] if m else None, db, None))
+    return made
+
+
+def _torch_exports(tmp: Path, statuses: list[dict], command: str) -> list[tuple[str | None, Path, Path]]:
+    from kview.capture.cli import convert_kineto
+
+    by_tag = {_tag(s): s for s in statuses}
+    made = []
+    for js in sorted(tmp.glob("kineto.*.json")):
+        tag = js.name[len("kineto."):-len(".json")]
+        s = by_tag.get(tag, {})
+        info = {"backend_command": command, "rank": s.get("rank"), "steps": s.get("steps"),
+                "step_source": s.get("source"), "profiled_steps": ",".join(map(str, s.get("profiled", []))),
+                "device": s.get("device"), "torch": s.get("torch")}
+        db = tmp / f"{tag}.sqlite"
+        convert_kineto(js, db, {k: v for k, v in info.items() if v is not None}, command)
+        made.append((tag if tag.startswith("rank") else None, db, js))
+    return made
+
+
+def _notes(statuses: list[dict], steps: int | None) -> list[str]:
+    notes = []
+    if statuses and not any(s["cuda"] for s in statuses):
+        notes.append("ran on the CPU: no CUDA device was used, so the trace holds CPU ops and no GPU kernels")
+    for s in statuses:
+        got = s["profiled"]
+        who = f"rank {s['rank']}" if s["rank"] is not None else "the program"
+        if steps is not None and 0 < len(got) < steps:
+            notes.append(f"{who} ran only {s['steps']} step(s): profiled steps {got[0]}-{got[-1]}, not {steps}")
+    if statuses:
+        s = statuses[0]
+        if s["profiled"]:
+            notes.append(f"steps {s['profiled'][0]}-{s['profiled'][-1]} as ranges step_N (counted at each "
+                         f"{'optimizer step' if s['source'] == 'optimizer' else s['source'] + ' step mark'})"
+                         if s["source"] != "none" else "no step was counted (no optimizer step or step mark)")
+    return notes

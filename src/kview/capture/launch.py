@@ -1,0 +1,46 @@
+"""`python -m kview.capture.launch [-m] TARGET [ARGS...]`: run a Python program in this process
+as `python TARGET ARGS` (or `python -m TARGET ARGS`) would, with the same sys.argv, sys.path[0]
+and `__main__`, inside the capture session that `kview capture` described in KVIEW_CAPTURE
+(see session.py). `kview capture -- python train.py` runs `python -m kview.capture.launch
+train.py`; under torchrun every rank runs it."""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def run_target(argv: list[str]) -> None:
+    if argv[:1] == ["-m"]:
+        module, args = argv[1], argv[2:]
+        sys.argv = [module, *args]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        script, args = argv[0], argv[1:]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if not argv or argv == ["-m"]:
+        print("usage: python -m kview.capture.launch [-m] TARGET [ARGS...] (started by kview capture)", file=sys.stderr)
+        sys.exit(2)
+    from kview.capture.session import start_from_env
+
+    session = start_from_env()
+    ok = False
+    try:
+        run_target(argv)
+        ok = True
+    except SystemExit as e:
+        ok = e.code in (None, 0)
+        raise
+    finally:
+        session.finish(ok)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""The capture session inside a profiled process: steps, the profiled window, module ranges.
+
+`kview capture -- COMMAND` runs the user's program through `python -m kview.capture.launch`,
+which starts one Session from the KVIEW_CAPTURE environment variable before the program runs.
+
+Steps: a step ends when an optimizer step returns (every optimizer, through torch's step
+wrapper, outermost call only), unless the program marks its own steps, with
+`kview.capture.step()` or torch.profiler's `prof.step()` (ProfilerStep#N); the most explicit
+source seen wins from then on. Step N is a range `step_N` on the main thread from the first batch
+fetched from a DataLoader or module called after step N-1 ended (so imports, model building and
+what runs between steps without either stay outside) to its end. A range still open when the
+program ends (evaluation after the last step, say) is no step; `kview capture` drops it.
+
+With --skip K --steps N only steps K+1..K+N are profiled: under Nsight Systems through the CUDA profiler API (cudaProfilerStart/Stop, with
+nsys's `--capture-range=cudaProfilerApi`), under torch.profiler by starting and stopping it.
+
+Imports only the standard library and torch (kview's core is not needed in the profiled process).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+ENV = "KVIEW_CAPTURE"
+SOURCES = ("optimizer", "profiler", "explicit")  # later = more explicit = wins
+
+_current: "Session | None" = None
+
+
+def current() -> "Session | None":
+    return _current
+
+
+def step() -> None:
+    """Mark the end of a training step (for programs whose steps are not optimizer steps).
+    Does nothing outside `kview capture`."""
+    if _current is not None and os.getpid() == _current.pid:
+        _current.boundary("explicit")
+
+
+class Session:
+    def __init__(self, cfg: dict):
+        self.backend = cfg["backend"]
+        self.dir = Path(cfg["dir"])
+        self.window = bool(cfg.get("window"))
+        self.skip = int(cfg.get("skip") or 0)
+        self.steps = cfg.get("steps")
+        self.shapes = bool(cfg.get("shapes"))
+        self.annotate = cfg.get("annotate")
+        self.pid = os.getpid()
+        self.rank = os.environ.get("RANK")
+        self.source: str | None = None
+        self.done = 0                      # steps completed (of the winning source)
+        self.open: tuple[int, object] | None = None
+        self.profiling = False
+        self.window_over = False
+        self.profiled: list[int] = []     # completed steps that were profiled
+        self.tail: int | None = None      # the step open when the run ended (its range is dropped)
+        self.prof = None
+        self.dist_at_start = False
+        self._opt_depth = threading.local()
+        self.armed = False
+        if self.backend == "nsys":
+            self._push = torch.cuda.nvtx.range_push
+            self._pop = lambda _token: torch.cuda.nvtx.range_pop()
+        else:
+            from kview.capture.module_ranges import profiler_ranges
+
+            self._push, self._pop = profiler_ranges()
+
+    # ---- setup ---------------------------------------------------------------------------
+    def install(self) -> None:
+        global _current
+        _current = self
+        from torch.nn.modules import module as M
+
+        # registered before the module ranges, so a step opens before its first module's range
+        M.register_module_forward_pre_hook(self._on_module_call)
+        self._patch_optimizer()
+        self._patch_profiler_step()
+        self._patch_data_loader()
+        if self.annotate is not None:
+            from kview.capture.module_ranges import ModuleRanges, Selection, nvtx_ranges, profiler_ranges
+
+            a = self.annotate
+            sel = Selection(a.get("depth"), a.get("include"), a.get("exclude"), tuple(a.get("types") or ()))
+            ranges = nvtx_ranges() if self.backend == "nsys" else profiler_ranges()
+            active = (lambda: True) if self.backend == "nsys" else (lambda: self.profiling)
+            ModuleRanges(sel, ranges, active).install_global()
+        if not self.window:
+            self._start_profiling()
+        self._arm()
+
+    def _patch_optimizer(self) -> None:
+        opt = torch.optim.Optimizer
+        original = getattr(opt, "profile_hook_step", None)
+        session = self
+        if original is None:  # old torch: the global post hook, inside the optimizer's own range
+            torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: session.boundary("optimizer"))
+            return
+
+        def profile_hook_step(func):
+            wrapped = original(func)
+
+            @functools.wraps(wrapped)
+            def step_and_count(*args, **kwargs):
+                depth = getattr(session._opt_depth, "n", 0)
+                session._opt_depth.n = depth + 1
+                try:
+                    out = wrapped(*args, **kwargs)
+                finally:
+                    session._opt_depth.n = depth
+                if depth == 0 and os.getpid() == session.pid:
+                    session.boundary("optimizer")
+                return out
+
+            return step_and_count
+
+        opt.profile_hook_step = staticmethod(profile_hook_step)
+
+    def _patch_profiler_step(self) -> None:
+        cls = torch.profiler.profile
+        original = cls.step
+        session = self
+
+        @functools.wraps(original)
+        def step(prof, *args, **kwargs):
+            out = original(prof, *args, **kwargs)
+            if prof is not session.prof and os.getpid() == session.pid:
+                session.boundary("profiler")
+            return out
+
+        cls.step = step
+
+    def _patch_data_loader(self) -> None:
+        """Fetching a batch starts a step, so the step's data loading lies inside its range."""
+        try:
+            from torch.utils.data import dataloader
+        except ImportError:
+            return
+        cls = dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        session = self
+
+        @functools.wraps(original)
+        def __next__(it):
+            if session.armed:
+                session._activity()
+            return original(it)
+
+        cls.__next__ = __next__
+
+    # ---- steps ---------------------------------------------------------------------------
+    def _arm(self) -> None:
+        """The next step opens at the first batch fetched or module called from now on."""
+        self.armed = True
+
+    def _disarm(self) -> None:
+        self.armed = False
+
+    def _on_module_call(self, *_args) -> None:
+        if self.armed:
+            self._activity()
+        return None
+
+    def _activity(self) -> None:
+        if not self.armed or os.getpid() != self.pid:
+            return None
+        self._disarm()
+        if self.open is None:
+            self._open(self.done + 1)
+        return None
+
+    def _wanted(self, n: int) -> bool:
+        if not self.window:
+            return True
+        return n > self.skip and (self.steps is None or n <= self.skip + self.steps)
+
+    def _open(self, n: int) -> None:
+        if self.window_over or not self._wanted(n):
+            return
+        if self.window and not self.profiling:
+            self._start_profiling()
+        self.open = (n, self._push(f"step_{n}"))
+
+    def _close(self, completed: bool = True) -> None:
+        if self.open is not None:
+            self._pop(self.open[1])
+            if completed:
+                self.profiled.append(self.open[0])
+            self.open = None
+
+    def boundary(self, source: str) -> None:
+        """A step ended (by `source`). Less explicit sources are ignored once a more explicit one
+        has been seen; a source that takes over continues the count where it stands."""
+        if self.source is not None and SOURCES.index(source) < SOURCES.index(self.source):
+            return
+        if self.source != source:
+            taking_over = self.source is not None
+            self.source = source
+            if taking_over:  # its first mark ends the step the previous source already ended
+                return
+        self._disarm()
+        self._close(completed=True)
+        self.done += 1
+        if self.window and self.steps is not None and self.done >= self.skip + self.steps:
+            self._stop_profiling()
+            return
+        self._arm()
+
+    # ---- profiler ------------------------------------------------------------------------
+    def _start_profiling(self) -> None:
+        if self.profiling or self.window_over:
+            return
+        if self.backend == "nsys":
+            if self.window:
+                torch.cuda.profiler.start()
+        else:
+            from torch.profiler import ProfilerActivity, profile, supported_activities
+
+            acts = [a for a in (ProfilerActivity.CPU, ProfilerActivity.CUDA) if a in supported_activities()]
+            # one profiling cycle only; acc_events keeps torch from warning that cycles do not accumulate
+            extra = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
+            self.prof = profile(activities=acts, record_shapes=self.shapes, **extra)
+            self.dist_at_start = _dist_ready()
+            self.prof.start()
+        self.profiling = True
+
+    def _stop_profiling(self) -> None:
+        if self.open is not None:  # the run ended inside a step that never completed
+            self.tail = self.open[0]
+            self._close(completed=False)
+        self.window_over = True
+        if not self.profiling:
+            return
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the last step's kernels land inside the window
+        if self.backend == "nsys":
+            if self.window:
+                torch.cuda.profiler.stop()
+        else:
+            if _dist_ready() and not self.dist_at_start:
+                info = getattr(self.prof, "_get_distributed_info", lambda: None)()
+                if info:
+                    self.prof.add_metadata_json("distributedInfo", json.dumps(info))
+            self.prof.stop()
+            self.prof.export_chrome_trace(str(self.dir / f"kineto.{self.tag}.json"))
+        self.profiling = False
+
+    @property
+    def tag(self) -> str:
+        return f"rank{self.rank}" if self.rank is not None else f"pid{self.pid}"
+
+    def finish(self, ok: bool) -> None:
+        """Close the open step and the profiler (exporting the trace when the program succeeded),
+        and leave a status file for `kview capture`."""
+        global _current
+        if os.getpid() != self.pid:
+            return
+        _current = None
+        if ok:
+            self._stop_profiling()
+        elif self.prof is not None and self.profiling:
+            try:
+                self.prof.stop()
+            except Exception:
+                pass
+        used = torch.cuda.is_initialized()
+        status = {"pid": self.pid, "rank": self.rank, "steps": self.done, "source": self.source or "none",
+                  "profiled": self.profiled, "tail": self.tail, "cuda": used,
+                  "device": torch.cuda.get_device_name() if used else "cpu", "torch": torch.__version__}
+        (self.dir / f"status.{self.tag}.json").write_text(json.dumps(status))
+
+
+def _dist_ready() -> bool:
+    try:
+        return torch.distributed.is_available() and torch.distributed.is_initialized()
+    except Exception:
+        return False
+
+
+def start_from_env() -> Session:
+    session = Session(json.loads(os.environ[ENV]))
+    session.install()
+    return session
