@@ -19,6 +19,7 @@ from kview.io.nsys_reader import PID_MASK
 from kview.trace import Trace
 
 PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")
+STEP_RANGE_RE = r"^step_\d+$"  # `kview capture -- COMMAND`'s step ranges: phases, never part of a layer
 COLUMNS = ["Idx", "Direction", "Layer", "Op", "Params", "Kernel", "Category", "Duration (ns)", "Start (ns)",
            "Stream", "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes", "TFLOP/s"]
 
@@ -60,7 +61,7 @@ def _labels(trace: Trace) -> pl.DataFrame:
         pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
         pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
         pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-        lab.is_in(list(PHASE_NAMES)).alias("phase"),
+        (lab.is_in(list(PHASE_NAMES)) | lab.str.contains(STEP_RANGE_RE)).alias("phase"),
     ).with_columns(
         (pl.col("marker") & ~pl.col("bwd_node") & ~pl.col("bwd_eval") & ~pl.col("optim_marker")
          & ~pl.col("base").str.starts_with("autograd::") & pl.col("base").str.contains(r"^[\w:.<>]+$"))
@@ -133,12 +134,19 @@ def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     p = (pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
          .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
          .sort(["call_id", "start", "end"], descending=[False, False, True]))
+    # Layer: the non-phase labels, leaving out one that the next carries as its prefix
+    # (`layers.3` > `layers.3.mlp` -> `layers.3.mlp`, `Enc_0` > `Enc_0:Attn` -> `Enc_0:Attn`)
+    q = p.filter(~pl.col("phase")).with_columns(pl.col("label").shift(-1).over("call_id").alias("next"))
+    carried = (pl.col("next").str.starts_with(pl.col("label") + ".")
+               | pl.col("next").str.starts_with(pl.col("label") + ":")).fill_null(False)
+    layers = q.filter(~carried).group_by("call_id").agg(pl.col("label").str.join(":").alias("layer"))
     out = p.group_by("call_id", maintain_order=True).agg(
         pl.col("label").str.join(" > ").alias("path"),
-        pl.col("label").filter(~pl.col("phase")).str.join(":").alias("layer"),
         (pl.col("label") == "forward_pass").any().alias("in_fwd"),
         (pl.col("label") == "backward_pass").any().alias("in_bwd"),
-        (pl.col("label") == "optimizer_step").any().alias("in_opt")).rename({"call_id": "uid"})
+        (pl.col("label") == "optimizer_step").any().alias("in_opt"))
+    out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
+    out = out.rename({"call_id": "uid"})
     return out
 
 
