@@ -183,3 +183,57 @@ def test_nsys_commands_for_each_program_form():
     py = c.parse(["python3", "-X", "dev", "-m", "pkg.train", "x"])
     assert c.build(py, "torch", tmp, shapes=False, window=False, one_file=False) == \
         ["python3", "-X", "dev", "-m", "kview.capture.launch", "-m", "pkg.train", "x"]
+
+
+def test_steps_the_program_marks_itself_win_over_optimizer_steps(tmp_path):
+    script = tmp_path / "two_optimizers.py"
+    script.write_text(
+        "import torch\nimport kview.capture\n"
+        "g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)\n"
+        "og, od = torch.optim.SGD(g.parameters(), lr=0.1), torch.optim.SGD(d.parameters(), lr=0.1)\n"
+        "for i in range(3):\n"
+        "    d(g(torch.randn(2, 4))).sum().backward()\n"
+        "    og.step(); od.step()\n"
+        "    kview.capture.step()\n")
+    out = tmp_path / "gan.sqlite"
+    r = kview("capture", "--backend", "torch", "--skip", "1", "--steps", "1", "-o", str(out), "--", "python", str(script),
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    (s, e), = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step_%'").fetchall()
+    assert con.execute("SELECT text FROM NVTX_EVENTS WHERE text LIKE 'step_%'").fetchone()[0] == "step_2"
+    opt = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'Optimizer.step#SGD.step%' AND start >= ? "
+                      "AND end <= ?", (s, e)).fetchone()[0]
+    assert opt == 2  # both optimizers' steps lie inside the one step the program marked
+    meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT").fetchall())
+    assert meta["CAPTURE_STEP_SOURCE"] == "explicit" and meta["CAPTURE_STEPS"] == "3"
+
+
+def test_step_ranges_never_cross_the_programs_own_ranges(tmp_path):
+    script = tmp_path / "ranged.py"
+    script.write_text(
+        "import torch\nfrom torch.profiler import record_function\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(4):\n"
+        "    with record_function('forward_pass'):\n"
+        "        loss = m(torch.randn(2, 4)).sum()\n"
+        "    with record_function('backward_pass'):\n"
+        "        loss.backward()\n"
+        "    with record_function('optimizer_step'):\n"
+        "        opt.step(); opt.zero_grad()\n")
+    out = tmp_path / "ranged.sqlite"
+    r = kview("capture", "--backend", "torch", "--annotate", "-o", str(out), "--", "python", str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    steps = con.execute("SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'step_%' ORDER BY start").fetchall()
+    assert [s[0] for s in steps] == ["step_1", "step_2", "step_3", "step_4"]
+    user = con.execute("SELECT text, start, end FROM NVTX_EVENTS WHERE text IN ('forward_pass', 'backward_pass', "
+                       "'optimizer_step', 'Sequential')").fetchall()
+    assert len(user) == 16
+    for name, s, e in user:  # each range of the program lies inside exactly one step
+        assert sum(a <= s and e <= b for _, a, b in steps) == 1, name
+        assert not any(a < s < b < e or s < a < e < b for _, a, b in steps), name
+    # steps tile the loop: each starts where the previous one ended, at the next forward_pass
+    fwd = sorted(s for n, s, _ in user if n == "forward_pass")
+    assert all(a <= f for (_, a, _), f in zip(steps, fwd))

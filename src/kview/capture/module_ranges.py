@@ -50,13 +50,11 @@ def nvtx_ranges() -> tuple[Callable[[str], object], Callable[[object], None]]:
 
 
 def profiler_ranges() -> tuple[Callable[[str], object], Callable[[object], None]]:
-    """record_function ranges, the only user ranges torch.profiler records."""
-    def enter(name: str) -> object:
-        rf = torch.autograd.profiler.record_function(name)
-        rf.__enter__()
-        return rf
+    """record_function ranges, the only user ranges torch.profiler records (through the ops that
+    `record_function` itself calls, so a capture session's count of the program's ranges skips them)."""
+    enter, exit_ = torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit
 
-    return enter, (lambda rf: rf.__exit__(None, None, None))
+    return (lambda name: enter(name, None)), (lambda handle: exit_._RecordFunction(handle))
 
 
 def default_ranges() -> tuple[Callable[[str], object], Callable[[object], None]]:

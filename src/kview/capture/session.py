@@ -3,16 +3,20 @@
 `kview capture -- COMMAND` runs the user's program through `python -m kview.capture.launch`,
 which starts one Session from the KVIEW_CAPTURE environment variable before the program runs.
 
-Steps: a step ends when an optimizer step returns (every optimizer, through torch's step
-wrapper, outermost call only), unless the program marks its own steps, with
-`kview.capture.step()` or torch.profiler's `prof.step()` (ProfilerStep#N); the most explicit
-source seen wins from then on. Step N is a range `step_N` on the main thread from the first batch
-fetched from a DataLoader or module called after step N-1 ended (so imports, model building and
-what runs between steps without either stay outside) to its end. A range still open when the
-program ends (evaluation after the last step, say) is no step; `kview capture` drops it.
+Steps. A step ends with an optimizer step (any torch.optim optimizer, outermost call; several
+optimizers stepping one after another end one step), unless the program marks its own steps with
+`kview.capture.step()` or torch.profiler's `prof.step()`: the most explicit source seen wins from
+then on. Step N is a push/pop range `step_N` from the first thing step N does (fetching a batch
+from a DataLoader, calling a module, opening a range of its own) to the first thing step N+1
+does, so steps tile the loop as ProfilerStep#N does. Those moments are taken only at the top of
+the program's own NVTX/record_function nesting (calls through torch.cuda.nvtx and
+torch.profiler.record_function are counted), so a step range never crosses a range of the
+program (`with nvtx.range("forward_pass"): model(x)` opens the step before `forward_pass`).
+A range open when the program ends without finishing its step is dropped by `kview capture`.
 
-With --skip K --steps N only steps K+1..K+N are profiled: under Nsight Systems through the CUDA profiler API (cudaProfilerStart/Stop, with
-nsys's `--capture-range=cudaProfilerApi`), under torch.profiler by starting and stopping it.
+With --skip K --steps N only steps K+1..K+N are profiled: under Nsight Systems through the CUDA
+profiler API (cudaProfilerStart/Stop, with nsys's `--capture-range=cudaProfilerApi`), under
+torch.profiler by starting and stopping it. The program always runs to its end.
 
 Imports only the standard library and torch (kview's core is not needed in the profiled process).
 """
@@ -41,7 +45,7 @@ def step() -> None:
     """Mark the end of a training step (for programs whose steps are not optimizer steps).
     Does nothing outside `kview capture`."""
     if _current is not None and os.getpid() == _current.pid:
-        _current.boundary("explicit")
+        _current.mark("explicit")
 
 
 class Session:
@@ -58,21 +62,26 @@ class Session:
         self.source: str | None = None
         self.done = 0                      # steps completed (of the winning source)
         self.open: tuple[int, object] | None = None
+        self.armed = False                 # the next step opens at the next activity
+        self.pending = False               # the open step has ended; it closes at the next activity
         self.profiling = False
         self.window_over = False
         self.profiled: list[int] = []     # completed steps that were profiled
-        self.tail: int | None = None      # the step open when the run ended (its range is dropped)
+        self.tail: int | None = None      # the step open when the run ended unfinished (dropped)
         self.prof = None
         self.dist_at_start = False
-        self._opt_depth = threading.local()
-        self.armed = False
+        self.local = threading.local()     # per thread: optimizer call depth, program range depth
         if self.backend == "nsys":
-            self._push = torch.cuda.nvtx.range_push
-            self._pop = lambda _token: torch.cuda.nvtx.range_pop()
+            from kview.capture.module_ranges import nvtx_ranges
+
+            self._push, self._pop = nvtx_ranges()
         else:
             from kview.capture.module_ranges import profiler_ranges
 
             self._push, self._pop = profiler_ranges()
+
+    def _depth(self) -> int:
+        return getattr(self.local, "ranges", 0)
 
     # ---- setup ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -82,9 +91,6 @@ class Session:
 
         # registered before the module ranges, so a step opens before its first module's range
         M.register_module_forward_pre_hook(self._on_module_call)
-        self._patch_optimizer()
-        self._patch_profiler_step()
-        self._patch_data_loader()
         if self.annotate is not None:
             from kview.capture.module_ranges import ModuleRanges, Selection, nvtx_ranges, profiler_ranges
 
@@ -93,16 +99,20 @@ class Session:
             ranges = nvtx_ranges() if self.backend == "nsys" else profiler_ranges()
             active = (lambda: True) if self.backend == "nsys" else (lambda: self.profiling)
             ModuleRanges(sel, ranges, active).install_global()
+        self._patch_optimizer()
+        self._patch_profiler_step()
+        self._patch_data_loader()
+        self._patch_program_ranges()
         if not self.window:
             self._start_profiling()
-        self._arm()
+        self.armed = True
 
     def _patch_optimizer(self) -> None:
         opt = torch.optim.Optimizer
         original = getattr(opt, "profile_hook_step", None)
         session = self
-        if original is None:  # old torch: the global post hook, inside the optimizer's own range
-            torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: session.boundary("optimizer"))
+        if original is None:  # old torch: the global post hook
+            torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: session.mark("optimizer"))
             return
 
         def profile_hook_step(func):
@@ -110,14 +120,14 @@ class Session:
 
             @functools.wraps(wrapped)
             def step_and_count(*args, **kwargs):
-                depth = getattr(session._opt_depth, "n", 0)
-                session._opt_depth.n = depth + 1
+                depth = getattr(session.local, "opt", 0)
+                session.local.opt = depth + 1
                 try:
                     out = wrapped(*args, **kwargs)
                 finally:
-                    session._opt_depth.n = depth
-                if depth == 0 and os.getpid() == session.pid:
-                    session.boundary("optimizer")
+                    session.local.opt = depth
+                if depth == 0:
+                    session.mark("optimizer")
                 return out
 
             return step_and_count
@@ -131,15 +141,14 @@ class Session:
 
         @functools.wraps(original)
         def step(prof, *args, **kwargs):
-            out = original(prof, *args, **kwargs)
-            if prof is not session.prof and os.getpid() == session.pid:
-                session.boundary("profiler")
-            return out
+            if prof is not session.prof:
+                session.mark("profiler")
+            return original(prof, *args, **kwargs)
 
         cls.step = step
 
     def _patch_data_loader(self) -> None:
-        """Fetching a batch starts a step, so the step's data loading lies inside its range."""
+        """Fetching a batch is the first thing a step does: its data loading lies inside it."""
         try:
             from torch.utils.data import dataloader
         except ImportError:
@@ -150,32 +159,84 @@ class Session:
 
         @functools.wraps(original)
         def __next__(it):
-            if session.armed:
-                session._activity()
+            session._on_activity()
             return original(it)
 
         cls.__next__ = __next__
 
+    def _patch_program_ranges(self) -> None:
+        """Count the program's own open ranges (torch.cuda.nvtx push/pop and record_function), so
+        steps open and close only at the top of its nesting; opening a top-level range of its own
+        is an activity of the step."""
+        session = self
+        nvtx = torch.cuda.nvtx
+        push, pop = nvtx.range_push, nvtx.range_pop
+
+        def range_push(msg, *a, **k):
+            session._on_activity()
+            session.local.ranges = session._depth() + 1
+            return push(msg, *a, **k)
+
+        def range_pop(*a, **k):
+            session.local.ranges = max(session._depth() - 1, 0)
+            return pop(*a, **k)
+
+        nvtx.range_push, nvtx.range_pop = range_push, range_pop
+        rf = torch.autograd.profiler.record_function
+        enter, exit_ = rf.__enter__, rf.__exit__
+
+        def __enter__(self_rf):
+            name = str(getattr(self_rf, "name", ""))
+            counted = not name.startswith("ProfilerStep#")  # it stays open across the step
+            if counted:
+                if "#" not in name:  # torch's own (`Optimizer.step#...`) are no activity of a new step
+                    session._on_activity()
+                session.local.ranges = session._depth() + 1
+            self_rf._kview_counted = counted
+            return enter(self_rf)
+
+        def __exit__(self_rf, *exc):
+            if getattr(self_rf, "_kview_counted", False):
+                session.local.ranges = max(session._depth() - 1, 0)
+            return exit_(self_rf, *exc)
+
+        rf.__enter__, rf.__exit__ = __enter__, __exit__
+
     # ---- steps ---------------------------------------------------------------------------
-    def _arm(self) -> None:
-        """The next step opens at the first batch fetched or module called from now on."""
-        self.armed = True
-
-    def _disarm(self) -> None:
-        self.armed = False
-
     def _on_module_call(self, *_args) -> None:
-        if self.armed:
-            self._activity()
+        if self.armed or self.pending:
+            self._on_activity()
         return None
 
-    def _activity(self) -> None:
-        if not self.armed or os.getpid() != self.pid:
-            return None
-        self._disarm()
-        if self.open is None:
+    def mark(self, source: str) -> None:
+        """A step ended (by `source`); it closes at the next activity. Less explicit sources are
+        ignored once a more explicit one has been seen."""
+        if os.getpid() != self.pid:
+            return
+        if self.source is not None and SOURCES.index(source) < SOURCES.index(self.source):
+            return
+        self.source = source
+        self.pending = True
+
+    def _on_activity(self) -> None:
+        """Something a step does, at the top of the program's nesting: close the step that ended,
+        open the next one."""
+        if not (self.armed or self.pending) or self._depth() or os.getpid() != self.pid:
+            return
+        if self.pending:
+            self.pending = False
+            self._end_step()
+        if self.armed and not self.window_over:
+            self.armed = False
             self._open(self.done + 1)
-        return None
+
+    def _end_step(self) -> None:
+        self._close(completed=True)
+        self.done += 1
+        if self.window and self.steps is not None and self.done >= self.skip + self.steps:
+            self._stop_profiling()
+        else:
+            self.armed = True
 
     def _wanted(self, n: int) -> bool:
         if not self.window:
@@ -195,24 +256,6 @@ class Session:
             if completed:
                 self.profiled.append(self.open[0])
             self.open = None
-
-    def boundary(self, source: str) -> None:
-        """A step ended (by `source`). Less explicit sources are ignored once a more explicit one
-        has been seen; a source that takes over continues the count where it stands."""
-        if self.source is not None and SOURCES.index(source) < SOURCES.index(self.source):
-            return
-        if self.source != source:
-            taking_over = self.source is not None
-            self.source = source
-            if taking_over:  # its first mark ends the step the previous source already ended
-                return
-        self._disarm()
-        self._close(completed=True)
-        self.done += 1
-        if self.window and self.steps is not None and self.done >= self.skip + self.steps:
-            self._stop_profiling()
-            return
-        self._arm()
 
     # ---- profiler ------------------------------------------------------------------------
     def _start_profiling(self) -> None:
@@ -265,6 +308,10 @@ class Session:
             return
         _current = None
         if ok:
+            if self.pending:
+                self.pending = False
+                self.armed = False
+                self._end_step()
             self._stop_profiling()
         elif self.prof is not None and self.profiling:
             try:
