@@ -18,6 +18,8 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=128)
 p.add_argument("--dim", type=int, default=256)
 p.add_argument("--layers", type=int, default=2)
+p.add_argument("--slow-rank", type=int, default=None, help="this rank sleeps --slow-ms before each step (a straggler)")
+p.add_argument("--slow-ms", type=float, default=20.0)
 args = p.parse_args()
 
 local = int(os.environ.get("LOCAL_RANK", 0))
@@ -51,6 +53,8 @@ ids = torch.randint(0, 1000, (args.batch, args.seq), generator=g).to(device)
 times = []
 for step in range(args.steps):
     t0 = time.perf_counter()
+    if rank == args.slow_rank:
+        time.sleep(args.slow_ms / 1e3)  # e.g. a slow data loader on one rank
     logits = model(ids)
     loss = nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
     opt.zero_grad(set_to_none=True)

@@ -82,7 +82,11 @@ def test_ddp_traces_one_per_rank_and_one_for_both(traces):
         for rank in (0, 1):
             t = open_trace(traces[f"ddp_{backend}.rank{rank}"], use_cache=False)
             k = t.columns("kernels", ["device"])
-            assert k.height == 362 and k["device"].unique().to_list() == [rank]
+            assert k.height == 542 and k["device"].unique().to_list() == [rank]
+            steps = sqlite3.connect(f"file:{traces[f'ddp_{backend}.rank{rank}']}?mode=ro", uri=True).execute(
+                "SELECT text FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*' ORDER BY start").fetchall()
+            assert [r[0] for r in steps] == ["step_2", "step_3", "step_4"]
     con = sqlite3.connect(f"file:{traces['ddp_nsys_1file']}?mode=ro", uri=True)
     assert con.execute("SELECT count(DISTINCT deviceId), count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL"
                        ).fetchone() == (2, 2)
+    assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*'").fetchone()[0] == 10
