@@ -237,3 +237,14 @@ def test_step_ranges_never_cross_the_programs_own_ranges(tmp_path):
     # steps tile the loop: each starts where the previous one ended, at the next forward_pass
     fwd = sorted(s for n, s, _ in user if n == "forward_pass")
     assert all(a <= f for (_, a, _), f in zip(steps, fwd))
+
+
+@pytest.mark.parametrize("existing,cmd", [("run.sqlite", ["python", "SCRIPT"]),
+                                          ("run.rank1.sqlite", ["torchrun", "--nproc-per-node", "2", "SCRIPT"])])
+def test_an_earlier_capture_is_not_overwritten_without_force(tmp_path, existing, cmd):
+    (tmp_path / existing).write_bytes(b"earlier")
+    cmd = [str(EXAMPLES / "train_tiny.py") if w == "SCRIPT" else w for w in cmd]
+    r = kview("capture", "--backend", "torch", "-o", str(tmp_path / "run.sqlite"), "--", *cmd)
+    assert r.returncode == 2 and r.stdout == ""  # refused before the program ran
+    assert r.stderr.strip() == f"kview capture: output {tmp_path / existing}: exists (give --force to overwrite it)"
+    assert (tmp_path / existing).read_bytes() == b"earlier"

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from kview.capture.options import DTYPE_NAMES, LM_SIZES, MODELS, MODES
-from kview.errors import TraceError
+from kview.errors import KviewError, TraceError
 
 USAGE = """kview capture [options] -o TRACE.sqlite -- COMMAND [ARGS...]
        kview capture MODEL [options] -o TRACE.sqlite"""
@@ -74,6 +74,8 @@ def parser() -> argparse.ArgumentParser:
                    help="torchrun under nsys: one report holding every rank instead of one per rank")
     g.add_argument("--keep-json", action="store_true",
                    help="torch backend: also keep the torch.profiler trace as TRACE[.rank{R}].json.gz")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite the traces of an earlier capture (default: refuse before running)")
     g = p.add_argument_group("MODEL form")
     g.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
     g.add_argument("--ctx", type=_pos, default=None, help="context / sequence length (default: LM 512, BERT 128)")
@@ -179,8 +181,8 @@ def main(argv: list[str]) -> int:
         return 2
     if command is not None:
         return _main_command(a, command, out, backend)
-    if a.skip is not None or a.annotate or a.one_file or a.keep_json:
-        p.error("--skip, --annotate, --one-file and --keep-json go with `-- COMMAND`")
+    if a.skip is not None or a.annotate or a.one_file or a.keep_json or a.force:
+        p.error("--skip, --annotate, --one-file, --keep-json and --force go with `-- COMMAND`")
     a.steps = a.steps or 1
     try:
         info = (capture_nsys if backend == "nsys" else capture_torch)(a, out)
@@ -203,12 +205,15 @@ def _main_command(a, command: list[str], out: Path, backend: str) -> int:
         return 2
     try:
         o = cmd.run(command, out, backend=backend, skip=a.skip, steps=a.steps, shapes=a.shapes, annotate=annotate,
-                    one_file=a.one_file, keep_json=a.keep_json)
+                    one_file=a.one_file, keep_json=a.keep_json, force=a.force)
     except cmd.CommandFailed as e:
         print(f"kview capture: {e}", file=sys.stderr)
         return e.code
-    except (cmd.CommandError, TraceError) as e:
-        print(f"kview capture: {getattr(e, 'problem', e)}", file=sys.stderr)
+    except cmd.CommandError as e:
+        print(f"kview capture: {e}", file=sys.stderr)
+        return 2
+    except KviewError as e:
+        print(f"kview capture: {e.what}: {e.problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kview capture: interrupted; no trace written", file=sys.stderr)

@@ -166,9 +166,26 @@ class Outcome:
     notes: list[str]
 
 
+def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool) -> None:
+    """Refuse before the program runs: the output folder must exist, and no trace of an earlier
+    capture is overwritten without --force (per rank: any TRACE.rank*.sqlite)."""
+    from kview.errors import OutputError
+    from kview.output import files
+
+    files.check([out], [], True)
+    stem = out.name[: -len(out.suffix)]
+    names = [f"{stem}.rank*{out.suffix}"] if prog.distributed else [out.name]
+    if keep_json:
+        names.append(f"{stem}.rank*.json.gz" if prog.distributed else f"{stem}.json.gz")
+    existing = sorted(p for n in names for p in out.parent.glob(n))
+    if existing and not force:
+        raise OutputError(existing[0], "exists (give --force to overwrite it)")
+
+
 def run(cmd: list[str], out: Path, *, backend: str, skip: int | None, steps: int | None, shapes: bool,
-        annotate: dict | None, one_file: bool, keep_json: bool) -> Outcome:
+        annotate: dict | None, one_file: bool, keep_json: bool, force: bool = False) -> Outcome:
     prog = parse(cmd)
+    check_outputs(out, prog, keep_json, force)
     window = skip is not None or steps is not None
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as t:
         tmp = Path(t)
