@@ -31,6 +31,7 @@ def test_cpu_capture_with_torch_backend_opens_in_kview(tmp_path):
                         "--mode", "train", "--warmup", "0", "--backend", "torch", "--shapes", "-o", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "ran on the CPU" in r.stderr  # no CUDA here, and kview says so
     t = open_trace(out, use_cache=False)
     assert t.metadata["EXPORT_PRODUCT_NAME"] == "kview capture (torch.profiler)"
     assert t.metadata["CAPTURE_MODEL"] == "lm" and t.metadata["CAPTURE_MODE"] == "train"
