@@ -57,7 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "nsys", "torch"],
                    help="auto: nsys when on PATH, else torch.profiler (default: auto)")
     p.add_argument("--shapes", action="store_true",
-                   help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx)")
+                   help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx; default: off)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the traces of an earlier capture (default: refuse before running)")
     p.add_argument("--steps", type=_pos, default=None,
                    help="steps to profile (default: COMMAND: all, to the end of the run; MODEL: 1)")
     g = p.add_argument_group("COMMAND form")
@@ -74,8 +76,6 @@ def parser() -> argparse.ArgumentParser:
                    help="torchrun under nsys: one report holding every rank instead of one per rank")
     g.add_argument("--keep-json", action="store_true",
                    help="torch backend: also keep the torch.profiler trace as TRACE[.rank{R}].json.gz")
-    g.add_argument("--force", action="store_true",
-                   help="overwrite the traces of an earlier capture (default: refuse before running)")
     g = p.add_argument_group("MODEL form")
     g.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
     g.add_argument("--ctx", type=_pos, default=None, help="context / sequence length (default: LM 512, BERT 128)")
@@ -181,8 +181,11 @@ def main(argv: list[str]) -> int:
         return 2
     if command is not None:
         return _main_command(a, command, out, backend)
-    if a.skip is not None or a.annotate or a.one_file or a.keep_json or a.force:
-        p.error("--skip, --annotate, --one-file, --keep-json and --force go with `-- COMMAND`")
+    if a.skip is not None or a.annotate or a.one_file or a.keep_json:
+        p.error("--skip, --annotate, --one-file and --keep-json go with `-- COMMAND`")
+    if out.exists() and not a.force:
+        print(f"kview capture: output {out}: exists (give --force to overwrite it)", file=sys.stderr)
+        return 2
     a.steps = a.steps or 1
     try:
         info = (capture_nsys if backend == "nsys" else capture_torch)(a, out)
