@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_stats(sub)
     _parser_analyses(sub)
     _parser_compare(sub)
+    for name in ("stats", "kernels", "layers", "overview", "phases", "compare", "diff"):
+        sub.choices[name].add_argument(
+            "--max-memory", default=None, metavar="SIZE",
+            help="memory a JSON trace may take while it is decoded (e.g. 8G; default: KVIEW_MAX_MEMORY, else the "
+                 "memory available); a larger .json or .json.gz is refused")
     # Handed over whole to packages outside the core, imported by name only when used.
     for name, help_ in (("capture", "profile your program (-- COMMAND) or a built-in workload under nsys or "
                                     "torch.profiler into a trace (needs torch)"),
@@ -262,11 +267,22 @@ COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "p
 
 
 def run_tui(argv: list[str]) -> int:
-    """`kview [TRACE ...] [--no-cache]`: validate every trace, then start the TUI."""
+    """`kview [TRACE ...] [--no-cache] [--max-memory SIZE]`: validate every trace, then start the TUI."""
     from kview.trace import bundled_sample, validate
 
     use_cache = "--no-cache" not in argv
-    paths = [a for a in argv if a != "--no-cache"]
+    paths = []
+    rest = iter(argv)
+    for a in rest:
+        if a == "--max-memory" or a.startswith("--max-memory="):
+            size = a.partition("=")[2] if "=" in a else next(rest, "")
+            try:
+                _set_max_memory(size)
+            except UsageError as e:
+                print(e.line(), file=sys.stderr)
+                return 2
+        elif a != "--no-cache":
+            paths.append(a)
     note = None
     if not paths:
         sample = bundled_sample()
@@ -287,6 +303,15 @@ def run_tui(argv: list[str]) -> int:
         print(f"kview: the terminal UI needs the tui extra (pip install 'kview[tui]'): {e}", file=sys.stderr)
         return 2
     return tui.run(paths, use_cache=use_cache, note=note)
+
+
+def _set_max_memory(size: str) -> None:
+    from kview.io import memory_budget
+
+    try:
+        memory_budget.set_limit(size)
+    except ValueError as e:
+        raise UsageError(str(e), what="--max-memory") from None
 
 
 def _exit_on_signal(signum, _frame) -> None:
@@ -314,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, _exit_on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv == ["--no-cache"]:
+    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv[0] in ("--no-cache", "--max-memory") \
+            or argv[0].startswith("--max-memory="):
         return run_tui(argv)
     if argv[0] in EXTERNAL:  # their own parsers take every argument, --help included
         argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv
@@ -323,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "max_memory", None) is not None:
+            _set_max_memory(args.max_memory)
         return COMMANDS[args.command](args)
     except KviewError as e:  # the side that failed: input trace, output file, command line
         print(_error_line(args, e), file=sys.stderr)

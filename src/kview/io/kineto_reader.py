@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.errors import TraceError
+from kview.io import memory_budget
 
 VM = 1 << 48  # nsys packs globalTid as VM id << 48 | pid << 24 | tid; kview captures use VM 1
 
@@ -30,18 +32,55 @@ def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
     return pl.lit(VM, dtype=pl.Int64) + (pid.cast(pl.Int64) % 0x1000000) * 0x1000000 + (tid.cast(pl.Int64) % 0x1000000)
 
 
+MAX_DEFLATE_RATIO = 1032  # deflate never inflates more than this: smaller files need no counting
 _WS = re.compile(r"[\s,]*")
 HEADER_KEYS = ("schemaVersion", "deviceProperties", "record_shapes", "cuda_runtime_version", "cuda_driver_version",
                "distributedInfo", "baseTimeNanoseconds")
 
 
+def _inflates_within(f, limit: int) -> bool:
+    """Whether the gzip stream `f` (every member) inflates to at most `limit` bytes, counted in
+    constant memory: a bomb is refused without ever holding what it inflates to."""
+    d = zlib.decompressobj(31)
+    total, pending = 0, b""
+    while True:
+        if not pending:
+            pending = f.read(1 << 16)
+            if not pending:
+                return True
+        try:
+            total += len(d.decompress(pending, 1 << 18))
+        except zlib.error:  # damage (or zero padding): the real inflation reports what it is
+            return True
+        if total > limit:
+            return False
+        pending = d.unconsumed_tail
+        if d.eof:  # the next member, if any
+            pending = d.unused_data
+            d = zlib.decompressobj(31)
+
+
 def _text(path: Path) -> str:
+    """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
+    limit, why = memory_budget.json_text_limit()
     try:
         with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+            size = os.fstat(f.fileno()).st_size
+            if gz and size >= 18:  # the trailer's length (mod 2**32) of the last member: a lower bound
+                f.seek(size - 4)
+                if limit is not None and int.from_bytes(f.read(4), "little") > limit:
+                    raise TraceError(path, memory_budget.too_large(limit, why))
+            f.seek(0)
+            if not gz:
+                if limit is not None and size > limit:
+                    raise TraceError(path, memory_budget.too_large(limit, why))
+                return f.read().decode("utf-8")
+            if limit is not None and size * MAX_DEFLATE_RATIO > limit and not _inflates_within(f, limit):
+                raise TraceError(path, memory_budget.too_large(limit, why))
+            f.seek(0)
             raw = f.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        return raw.decode("utf-8")
+        return gzip.decompress(raw).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as e:
         raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
 

@@ -1,0 +1,108 @@
+"""Memory stays bounded: a gzip'd JSON is inflated only up to what the memory budget allows
+(`--max-memory`, KVIEW_MAX_MEMORY, else the memory available), so a 4 MB bomb that inflates to
+4 GiB is refused in one line, quickly and small."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+import time
+import zlib
+
+import pytest
+
+from kview.io import memory_budget
+
+from conftest import SAMPLES
+
+JSON_GZ = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"
+
+
+def _member(data: bytes) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)  # one gzip member
+    return c.compress(data) + c.flush()
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory) -> str:
+    """~4 MB of gzip that inflates to 4 GiB of (valid so far) JSON: 64 members of 64 MiB of
+    spaces between an opening and a closing member, so no trailer tells the size."""
+    p = tmp_path_factory.mktemp("bomb") / "bomb.json.gz"
+    spaces = _member(b" " * (64 << 20))
+    with open(p, "wb") as f:
+        f.write(_member(b'{"traceEvents": ['))
+        for _ in range(64):
+            f.write(spaces)
+        f.write(_member(b"]}"))
+    assert p.stat().st_size < 5_000_000
+    return str(p)
+
+
+def run_measured(args, env=None):
+    """(exit status, stderr, seconds, peak RSS in MiB) of `kview ARGS` in a child."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "kview.cli", *map(str, args)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    err = p.stderr.read().decode()
+    _, status, usage = os.wait4(p.pid, 0)
+    return os.waitstatus_to_exitcode(status), err, time.perf_counter() - t0, usage.ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_gzip_bomb_is_refused_quickly_and_small(bomb, how):
+    args = ["stats", bomb, "--no-cache"] + (["--max-memory", "1G"] if how == "flag" else [])
+    rc, err, seconds, rss = run_measured(args, env={"KVIEW_MAX_MEMORY": "1G"} if how == "env" else None)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    source = "--max-memory 1.0 GiB" if how == "flag" else "KVIEW_MAX_MEMORY=1.0 GiB"
+    assert lines[0] == (f"kview: {bomb}: inflates to more than 256.0 MiB of JSON, more than kview can decode within "
+                        f"{source}; give --max-memory SIZE (or set KVIEW_MAX_MEMORY) to allow more")
+    assert rss < 900, f"peak RSS {rss:.0f} MiB"  # 256 MiB of text, not 4 GiB
+    assert seconds < 60
+
+
+def test_tui_refuses_the_bomb_before_starting(bomb):
+    rc, err, _, rss = run_measured([bomb, "--max-memory", "1G"])
+    assert rc == 2 and "inflates to more than 256.0 MiB of JSON" in err and len(err.strip().splitlines()) == 1
+    assert rss < 900
+
+
+def test_gzip_trailer_refuses_without_inflating(tmp_path):
+    """A single member's trailer holds its length: over the bound, refused before inflating (here
+    the deflate data is garbage, which inflating would report instead)."""
+    good = _member(b'{"traceEvents": [' + b" " * (64 << 20) + b"]}")
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(good[:10] + bytes(len(good) - 18) + good[-8:])
+    rc, err, _, _ = run_measured(["stats", p, "--no-cache"], env={"KVIEW_MAX_MEMORY": "64M"})
+    assert rc == 2 and "inflates to more than 16.0 MiB of JSON" in err
+    rc, err, _, _ = run_measured(["stats", p, "--no-cache", "--max-memory", "1G"])
+    assert rc == 2 and "cannot be read as trace JSON" in err  # now it is inflated, and is garbage
+
+
+def test_budget_can_be_raised_for_a_real_trace(tmp_path):
+    text = gzip.decompress(JSON_GZ.read_bytes())
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    small = {"KVIEW_MAX_MEMORY": str(len(text) * 4 // 2)}  # half of what this trace needs
+    for p in (JSON_GZ, plain):
+        rc, err, _, _ = run_measured(["stats", p, "--no-cache"], env=small)
+        assert rc == 2 and f"kview: {p}: inflates to more than" in err and "KVIEW_MAX_MEMORY" in err
+        rc, err, _, _ = run_measured(["stats", p, "--no-cache", "--max-memory", str(len(text) * 4 + 1)], env=small)
+        assert rc == 0, err  # the flag overrides the environment
+
+
+def test_default_budget_is_the_memory_available(monkeypatch):
+    monkeypatch.delenv("KVIEW_MAX_MEMORY", raising=False)
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    avail = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable:"))
+    limit, why = memory_budget.json_text_limit()
+    assert why == "the memory available"
+    assert abs(limit * 4 - avail) < 0.2 * avail
+
+
+def test_bad_max_memory_is_a_usage_error():
+    rc, err, _, _ = run_measured(["stats", JSON_GZ, "--max-memory", "lots"])
+    assert rc == 2 and err.strip() == "kview: --max-memory: cannot read memory size 'lots' (e.g. 8G, 512M)"
