@@ -72,10 +72,12 @@ def default_ranges() -> tuple[Callable[[str], object], Callable[[object], None]]
 class ModuleRanges:
     """Names modules on first sight and opens/closes their ranges from forward hooks."""
 
-    def __init__(self, select: Selection, ranges=None, active: Callable[[], bool] | None = None):
+    def __init__(self, select: Selection, ranges=None, active: Callable[[], bool] | None = None,
+                 first: Callable[[], None] | None = None):
         self.select = select
         self.push, self.pop = ranges or default_ranges()
         self.active = active or (lambda: True)
+        self.first = first  # called before each module's range opens (a capture session's step start)
         self.names: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self.local = threading.local()
         self.handles: list = []
@@ -92,6 +94,8 @@ class ModuleRanges:
             self.names[sub] = path if self.select.wants(path, path.count(".") + 1, type(sub).__name__) else ""
 
     def pre(self, module: nn.Module, *_args) -> None:
+        if self.first is not None:
+            self.first()
         name = self.names.get(module)
         if name is None:
             self.name_tree(module)

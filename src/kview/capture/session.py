@@ -71,6 +71,8 @@ class Session:
         self.prof = None
         self.dist_at_start = False
         self.local = threading.local()     # per thread: optimizer call depth, program range depth
+        self.module_ranges = None
+        self._module_hook = None
         if self.backend == "nsys":
             from kview.capture.module_ranges import nvtx_ranges
 
@@ -87,10 +89,6 @@ class Session:
     def install(self) -> None:
         global _current
         _current = self
-        from torch.nn.modules import module as M
-
-        # registered before the module ranges, so a step opens before its first module's range
-        M.register_module_forward_pre_hook(self._on_module_call)
         if self.annotate is not None:
             from kview.capture.module_ranges import ModuleRanges, Selection, nvtx_ranges, profiler_ranges
 
@@ -98,14 +96,15 @@ class Session:
             sel = Selection(a.get("depth"), a.get("include"), a.get("exclude"), tuple(a.get("types") or ()))
             ranges = nvtx_ranges() if self.backend == "nsys" else profiler_ranges()
             active = (lambda: True) if self.backend == "nsys" else (lambda: self.profiling)
-            ModuleRanges(sel, ranges, active).install_global()
+            # the module ranges' own hook starts a step first, so a step opens before its first range
+            self.module_ranges = ModuleRanges(sel, ranges, active, first=self._on_module_call).install_global()
         self._patch_optimizer()
         self._patch_profiler_step()
         self._patch_data_loader()
         self._patch_program_ranges()
         if not self.window:
             self._start_profiling()
-        self.armed = True
+        self._arm()
 
     def _patch_optimizer(self) -> None:
         opt = torch.optim.Optimizer
@@ -203,6 +202,24 @@ class Session:
         rf.__enter__, rf.__exit__ = __enter__, __exit__
 
     # ---- steps ---------------------------------------------------------------------------
+    def _watch_modules(self, on: bool) -> None:
+        """A global module hook only while a step waits to open or close (none with --annotate,
+        whose hook does it): between steps, no hook of kview's runs on a module call, so code
+        compiled with torch.compile during a step never sees one."""
+        if self.module_ranges is not None:
+            return
+        from torch.nn.modules import module as M
+
+        if on and self._module_hook is None:
+            self._module_hook = M.register_module_forward_pre_hook(self._on_module_call)
+        elif not on and self._module_hook is not None:
+            self._module_hook.remove()
+            self._module_hook = None
+
+    def _arm(self) -> None:
+        self.armed = True
+        self._watch_modules(True)
+
     def _on_module_call(self, *_args) -> None:
         if self.armed or self.pending:
             self._on_activity()
@@ -217,6 +234,7 @@ class Session:
             return
         self.source = source
         self.pending = True
+        self._watch_modules(True)
 
     def _on_activity(self) -> None:
         """Something a step does, at the top of the program's nesting: close the step that ended,
@@ -229,6 +247,8 @@ class Session:
         if self.armed and not self.window_over:
             self.armed = False
             self._open(self.done + 1)
+        if not (self.armed or self.pending):
+            self._watch_modules(False)
 
     def _end_step(self) -> None:
         self._close(completed=True)
@@ -236,7 +256,7 @@ class Session:
         if self.window and self.steps is not None and self.done >= self.skip + self.steps:
             self._stop_profiling()
         else:
-            self.armed = True
+            self._arm()
 
     def _wanted(self, n: int) -> bool:
         if not self.window:
@@ -310,8 +330,9 @@ class Session:
         if ok:
             if self.pending:
                 self.pending = False
-                self.armed = False
                 self._end_step()
+            self.armed = False
+            self._watch_modules(False)
             self._stop_profiling()
         elif self.prof is not None and self.profiling:
             try:
