@@ -1,22 +1,52 @@
-"""The kernel filter language, shared by `kview kernels --filter` and the TUI's `/`.
+r"""The kernel filter language, shared by `kview kernels --filter` and the TUI's `/`.
 
     gemm                 bare word: kernel name matches (case-insensitive regex)
     dir:bprop            field:value on dir, layer, op, cat, range, stream, device, kernel
     dur>50us  dur<=2ms   comparisons on dur, start, grid, block, idx, flops, tflops
                          (units ns, us, ms, s for times)
     -cat:memcpy          a leading '-' negates a term; terms combine with AND
-    layer:"Enc_0:Attn"   quotes keep spaces together
+    layer:"Enc_0:Attn"   quotes keep spaces together; backslashes are kept (layer:^layer_\d+$)
+
+Regular expressions are checked by the engine that runs them (polars', Rust's `regex`: no
+look-around or backreferences; `a{` is an error, not a literal), so a pattern Python accepts
+but polars rejects is a filter error, never a crash. The terms are combined flat (all_horizontal),
+so the cost grows linearly with their number.
 """
 from __future__ import annotations
 
 import re
-import shlex
 
 import polars as pl
 
 
 class FilterError(ValueError):
     pass
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why polars' regex engine rejects `pattern` (one line), or None if it accepts it."""
+    try:
+        pl.Series([""], dtype=pl.String).str.contains(pattern)
+    except pl.exceptions.PolarsError as e:
+        found = re.search(r"^error: (.+)$", str(e), re.MULTILINE)
+        return found[1] if found else str(e).splitlines()[0]
+    return None
+
+
+def _check(regexes: list[tuple[str, str]]) -> None:
+    """Raise FilterError for the first (typed value, pattern) the engine rejects. All patterns
+    are compiled in one polars call; only when that fails are they tried one by one."""
+    if not regexes:
+        return
+    try:
+        pl.DataFrame({"p": [p for _, p in regexes]}).select(pl.lit("").str.contains(pl.col("p")))
+        return
+    except pl.exceptions.PolarsError:
+        pass
+    for value, pattern in regexes:
+        why = regex_problem(pattern)
+        if why:
+            raise FilterError(f"bad regular expression {value!r}: {why}")
 
 
 TEXT_FIELDS = {"dir": "Direction", "layer": "Layer", "op": "Op", "cat": "Category", "range": "NVTX Path",
@@ -32,15 +62,41 @@ COMPARE = re.compile(r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=)\s*(?P<num>
 FIELDS_HELP = "dir, layer, op, cat, range, stream, device, kernel, params; comparisons on " + ", ".join(NUMERIC)
 
 
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise FilterError(f"bad regular expression {value!r}: {e}") from None
-    return "(?i)" + value
+def _regex(value: str, regexes: list[tuple[str, str]] | None) -> str:
+    pattern = "(?i)" + value
+    if regexes is None:
+        _check([(value, pattern)])
+    else:  # checked together by the caller
+        regexes.append((value, pattern))
+    return pattern
 
 
-def term(text: str) -> pl.Expr:
+def tokens(expr: str) -> list[str]:
+    """Whitespace-separated terms; quotes (' or ") group, backslashes are kept as typed."""
+    out, cur, quote, started = [], [], None, False
+    for ch in expr:
+        if quote:
+            if ch == quote:
+                quote = None
+            else:
+                cur.append(ch)
+        elif ch in "'\"":
+            quote, started = ch, True
+        elif ch.isspace():
+            if started:
+                out.append("".join(cur))
+            cur, started = [], False
+        else:
+            cur.append(ch)
+            started = True
+    if quote:
+        raise FilterError(f"cannot read filter: no closing {quote}")
+    if started:
+        out.append("".join(cur))
+    return out
+
+
+def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
     neg = text.startswith("-") and len(text) > 1
     body = text[1:] if neg else text
     m = COMPARE.match(body)
@@ -68,30 +124,25 @@ def term(text: str) -> pl.Expr:
         elif field in EXACT_FIELDS:
             e = pl.col(TEXT_FIELDS[field]).str.to_lowercase().str.starts_with(value.lower())
         else:
-            e = pl.col(TEXT_FIELDS[field]).str.contains(_regex(value))
+            e = pl.col(TEXT_FIELDS[field]).str.contains(_regex(value, regexes))
     elif re.match(r"^[a-z]+:", body, re.IGNORECASE) and not body.startswith(("http:", "std:")):
         raise FilterError(f"unknown field {body.split(':', 1)[0]!r} (fields: {FIELDS_HELP})")
     else:
         if re.match(r"^[a-z]+\s*(<|>|=)", body, re.IGNORECASE):
             raise FilterError(f"cannot read comparison {body!r} (e.g. dur>50us, grid>=1024)")
-        e = pl.col("Kernel").str.contains(_regex(body))
+        e = pl.col("Kernel").str.contains(_regex(body, regexes))
     e = e.fill_null(False)
     return ~e if neg else e
 
 
 def parse(expr: str) -> pl.Expr | None:
     """The whole expression as one polars predicate (None for an empty filter)."""
-    try:
-        tokens = shlex.split(expr)
-    except ValueError as e:
-        raise FilterError(f"cannot read filter: {e}") from None
-    terms = [term(t) for t in tokens]
+    regexes: list[tuple[str, str]] = []
+    terms = [term(t, regexes) for t in tokens(expr)]
+    _check(regexes)
     if not terms:
         return None
-    out = terms[0]
-    for t in terms[1:]:
-        out = out & t
-    return out
+    return terms[0] if len(terms) == 1 else pl.all_horizontal(terms)
 
 
 def apply(frame: pl.DataFrame, expr: str) -> pl.DataFrame:

@@ -14,6 +14,7 @@ import re
 import polars as pl
 
 from kview.errors import UsageError
+from kview.analysis.filters import regex_problem
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute, launched_ops
@@ -43,10 +44,9 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
               "Kernels": pl.UInt32}
     if pattern is None:
         return pl.DataFrame(schema=schema)
-    try:
-        re.compile(pattern)
-    except re.error as e:
-        raise UsageError(f"bad layer pattern {pattern!r}: {e}") from None
+    why = regex_problem(pattern)  # by the engine that runs it (polars'), not Python's
+    if why:
+        raise UsageError(f"bad layer pattern {pattern!r}: {why}")
     a = attribute(trace).filter(pl.col("Direction").is_in(["fprop", "bprop"]))
     parts = a.select("Direction", "Duration (ns)", pl.col("Layer").str.split(":").alias("c"))
     # position of the first component that is a layer; the next one is the sublayer
