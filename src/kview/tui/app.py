@@ -133,10 +133,7 @@ class KviewApp(App):
 
     def action_show_view(self, vid: str) -> None:
         self.query_one(TabbedContent).active = vid
-        v = self.views[vid]
-        for w in (v.query("FrameTable") or v.query("Tree")):
-            w.focus()
-            break
+        self.views[vid].focus_content()
 
     def open_kernels_filtered(self, text: str) -> None:
         self.action_show_view("kernels")

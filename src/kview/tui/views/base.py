@@ -7,7 +7,7 @@ import polars as pl
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
-from textual.widgets import LoadingIndicator, Static, TabbedContent
+from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
 
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -33,6 +33,12 @@ class View(Vertical):
         """Replace the loading indicator (or what was shown) by `widgets`."""
         self.remove_children()
         self.mount(*widgets)
+
+    def focus_content(self) -> None:
+        """Give the keys to the view's table or tree (when it has one yet)."""
+        for w in (self.query(FrameTable) or self.query(Tree)):
+            w.focus()
+            break
 
     def table_for_copy(self) -> tuple[pl.DataFrame, str]:
         """The table as shown, for copy and export (empty while loading)."""
