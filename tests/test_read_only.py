@@ -211,3 +211,26 @@ async def test_tui_leaves_the_trace_and_its_folder_untouched(tmp_path):
             assert app.loaded, "trace never finished loading"
             await pilot.press("3", "4", "1")
     u.check()
+
+
+def test_large_tables_read_in_parallel_through_the_escaped_uri(tmp_path):
+    """Tables past PARTITION_ROWS are read as several rowid ranges at once, through the same
+    read-only URI (a name with `?` and `%20` included)."""
+    from deep_nvtx import make
+
+    from kview.io.sqlite_source import PARTITION_ROWS
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = make(folder / "big?%20.sqlite", PARTITION_ROWS + 1000, leak=False)
+    with Untouched(folder) as u:
+        r = kview("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv", "--no-cache")
+    u.check()
+    assert r.returncode == 0, r.stderr
+    con = sqlite3.connect(t)
+    n, total = con.execute("SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.close()
+    lines = r.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("Time (%)"))
+    row = dict(zip(lines[head].split(","), lines[head + 1].split(",")))
+    assert (int(row["Total Time (ns)"]), int(row["Instances"])) == (total, n)

@@ -24,6 +24,7 @@ from kview.errors import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_HEADER = 32  # a WAL file holds pages only past its 32-byte header
+PARTITION_ROWS = 200_000  # tables with more rows are read by several threads
 
 
 def sqlite_uri(path: Path) -> str:
@@ -160,11 +161,16 @@ class SqliteSource:
         if not cols:
             return pl.DataFrame()
         sel = ", ".join('rowid AS "_rid"' if c == "rowid" else f'"{c}"' for c in cols)
-        n = self.scalar(f'SELECT max(rowid) FROM "{table}"') or 0
-        parts = min(4, os.cpu_count() or 1) if n >= 200_000 else 1
+        lo, hi = self.rows(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        parts = min(4, os.cpu_count() or 1) if (hi or 0) >= PARTITION_ROWS else 1
         if parts > 1:
-            sql = f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}"' + (f" WHERE {where}" if where else "")
-            df = self.query(sql, partition_on="_kv_rid", partition_num=parts)
+            # One query per rowid range, run in parallel by connectorx (its own partition_on
+            # would read the bounds through a path that does not decode the file: URI).
+            step = (hi - lo) // parts + 1
+            cond = f" AND ({where})" if where else ""
+            sql = [f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}" WHERE rowid >= {a} AND rowid < {a + step}{cond}'
+                   for a in range(lo, hi + 1, step)]
+            df = self.query(sql)
             if not df["_kv_rid"].is_sorted():  # partitions usually arrive in order; sort only if not
                 df = df.sort("_kv_rid")
             df = df.drop("_kv_rid")
@@ -172,7 +178,7 @@ class SqliteSource:
             df = self.query(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where}" if where else ""))
         return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df
 
-    def query(self, sql: str, **kw) -> pl.DataFrame:
+    def query(self, sql: str | list[str], **kw) -> pl.DataFrame:
         import connectorx as cx
 
         try:
