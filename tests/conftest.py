@@ -1,17 +1,56 @@
 from __future__ import annotations
 
+import atexit
+import lzma
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
-PUBLIC = ROOT.parent / "shared" / "fixtures" / "public"
+FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN_PUBLIC = ROOT / "tests" / "golden" / "public"
 
 LM_TRACES = sorted(SAMPLES.glob("*_nsys.sqlite"))
 TORCH_TRACES = sorted(SAMPLES.glob("*_torch.sqlite"))
-PUBLIC_TRACES = sorted(PUBLIC.glob("*.sqlite"))
+
+
+def _listed(sources: Path) -> list[str]:
+    """The fixture files a SOURCES file names (first column of its table or `file <- origin` lines)."""
+    out = []
+    for line in sources.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| file"):
+            out.append(line.split("|")[1].strip())
+        elif " <- " in line and not line.startswith("#"):
+            out.append(line.split(" <- ")[0].strip())
+    return out
+
+
+def _unpack_public() -> Path:
+    """The nsys fixtures are stored xz-compressed; decompress them once per test session."""
+    folder = Path(tempfile.mkdtemp(prefix="kview-fixtures-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name in _listed(FIXTURES / "nsys" / "SOURCES.md"):
+        packed = FIXTURES / "nsys" / f"{name}.xz"
+        if packed.exists():  # a missing one fails test_every_listed_fixture_is_in_the_repository
+            with lzma.open(packed) as src, open(folder / name, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return folder
+
+
+PUBLIC = _unpack_public()
+PUBLIC_NAMES = _listed(FIXTURES / "nsys" / "SOURCES.md")
+PUBLIC_TRACES = [PUBLIC / n for n in PUBLIC_NAMES]
+KINETO = FIXTURES / "kineto"
+KINETO_NAMES = _listed(KINETO / "SOURCES.txt")
+KINETO_TRACES = [KINETO / n for n in KINETO_NAMES]
+
+
+def golden_public(stem: str, report: str) -> str:
+    """nsys stats' CSV of one report of one public fixture (stored xz-compressed)."""
+    return lzma.decompress((GOLDEN_PUBLIC / f"{stem}_{report}.csv.xz").read_bytes()).decode()
 
 
 @pytest.fixture(autouse=True)

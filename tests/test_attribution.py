@@ -158,8 +158,6 @@ def test_direction_and_backward_layer_against_independent_check(tables, path):
 
 def test_hopper_bf16_kernels_are_tensor_core_gemm_and_attention():
     path = PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite"
-    if not path.exists():
-        pytest.skip("public fixtures not present")
     a = attribute(open_trace(path, use_cache=False))
     nvjet = a.filter(pl.col("Kernel").str.starts_with("nvjet_"))
     flash = a.filter(pl.col("Kernel").str.contains("flash_fwd_kernel"))

@@ -1,7 +1,8 @@
 """Every report equals real `nsys stats --format csv` output, byte for byte.
 
 The reference CSVs were written by nsys 2025.3.1 on the GPU machine (sample_traces/README.md)
-next to the project's own traces, and for the public fixtures into tests/golden/public/.
+next to the project's own traces, and for the public fixtures into tests/golden/public/
+(xz-compressed).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kview.output.render import to_csv
 from kview.reports import REPORTS
 from kview.trace import open_trace
 
-from conftest import GOLDEN_PUBLIC, LM_TRACES, PUBLIC_TRACES
+from conftest import LM_TRACES, PUBLIC_TRACES, golden_public
 
 _cache: dict = {}
 
@@ -46,9 +47,9 @@ DELIBERATE = {("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_time_sum"), ("dlprof_len
 def test_public_fixture_report_equals_nsys(trace, report):
     if (trace.stem, report) in DELIBERATE:
         pytest.skip("kview reports what nsys skips here; see test_old_export_memops")
-    golden = GOLDEN_PUBLIC / f"{trace.stem}_{report}.csv"
+    golden = golden_public(trace.stem, report)
     rep = REPORTS[report](_trace(trace))
-    assert to_csv(rep.frame, rep.decimals).splitlines() == golden.read_text().splitlines()
+    assert to_csv(rep.frame, rep.decimals).splitlines() == golden.splitlines()
 
 
 def test_old_export_memops_labelled_without_enum_table():
