@@ -57,4 +57,31 @@ def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
                 "kview/models/transformer_lm.py"):
         assert sub in names
     core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    assert core and not any(x in line for line in core for x in ("torch", "nvtx", "textual"))
+    assert core and not any(x in line for line in core for x in ("torch", "nvtx"))
+    # plain `pip install kview` is complete for every viewing command, the explorer included
+    assert all(any(f"Requires-Dist: {d}" in line for line in core) for d in ("pyarrow", "textual", "connectorx"))
+    assert "License-Expression: MIT" in meta  # an SPDX string, not the deprecated TOML table
+
+
+# Declared but never imported by name, needed all the same.
+INDIRECT = {"pyarrow": "connectorx hands SQLite columns to polars as Arrow tables through it",
+            "pytest-asyncio": "runs the async TUI tests (asyncio_mode = auto)",
+            "pytest-textual-snapshot": "the snap_compare fixture of the snapshot tests"}
+
+
+def test_every_declared_dependency_is_imported():
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"]) + [d for extra in project["optional-dependencies"].values() for d in extra]
+    used = set()
+    for folder in ("src", "tests", "bench"):
+        for py in (ROOT / folder).rglob("*.py"):
+            used |= {n.split(".")[0] for n in _imports(py)}
+    unused = []
+    for dep in declared:
+        dist = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0]
+        if dist not in INDIRECT and dist.replace("-", "_") not in used:
+            unused.append(dist)
+    assert unused == []

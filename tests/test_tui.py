@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
-
-pytest.importorskip("textual")
 
 from kview.reports import cuda_gpu_kern_sum  # noqa: E402
 from kview.trace import open_trace  # noqa: E402
@@ -246,10 +246,16 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
             assert hasattr(handlers[m.view], m.handler_name), (m.view, m.handler_name)
 
 
+def _tmux_env(tmp_path):
+    """The script runs `kview`: the one installed beside this interpreter, whatever PATH says."""
+    bindir = str(Path(sys.executable).parent)
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
 def test_tmux_script_drives_the_real_binary(size, tmp_path):
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env = _tmux_env(tmp_path)
     r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
                        capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]
@@ -275,7 +281,7 @@ FIXTURE_WORDS = {"nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite": ("elementwise", "ate
 def test_tmux_script_on_public_fixtures(fixture, tmp_path):
     path = PUBLIC / fixture
     word, nvtx = FIXTURE_WORDS[fixture]
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env = _tmux_env(tmp_path)
     r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), str(path), "80", "24", word, nvtx],
                        capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]

@@ -300,7 +300,7 @@ def run_tui(argv: list[str]) -> int:
     try:
         tui = importlib.import_module("kview.tui.app")
     except ImportError as e:
-        print(f"kview: the terminal UI needs the tui extra (pip install 'kview[tui]'): {e}", file=sys.stderr)
+        print(f"kview: the terminal UI cannot start ({e}); reinstall kview (pip install kview)", file=sys.stderr)
         return 2
     return tui.run(paths, use_cache=use_cache, note=note)
 
