@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -117,6 +118,14 @@ def _report_names(arg: str | None) -> list[str]:
     return names
 
 
+def _one_table_per_document(fmt: str, what: str, hint: str) -> None:
+    """CSV and TSV on stdout are exactly one table, so a pipe gets a document it can parse."""
+    from kview.output.render import MULTI_TABLE_FORMATS
+
+    if fmt not in MULTI_TABLE_FORMATS:
+        raise UsageError(f"{what} do not fit one {fmt.upper()} document on stdout: {hint}")
+
+
 def cmd_stats(args) -> int:
     from kview.output import render
     from kview.reports import REPORTS
@@ -129,25 +138,55 @@ def cmd_stats(args) -> int:
         ext = render.EXTENSIONS[args.format]
         targets = {n: Path(f"{args.output}_{n}.{ext}") for n in names}
         files.check(list(targets.values()), [args.trace], args.force)  # refused before the work
+    elif len(names) > 1:
+        _one_table_per_document(args.format, f"{len(names)} reports",
+                                "write one file per report with -o PREFIX, pick one with -r NAME, "
+                                "or use -f json (one object keyed by report name)")
     trace = open_trace(args.trace, use_cache=not args.no_cache)
     reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
+
+    def note(r) -> None:  # why a report has nothing to show, on stderr so stdout stays the document
+        why = f"SKIPPED: {r.skipped}" if r.skipped else "no rows"
+        print(f"kview: {trace.name}: {r.name}: {why}{'; nothing written' if args.output else ''}", file=sys.stderr)
+
     if args.output:
-        texts = {targets[r.name]: render.render(r.frame, args.format, r.decimals) for r in reports}
+        texts = {}
+        for r in reports:
+            if r.skipped or r.empty:
+                note(r)
+            else:
+                texts[targets[r.name]] = render.render(r.frame, args.format, r.decimals)
         files.write(texts, [args.trace], args.force)
         for path in texts:
             print(f"wrote {path}", file=sys.stderr)
         return 0
     out = sys.stdout
-    for i, r in enumerate(reports):
-        if i:
-            out.write("\n")
-        out.write(f"** {r.title} ({r.name}):\n\n")
-        if r.skipped:
-            out.write(f"SKIPPED: {trace.name} {r.skipped}.\n")
-        elif r.empty:
-            out.write("(no rows)\n")
-        else:
-            out.write(render.render(r.frame, args.format, r.decimals))
+    if args.format == "table":  # for a person: every report under its nsys title
+        for i, r in enumerate(reports):
+            if i:
+                out.write("\n")
+            out.write(f"** {r.title} ({r.name}):\n\n")
+            if r.skipped:
+                out.write(f"SKIPPED: {trace.name} {r.skipped}.\n")
+            elif r.empty:
+                out.write("(no rows)\n")
+            else:
+                out.write(render.render(r.frame, args.format, r.decimals))
+        return 0
+    for r in reports:
+        if r.skipped or r.empty:
+            note(r)
+    if len(reports) == 1:  # exactly that document, nothing around it
+        r = reports[0]
+        out.write(render.render(r.frame, args.format, r.decimals) if not (r.skipped or r.empty)
+                  else render.render(r.frame, args.format) if args.format == "json" else "")
+        return 0
+    if args.format == "json":
+        out.write(json.dumps({r.name: r.frame.to_dicts() for r in reports}, ensure_ascii=False, indent=1) + "\n")
+        return 0
+    sections = {f"{r.title} ({r.name})": r.frame for r in reports}
+    texts = {f"{r.title} ({r.name})": f"SKIPPED: {trace.name} {r.skipped}.\n" for r in reports if r.skipped}
+    out.write(render.render_sections(sections, args.format, empty="(no rows)\n", texts=texts))
     return 0
 
 
@@ -189,6 +228,7 @@ def cmd_overview(args) -> int:
     from kview.analysis.overview import build
     from kview.trace import open_trace
 
+    _one_table_per_document(args.format, "the overview's tables", "use -f json (one object keyed by table), md or table")
     o = build(open_trace(args.trace, use_cache=not args.no_cache))
     import polars as pl
 
@@ -240,6 +280,7 @@ def cmd_diff(args) -> int:
     from kview.analysis.compare import diff
     from kview.trace import open_trace
 
+    _one_table_per_document(args.format, "the diff's tables", "use -f json (one object keyed by table), md or table")
     a = open_trace(args.before, use_cache=not args.no_cache)
     b = open_trace(args.after, use_cache=not args.no_cache)
     sections = diff(a, b, args.top)

@@ -119,19 +119,27 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     return "\n".join(lines) + "\n"
 
 
+# Formats that hold several titled tables in one document; CSV and TSV hold exactly one table.
+MULTI_TABLE_FORMATS = ("table", "md", "json")
+
+
 def render_sections(sections: dict[str, pl.DataFrame], fmt: str, suffix: str = "", empty: str | None = None,
                     texts: dict[str, str] | None = None) -> str:
-    """Several titled tables: one JSON object of row lists, or `** Title:` blocks. Empty tables
-    print `empty` (or are left out when it is None); `texts` replaces a table's body in the
-    non-JSON formats."""
+    """Several titled tables as one document: JSON, one object keyed by title (every table
+    there, empty ones as []); Markdown, a `### Title` heading per table; a terminal table,
+    `** Title:` blocks. Empty tables print `empty` (or are left out when it is None); `texts`
+    replaces a table's body outside JSON. CSV and TSV cannot hold several tables."""
     if fmt == "json":
-        return json.dumps({k: v.to_dicts() for k, v in sections.items()}, indent=1) + "\n"
+        return json.dumps({k: v.to_dicts() for k, v in sections.items()}, ensure_ascii=False, indent=1) + "\n"
+    if fmt not in MULTI_TABLE_FORMATS:
+        raise ValueError(f"{fmt} holds one table; several need json, md or table")
     blocks = []
     for title, df in sections.items():
-        if df.height == 0 and empty is None:
+        if df.height == 0 and empty is None and title not in (texts or {}):
             continue
         body = (texts or {}).get(title) or (render(df, fmt) if df.height else empty)
-        blocks.append(f"** {title}{suffix}:\n\n{body}")
+        head = f"### {title}{suffix}\n\n" if fmt == "md" else f"** {title}{suffix}:\n\n"
+        blocks.append(head + body)
     return "\n".join(blocks)
 
 
