@@ -17,7 +17,7 @@ from conftest import SAMPLES
 
 SQLITE = (SAMPLES / "ncf_b1048576_train_nsys.sqlite").read_bytes()
 JSON = gzip.decompress((SAMPLES / "ncf_b1048576_train_torch.json.gz").read_bytes())
-COMMANDS = [["stats", "-r", "all", "-f", "csv"], ["kernels", "-f", "csv"], ["layers", "-f", "csv"]]
+COMMANDS = [["stats", "-r", "all", "-f", "json"], ["kernels", "-f", "csv"], ["layers", "-f", "csv"]]
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

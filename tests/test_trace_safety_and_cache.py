@@ -31,7 +31,7 @@ def test_read_only_folder_trace_unchanged_and_nothing_beside_it(tmp_path):
     ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
     before = (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro)))
     try:
-        r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "csv"],
+        r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "json"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "Total Time (ns)" in r.stdout
