@@ -4,9 +4,13 @@ Kernels, memcpy/memset, runtime and driver calls keep their CUPTI correlation id
 `record_function` ranges become NVTX push/pop ranges on their real threads, and CPU ops become
 ranges in the text nsys writes for `--pytorch=autograd-shapes-nvtx`
 (`aten::linear, seq = N, op_id = K, sizes = [[...]]`), so one attribution serves both.
-Microsecond timestamps carry three decimals; they are converted to integer nanoseconds by
-rounding start and duration separately (end = start + duration), never producing negative
-durations.
+
+Every era of the format is read: PyTorch <= 1.9 (`Kernel`, `Runtime`, `Memcpy`, `Memset`,
+`Operator` categories, string thread ids, integer microseconds, even the legacy bare JSON
+array of events), and current traces from NVIDIA, AMD (HIP calls under `cuda_runtime`) and
+CPU-only runs. Timestamps are microseconds with up to three decimals; `ts` and `dur` are
+converted from their decimal text to integer nanoseconds exactly (a float of epoch
+microseconds is off by up to a few hundred ns), and end = start + duration.
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ MAX_DEFLATE_RATIO = 1032  # deflate never inflates more than this: smaller files
 _WS = re.compile(r"[\s,]*")
 HEADER_KEYS = ("schemaVersion", "deviceProperties", "record_shapes", "cuda_runtime_version", "cuda_driver_version",
                "distributedInfo", "baseTimeNanoseconds")
+# Floats stay as their decimal text, so timestamps convert to nanoseconds exactly.
+_DECODER = json.JSONDecoder(parse_float=str)
 
 
 def _inflates_within(f, limit: int) -> bool:
@@ -85,6 +91,39 @@ def _text(path: Path) -> str:
         raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
 
 
+# JSON files that are not torch.profiler traces but are often mistaken for one: what they are.
+OTHER_JSON = (
+    (re.compile(r'"rocprofiler-sdk-tool"\s*:'), "is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet"),
+    (re.compile(r'"nodes"\s*:\s*\['), "is a PyTorch execution trace (ExecutionTraceObserver): it holds no timings; "
+                                        "open the torch.profiler trace of the same run"),
+    (re.compile(r'"displayTimeUnit"|"systemTraceEvents"'), None),  # Chrome traces: judged by traceEvents below
+)
+
+
+def events_start(path: Path, text: str) -> tuple[int, bool]:
+    """Where the events list of a Chrome trace starts, and whether it is the legacy bare array
+    (`[{...}, ...]`, whose closing bracket the format makes optional). Raises TraceError naming
+    what the file is otherwise. Cheap: looks at structure only, never decodes the events."""
+    body = text.lstrip()
+    lead = len(text) - len(body)
+    if body[:1] == "[":
+        return lead + 1, True
+    if body[:1] != "{":
+        raise TraceError(path, "is not a torch.profiler trace (neither a JSON object nor a list of events)")
+    m = re.compile(r'"traceEvents"\s*:\s*').search(text)
+    if not m:
+        head = text[:1 << 16]
+        for rx, what in OTHER_JSON:
+            if what and rx.search(head):
+                raise TraceError(path, what)
+        raise TraceError(path, "is JSON but not a torch.profiler trace (no traceEvents list)")
+    if text[m.end():m.end() + 1] != "[":
+        raise TraceError(path, "is not valid trace JSON (traceEvents is not a list)")
+    if text.rstrip()[-1:] != "}":
+        raise TraceError(path, "is truncated trace JSON (it does not end with a closing brace)")
+    return m.end() + 1, False
+
+
 def load_json(path: Path) -> dict:
     """Header keys of a Chrome trace plus an iterator over its events, decoded one at a time.
 
@@ -92,45 +131,61 @@ def load_json(path: Path) -> dict:
     and the columns being built, never the whole tree of Python objects for every event.
     """
     text = _text(path)
-    head = text.lstrip()[:1]
-    if head != "{":
-        raise TraceError(path, "is not a torch.profiler trace (not a JSON object)")
-    dec = json.JSONDecoder()
-    at = text.find('"traceEvents"')
-    if at < 0:
-        raise TraceError(path, "is JSON but not a torch.profiler trace (no traceEvents list)")
+    at, bare = events_start(path, text)
     doc: dict = {}
-    for key in HEADER_KEYS:
-        m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
-        if m:
-            try:
-                doc[key] = dec.raw_decode(text, m.end())[0]
-            except json.JSONDecodeError:
-                pass
-    m = re.compile(r'"traceEvents"\s*:\s*\[').match(text, at)
-    if not m:
-        raise TraceError(path, "is not valid trace JSON (traceEvents is not a list)")
-    doc["traceEvents"] = _events(path, text, dec, m.end())
+    if not bare:
+        for key in HEADER_KEYS:
+            m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
+            if m:
+                try:
+                    doc[key] = _DECODER.raw_decode(text, m.end())[0]
+                except json.JSONDecodeError:
+                    pass
+    doc["traceEvents"] = _events(path, text, at, bare)
     return doc
 
 
-def _events(path: Path, text: str, dec: json.JSONDecoder, i: int):
+def _events(path: Path, text: str, i: int, bare: bool):
     n = len(text)
     while True:
         i = _WS.match(text, i).end()
         if i >= n:
+            if bare:  # the Trace Event Format lets a bare array end without its bracket
+                return
             raise TraceError(path, "is truncated trace JSON (the events list never ends)")
         if text[i] == "]":
             return
         try:
-            obj, i = dec.raw_decode(text, i)
+            obj, i = _DECODER.raw_decode(text, i)
         except json.JSONDecodeError as e:
             raise TraceError(path, f"is not valid trace JSON ({e.msg} at character {e.pos})") from None
         yield obj
 
 
-def _ns(us) -> int:
-    return int(round(float(us) * 1000.0))
+def ns_from_us_text(c: pl.Expr) -> pl.Expr:
+    """Decimal text of microseconds ("1623142623531625", "4203669603771.648") -> integer ns,
+    exactly: whole and fractional digits are read as integers (a fourth decimal rounds half
+    up). Exponent forms, which Kineto never writes, go through a float."""
+    body = c.str.strip_chars().str.strip_prefix("-")
+    whole = body.str.extract(r"^(\d+)", 1).cast(pl.Int64).fill_null(0)
+    frac = body.str.extract(r"^\d*\.(\d+)$", 1).fill_null("")
+    ns = (whole * 1000 + (frac + "000").str.slice(0, 3).cast(pl.Int64)
+          + (frac.str.slice(3, 1) >= "5").cast(pl.Int64))
+    ns = pl.when(c.str.strip_chars().str.starts_with("-")).then(-ns).otherwise(ns)
+    sci = c.str.contains("[eE]")
+    return (pl.when(c.is_null()).then(None)
+            .when(sci).then((c.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64))
+            .otherwise(ns))
+
+
+def _int(v) -> int | None:
+    """An id as Kineto writes it: 7, "7" (older traces quote thread ids) or "stream 7"."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        m = re.search(r"-?\d+$", v)
+        return int(m.group()) if m else None
+    return None
 
 
 def _sizes(dims) -> str:
@@ -145,14 +200,34 @@ def _sizes(dims) -> str:
 def op_text(e: dict) -> str:
     """The emit_nvtx form of a CPU op: `name, seq = N, op_id = K, sizes = [[...], ...]`."""
     a = e.get("args") or {}
-    parts = [e.get("name", "")]
-    if a.get("Sequence number") is not None and int(a["Sequence number"]) >= 0:
-        parts.append(f"seq = {int(a['Sequence number'])}")
-    if a.get("External id") is not None:
-        parts.append(f"op_id = {int(a['External id'])}")
-    if "Input Dims" in a:
-        parts.append(f"sizes = {_sizes(a['Input Dims'])}")
+    parts = [str(e.get("name", ""))]
+    seq, ext = _int(a.get("Sequence number")), _int(a.get("External id"))
+    if seq is not None and seq >= 0:
+        parts.append(f"seq = {seq}")
+    if ext is not None:
+        parts.append(f"op_id = {ext}")
+    dims = a.get("Input Dims", a.get("Input dims"))  # "Input dims" before PyTorch 1.9
+    if dims is not None:
+        parts.append(f"sizes = {_sizes(dims)}")
     return ", ".join(parts)
+
+
+# Event categories of every Kineto era, lower-cased: PyTorch <= 1.9 wrote `Kernel`, `Runtime`,
+# `Memcpy`, `Memset` and `Operator` (record_function ranges included); later versions
+# `kernel`, `cuda_runtime`, `cuda_driver`, `gpu_memcpy`, `gpu_memset`, `cpu_op`, `user_annotation`.
+KERNEL, RUNTIME, DRIVER, MEMCPY, MEMSET, CPU_OP, USER = "kernel", "runtime", "driver", "memcpy", "memset", "op", "user"
+CATEGORIES = {"kernel": KERNEL, "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": DRIVER, "driver": DRIVER,
+              "gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET, "memset": MEMSET,
+              "cpu_op": CPU_OP, "operator": CPU_OP, "user_annotation": USER}
+# Complete events kview does not read, counted so a view can say what else the trace holds.
+NOT_READ_SILENTLY = {"trace", "python_function", "gpu_user_annotation", "overhead", "cpu_instant_event"}
+
+
+def _is_legacy_user_range(name: str, a: dict) -> bool:
+    """PyTorch <= 1.9 filed record_function ranges (ProfilerStep#5, user labels) as `Operator`:
+    they are the ones without a namespace, autograd sequence number or input tensors."""
+    return ("::" not in name and a.get("Sequence number") is None
+            and not any(a.get("Input Dims", a.get("Input dims")) or []))
 
 
 class KinetoFrames:
@@ -163,43 +238,50 @@ class KinetoFrames:
         ev = doc["traceEvents"]
         kern, rt, cpy, mset, ranges = [], [], [], [], []
         procs = {}
+        unread: dict[str, int] = {}
         for e in ev:
             if not isinstance(e, dict):
                 continue
-            cat = e.get("cat")
             ph = e.get("ph")
             if ph == "M":
-                if e.get("name") == "process_name" and isinstance(e.get("pid"), int):
-                    procs[e["pid"]] = (e.get("args") or {}).get("name", "")
+                pid = _int(e.get("pid"))
+                if e.get("name") == "process_name" and pid is not None:
+                    procs[pid] = str((e.get("args") or {}).get("name", ""))
                 continue
             if ph != "X" or "ts" not in e:
                 continue
+            raw_cat = str(e.get("cat", ""))
+            cat = CATEGORIES.get(raw_cat.lower())
             a = e.get("args") or {}
-            start = _ns(e["ts"])
-            end = start + _ns(e.get("dur", 0))
-            if cat == "kernel":
-                grid, block = a.get("grid") or [0, 0, 0], a.get("block") or [0, 0, 0]
-                kern.append((start, end, a.get("device", e.get("pid")), a.get("context"), a.get("stream", e.get("tid")),
-                             a.get("correlation"), e.get("name", ""), *grid[:3], *block[:3],
-                             a.get("registers per thread"), a.get("shared memory")))
-            elif cat in ("cuda_runtime", "cuda_driver"):
-                rt.append((start, end, 1 if cat == "cuda_driver" else 0, e.get("pid"), e.get("tid"),
-                           a.get("correlation"), e.get("name", "")))
-            elif cat == "gpu_memcpy":
-                name = e.get("name", "")
+            if not isinstance(a, dict):
+                a = {}
+            ts, dur = e["ts"], e.get("dur", 0)
+            name = str(e.get("name", ""))
+            if cat == KERNEL:
+                grid, block = a.get("grid") or [None] * 3, a.get("block") or [None] * 3
+                kern.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("context")),
+                             _int(a.get("stream", e.get("tid"))), _int(a.get("correlation")), name,
+                             *[_int(g) for g in grid[:3]], *[_int(b) for b in block[:3]],
+                             _int(a.get("registers per thread")), _int(a.get("shared memory"))))
+            elif cat in (RUNTIME, DRIVER):
+                rt.append((ts, dur, 1 if cat == DRIVER else 0, _int(e.get("pid")), _int(e.get("tid")),
+                           _int(a.get("correlation")), name))
+            elif cat == MEMCPY:
                 kind = next((v for k, v in MEMCPY_KINDS.items() if f" {k} " in f" {name} "), 0)
-                cpy.append((start, end, a.get("device", e.get("pid")), a.get("stream", e.get("tid")),
-                            a.get("correlation"), a.get("bytes"), kind))
-            elif cat == "gpu_memset":
-                mset.append((start, end, a.get("device", e.get("pid")), a.get("stream", e.get("tid")),
-                             a.get("correlation"), a.get("bytes")))
-            elif cat == "user_annotation" and isinstance(e.get("tid"), int):
-                ranges.append((start, end, e.get("pid"), e.get("tid"), e.get("name", "")))
-            elif cat == "cpu_op" and isinstance(e.get("tid"), int):
-                ranges.append((start, end, e.get("pid"), e.get("tid"), op_text(e)))
+                cpy.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("stream", e.get("tid"))),
+                            _int(a.get("correlation")), _int(a.get("bytes")), kind))
+            elif cat == MEMSET:
+                mset.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("stream", e.get("tid"))),
+                             _int(a.get("correlation")), _int(a.get("bytes"))))
+            elif cat in (USER, CPU_OP) and _int(e.get("tid")) is not None:
+                user = cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(name, a))
+                ranges.append((ts, dur, _int(e.get("pid")), _int(e.get("tid")), name if user else op_text(e)))
+            elif raw_cat.lower() not in NOT_READ_SILENTLY:
+                unread[raw_cat] = unread.get(raw_cat, 0) + 1
+        self.unread = unread
         i64 = pl.Int64
-        self.runtime_raw = pl.DataFrame(rt, schema={"start": i64, "end": i64, "event_class": i64, "pid": i64,
-                                                    "tid": i64, "correlation": i64, "name": pl.String}, orient="row")
+        self.runtime_raw = _timed(rt, {"event_class": i64, "pid": i64, "tid": i64, "correlation": i64,
+                                       "name": pl.String})
         names = pl.concat([pl.DataFrame({"value": [k[6] for k in kern]}, schema={"value": pl.String}),
                            self.runtime_raw.select(pl.col("name").alias("value"))]).unique(maintain_order=True)
         self.strings = names.with_row_index("id", offset=1).with_columns(pl.col("id").cast(pl.Int64))
@@ -209,10 +291,9 @@ class KinetoFrames:
         def with_pid(df):
             return (df.join(launch_pid, on="correlation", how="left")
                     .with_columns(global_tid(pl.col("pid").fill_null(0), pl.lit(0)).alias("global_pid")).drop("pid"))
-        k = pl.DataFrame(kern, orient="row", schema={
-            "start": i64, "end": i64, "device": i64, "context": i64, "stream": i64, "correlation": i64,
-            "name": pl.String, "grid_x": i64, "grid_y": i64, "grid_z": i64, "block_x": i64, "block_y": i64,
-            "block_z": i64, "registers": i64, "smem": i64})
+        k = _timed(kern, {"device": i64, "context": i64, "stream": i64, "correlation": i64,
+                          "name": pl.String, "grid_x": i64, "grid_y": i64, "grid_z": i64, "block_x": i64, "block_y": i64,
+                          "block_z": i64, "registers": i64, "smem": i64})
         k = with_pid(k).join(sid, on="name", how="left").with_columns(
             pl.col("name_id").alias("short_name_id"), pl.col("smem").alias("static_smem"),
             pl.lit(0, dtype=i64).alias("dynamic_smem"), pl.lit(None, dtype=i64).alias("graph_node"))
@@ -220,15 +301,12 @@ class KinetoFrames:
         self.runtime = self.runtime_raw.join(sid, on="name", how="left").select(
             "start", "end", global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"), "correlation",
             "name_id", "event_class")
-        self.memcpy = with_pid(pl.DataFrame(cpy, orient="row", schema={
-            "start": i64, "end": i64, "device": i64, "stream": i64, "correlation": i64, "bytes": i64,
-            "copy_kind": i64})).with_columns(pl.lit(None, dtype=i64).alias("src_kind"),
+        self.memcpy = with_pid(_timed(cpy, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64,
+                                            "copy_kind": i64})).with_columns(pl.lit(None, dtype=i64).alias("src_kind"),
                                              pl.lit(None, dtype=i64).alias("dst_kind"))
-        self.memset = with_pid(pl.DataFrame(mset, orient="row", schema={
-            "start": i64, "end": i64, "device": i64, "stream": i64, "correlation": i64, "bytes": i64})
-        ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
-        r = pl.DataFrame(ranges, orient="row", schema={"start": i64, "end": i64, "pid": i64, "tid": i64,
-                                                       "text": pl.String})
+        self.memset = with_pid(_timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
+                               ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
+        r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String})
         # Chrome traces list events in no particular order: order ranges by thread and start,
         # outer before inner, as a push/pop stack would have emitted them.
         r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
@@ -246,11 +324,22 @@ class KinetoFrames:
               "smCount": d.get("numSms"), "computeMajor": d.get("computeMajor"),
               "computeMinor": d.get("computeMinor")} for d in props if isinstance(d, dict)],
             schema={"id": i64, "name": pl.String, "totalMemory": i64, "smCount": i64, "computeMajor": i64,
-                    "computeMinor": i64})
+                    "computeMinor": i64}, strict=False)
         self.metadata = {"EXPORT_PRODUCT_NAME": "torch.profiler (Kineto)",
                          "KINETO_SCHEMA_VERSION": str(doc.get("schemaVersion", "")),
                          "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
                          "RECORD_SHAPES": str(doc.get("record_shapes", ""))}
+        if unread:  # e.g. MTIA device events: the trace holds them, kview does not read them
+            self.metadata["KINETO_EVENTS_NOT_READ"] = ", ".join(
+                f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+
+
+def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
+    """Rows (ts, dur, *columns) -> a frame with integer-ns start/end and the other columns."""
+    raw = pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)
+    start = ns_from_us_text(pl.col("ts"))
+    return raw.select(start.alias("start"), (start + ns_from_us_text(pl.col("dur")).fill_null(0)).alias("end"),
+                      *schema)
 
 
 def read(path: str | Path) -> KinetoFrames:
