@@ -15,33 +15,24 @@ import re
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
+from kview.analysis.categories import name_categories
 from kview.io.nsys_reader import PID_MASK
 from kview.trace import Trace
 
 PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")
-STEP_RANGE_RE = r"^step_\d+$"  # `kview capture -- COMMAND`'s step ranges: phases, never part of a layer
+# step ranges: phases, never part of a layer (`kview capture -- COMMAND`'s step_N, torch.profiler's ProfilerStep#N)
+STEP_RANGE_RE = r"^step_\d+$|^ProfilerStep#\d+$"
 COLUMNS = ["Idx", "Direction", "Layer", "Op", "Params", "Kernel", "Category", "Duration (ns)", "Start (ns)",
            "Stream", "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes", "TFLOP/s"]
 
-CATEGORY_RULES = [  # first match wins; matched against the lower-cased kernel name
-    ("communication", r"nccl"),
-    ("attention", r"flash|fmha|attention|sdpa|mha_"),
-    # convolutions count as gemm: implicit-GEMM / Winograd / FFT kernels doing the same work
-    ("gemm", r"gemm|gemv|cutlass|xmma|cublas|matmul|wgmma|_mma_|dot_kernel|nvjet|scudnn|cudnn|winograd|"
-             r"implicit_convolve|im2col|fft2d|conv2d|convolution"),
-    ("softmax", r"softmax"),
-    ("normalization", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|welford|cuapplylayernorm"),
-    ("embedding/index", r"index|gather|scatter|embedding|indexselect|embeddingbag|take_along"),
-    ("reduction", r"reduce|cub::|radix|scan|sum_|argmax|max_|min_"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|fill|copy|cat_?array|catarray"),
-]
+_INT = ("Idx", "Duration (ns)", "Start (ns)", "Stream", "Device", "Correlation", "FLOPs", "Bytes", "_grid", "_block")
+SCHEMA = {**{c: pl.Int64 if c in _INT else pl.Float64 if c == "TFLOP/s" else pl.String for c in COLUMNS},
+          "_grid": pl.Int64, "_block": pl.Int64}
+
 # aten names that read differently in user code (F.cross_entropy -> aten::cross_entropy_loss)
 OP_ALIASES = {"cross_entropy_loss": "cross_entropy", "_softmax": "softmax", "_log_softmax": "log_softmax",
               "native_layer_norm": "layer_norm", "native_dropout": "dropout", "_scaled_dot_product_flash_attention":
               "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention"}
-# Tensor-core kernels by name (PyProf's list, plus Hopper's nvjet/wgmma and flash attention)
-TC_RE = (r"hmma|wgmma|tensorop|s1688|h1688|i8816|16816|884gemm|1688gemm|_tf32|bf16|f16f16|e4m3|e5m2|"
-         r"xmma_gemm_(?:bf16|f16|tf32)|nvjet|flash|fmha")
 OP_CATEGORIES = {"embedding/index": ["embedding", "embedding_bag", "index", "index_select", "gather", "scatter",
                                      "index_put_", "take"],
                  "normalization": ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"],
@@ -279,6 +270,14 @@ def params_of(op: str | None, sizes: str | None) -> tuple[str, int | None, int |
     return ";".join("[" + ",".join(str(v) for v in d) + "]" for d in dims), None, elems
 
 
+def _launch_dims(what: str) -> pl.Expr:
+    """`128x1x1`, or `-` where the trace has no launch dimensions (copies, AMD and old
+    torch.profiler traces) rather than a made-up 0x0x0."""
+    x, y, z = (pl.col(f"{what}_{a}") for a in "xyz")
+    known = (pl.col("kind") == "kernel") & x.is_not_null() & (x > 0)
+    return pl.when(known).then(pl.format("{}x{}x{}", x, y.fill_null(1), z.fill_null(1))).otherwise(pl.lit("-"))
+
+
 def shown(table: pl.DataFrame) -> pl.DataFrame:
     """The attributed table without its hidden helper columns."""
     return table.select(COLUMNS)
@@ -292,8 +291,8 @@ def attribute(trace: Trace) -> pl.DataFrame:
 
 def _attribute(trace: Trace) -> pl.DataFrame:
     ops = launched_ops(trace)
-    if ops.height == 0:
-        return pl.DataFrame(schema={**{c: pl.String for c in COLUMNS}, "_grid": pl.Int64, "_block": pl.Int64})
+    if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
+        return pl.DataFrame(schema=SCHEMA)
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     if have_nvtx:
@@ -332,12 +331,12 @@ def _attribute(trace: Trace) -> pl.DataFrame:
                              pl.Series("op_flops", [p[1] for p in parsed], dtype=pl.Int64),
                              pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64))
     ops = ops.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True)
-    name = f("Kernel").str.to_lowercase()
-    cat = pl.when(f("kind") == "memcpy").then(pl.lit("memcpy")).when(f("kind") == "memset").then(pl.lit("memset"))
-    for label, rx in CATEGORY_RULES:
-        cat = cat.when(name.str.contains(rx)).then(pl.lit(label))
-        if label == "communication":
-            cat = cat.when(f("Direction") == "optim").then(pl.lit("optimizer"))
+    ops = ops.join(name_categories(ops["Kernel"]), on="Kernel", how="left")
+    named = f("name_category")
+    cat = (pl.when(f("kind") == "memcpy").then(pl.lit("memcpy")).when(f("kind") == "memset").then(pl.lit("memset"))
+           .when(named == "communication").then(named)
+           .when(f("Direction") == "optim").then(pl.lit("optimizer"))
+           .when(named.is_not_null()).then(named))
     for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
         cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
     cat = cat.otherwise(pl.lit("other"))
@@ -356,12 +355,11 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         f("Params").fill_null("-"),
         "Kernel", "Category", "Duration (ns)", f("start").alias("Start (ns)"), f("stream").alias("Stream"),
         f("device").alias("Device"),
-        pl.when(f("kind") == "kernel").then(pl.format("{}x{}x{}", "grid_x", "grid_y", "grid_z")).otherwise(pl.lit("-")).alias("Grid"),
-        pl.when(f("kind") == "kernel").then(pl.format("{}x{}x{}", "block_x", "block_y", "block_z")).otherwise(pl.lit("-")).alias("Block"),
+        _launch_dims("grid").alias("Grid"), _launch_dims("block").alias("Block"),
         f("correlation").alias("Correlation"),
         f("path_").fill_null("").replace("", "-").alias("NVTX Path"),
         pl.when(gemm | (f("Category") == "attention"))
-        .then(pl.when(name.str.contains(TC_RE) & ~name.str.contains("ffma|sgemm|scudnn")).then(pl.lit("1"))
+        .then(pl.when(f("tc").fill_null(False)).then(pl.lit("1"))
               .otherwise(pl.lit("0"))).otherwise(pl.lit("-")).alias("TC"),
         "FLOPs", "Bytes",
         pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))
