@@ -17,7 +17,7 @@ from kview.errors import UsageError
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
-from kview.analysis.gpu_time import gpu_time_in, launch_timeline
+from kview.analysis.gpu_time import launch_timeline, range_times
 from kview.trace import Trace
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
@@ -76,13 +76,8 @@ def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.Data
 def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     """item -> value (ns) for one window."""
     if by == "range":
-        r = _in_window(user_ranges(w.trace), w)
-        if metric == "cpu":
-            vals = r.group_by("label").agg((pl.col("end") - pl.col("start")).sum().alias("v"))
-        else:
-            g, _ = gpu_time_in(w.trace, r["start"].to_numpy(), r["end"].to_numpy())
-            vals = r.with_columns(pl.Series("v", g, dtype=pl.Int64)).group_by("label").agg(pl.col("v").sum())
-        return vals.rename({"label": "item"})
+        t = range_times(w.trace, _in_window(user_ranges(w.trace), w))
+        return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
     if metric == "cpu":
         raise UsageError("--metric cpu applies to ranges only (use --by range)")
     a = attribute(w.trace)

@@ -36,3 +36,36 @@ def gpu_time_in(trace: Trace, starts: np.ndarray, ends: np.ndarray) -> tuple[np.
     lo = np.searchsorted(t, starts, side="left")
     hi = np.searchsorted(t, ends, side="right")
     return csum[hi] - csum[lo], hi - lo
+
+
+def merge_intervals(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The union of [start, end] intervals within each `by` group, as disjoint segments
+    (touching intervals merge). A sorted sweep: a segment starts where an interval starts
+    after every earlier one has ended."""
+    o = df.select(*by, "start", "end").sort([*by, "start"])
+    prev = pl.col("end").cum_max().shift(1)
+    if by:
+        prev = prev.over(by)
+    o = o.with_columns((prev.is_null() | (pl.col("start") > prev)).cum_sum().alias("_seg"))
+    if by:
+        o = o.with_columns(pl.col("_seg").over(by))
+    return o.group_by([*by, "_seg"]).agg(pl.col("start").min(), pl.col("end").max()).drop("_seg")
+
+
+def range_times(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
+    """Per range label: CPU time (how long an instance was open, per thread, an instance inside
+    another of the same label on its thread counted once), and the GPU time and op count of
+    the work launched while any instance was open, on any thread, each op counted once.
+
+    `ranges` has label, start, end, global_tid. Phases, compare's ranges and diff's phases all
+    come from here, so they never disagree."""
+    schema = {"label": pl.String, "cpu": pl.Int64, "gpu": pl.Int64, "ops": pl.Int64}
+    if ranges.height == 0:
+        return pl.DataFrame(schema=schema)
+    per_thread = merge_intervals(ranges, ["label", "global_tid"])
+    cpu = per_thread.group_by("label").agg((pl.col("end") - pl.col("start")).sum().cast(pl.Int64).alias("cpu"))
+    windows = merge_intervals(ranges, ["label"])
+    gpu, ops = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
+    g = windows.with_columns(pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("ops", ops, dtype=pl.Int64)).group_by(
+        "label").agg(pl.col("gpu").sum(), pl.col("ops").sum())
+    return cpu.join(g, on="label", how="left").select(list(schema)).cast(schema)

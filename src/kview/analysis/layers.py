@@ -3,9 +3,9 @@
 A layer is a repeated user range (layer_0..N, Enc_0..N, Embedding_0..25, ...): detected as the
 numbered name family with the most members, or given by a pattern. Backward kernels count in
 the layer of the forward op they differentiate (attribution's Layer). Phases are the top-level
-user ranges (or, under a single step range such as profiled_step, its children); a kernel
-counts in the phase open at its launch time, whichever thread launched it, so autograd-thread
-work lands in backward_pass.
+user ranges (or, under one family of step ranges such as profiled_step or ProfilerStep#N,
+their children); a GPU op counts in every phase open at its launch time, whichever thread
+launched it, so autograd-thread work lands in backward_pass.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from kview.errors import UsageError
 from kview.analysis.filters import regex_problem
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import attribute, launched_ops
+from kview.analysis.attribution import attribute
 from kview.trace import Trace
 
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
@@ -71,40 +71,59 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     return g.with_columns(idx.alias("_i")).sort(["_i", "Layer"]).drop("_i")
 
 
-def phase_ranges(trace: Trace) -> pl.DataFrame:
-    """The phase ranges: top-level user ranges, or the children of a lone step-range family."""
+STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family of step ranges
+
+
+def phase_labels(trace: Trace) -> list[str]:
+    """The phase names, in order of first appearance: the user ranges at the top of their
+    thread's user-range nesting (op markers and library ranges such as NCCL's never count);
+    when those are all one step family (profiled_step, ProfilerStep#N) with user ranges
+    inside, the ranges one level down (forward_pass, backward_pass, ...)."""
+    return trace.memo("phase_labels", lambda: _phase_labels(trace))
+
+
+def _phase_labels(trace: Trace) -> list[str]:
     if not trace.has("NVTX_EVENTS"):
-        return pl.DataFrame(schema={"id": pl.Int64, "start": pl.Int64, "end": pl.Int64, "Phase": pl.String})
-    tree = nv.projection_tree(trace)
-    users = tree.join(nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label"),
-                      on="name_code", how="inner")
-    # parents among user ranges only (op markers are never phases)
-    roots = users.filter(pl.col("parent").is_null() | ~pl.col("parent").is_in(users["id"].implode()))
+        return []
+    users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library")).select("name_code", "label")
+    r = (nv.projection_ranges(trace).filter(pl.col("style") == "PushPop")
+         .join(users, on="name_code", how="inner").select("id", "start", "end", "global_tid", "label"))
+    if r.height == 0:
+        return []
+    tree = nv.nest(r)  # nesting among user ranges only: a marker in between never hides the top
+    roots = tree.filter(pl.col("depth") == 0)
     phases = roots
-    if roots["label"].n_unique() == 1:
-        kids = users.filter(pl.col("parent").is_in(roots["id"].implode()))
+    if roots["label"].str.replace(STEP_FAMILY, "").n_unique() == 1:
+        kids = tree.filter(pl.col("parent").is_in(roots["id"].implode()))
         if kids.height:
             phases = kids
-    return phases.select("id", "start", "end", pl.col("label").alias("Phase")).sort("start")
+    return phases.group_by("label").agg(pl.col("start").min()).sort(["start", "label"])["label"].to_list()
 
 
 def phase_times(trace: Trace) -> pl.DataFrame:
-    """GPU time and op count per phase (computed once per trace: Overview, Compare and
-    `kview phases` all ask for it)."""
+    """Per phase: the GPU time and op count of the work launched while it was open (any thread),
+    its share of all GPU time, and its CPU time (how long it was open). The same numbers
+    `kview compare` gives for these ranges (one function computes both). Computed once per
+    trace: Overview, diff and `kview phases` all ask for it."""
     return trace.memo("phase_times", lambda: _phase_times(trace))
 
 
+PHASE_SCHEMA = {"Phase": pl.String, "GPU Time (ns)": pl.Int64, "Kernels": pl.Int64, "Share (%)": pl.Float64,
+                "CPU Time (ns)": pl.Int64}
+
+
 def _phase_times(trace: Trace) -> pl.DataFrame:
-    phases = phase_ranges(trace)
-    ops = launched_ops(trace)
-    if ops.height == 0 or phases.height == 0:
-        return pl.DataFrame(schema={"Phase": pl.String, "GPU Time (ns)": pl.Int64, "Kernels": pl.UInt32,
-                                    "Share (%)": pl.Float64})
-    ops = ops.filter(pl.col("r_start").is_not_null()).sort("r_start")
-    j = ops.join_asof(phases.rename({"start": "p_start", "end": "p_end"}), left_on="r_start", right_on="p_start",
-                      strategy="backward").filter(pl.col("r_start") <= pl.col("p_end"))
-    g = j.group_by("Phase").agg((pl.col("end") - pl.col("start")).sum().alias("GPU Time (ns)"),
-                                pl.len().alias("Kernels"), pl.col("p_start").min().alias("_first"))
-    total = g["GPU Time (ns)"].sum()
-    return g.sort("_first").drop("_first").with_columns(
-        (pl.col("GPU Time (ns)") * 100.0 / total).round(1).alias("Share (%)"))
+    from kview.analysis.compare import user_ranges
+    from kview.analysis.gpu_time import launch_timeline, range_times
+
+    names = phase_labels(trace)
+    if not names:
+        return pl.DataFrame(schema=PHASE_SCHEMA)
+    t = range_times(trace, user_ranges(trace).filter(pl.col("label").is_in(names)))
+    total = int(launch_timeline(trace)["dur"].sum() or 0)
+    order = pl.DataFrame({"label": names}).with_row_index("_o")
+    share = (pl.col("gpu") * 100.0 / total).round(1) if total else pl.lit(None, dtype=pl.Float64)
+    return t.join(order, on="label").sort("_o").select(
+        pl.col("label").alias("Phase"), pl.col("gpu").alias("GPU Time (ns)"), pl.col("ops").alias("Kernels"),
+        share.alias("Share (%)"), pl.col("cpu").alias("CPU Time (ns)")).cast(PHASE_SCHEMA)
+

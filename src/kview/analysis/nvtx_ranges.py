@@ -27,10 +27,17 @@ STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then
          .otherwise(pl.lit("Unknown")).cast(STYLES))
 
 
-# PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions such
-# as `Optimizer.step#AdamW.step`) and PyProf/DLProf's dict-shaped annotations ({'mod': ...}),
-# as opposed to ranges the user annotated.
-OP_MARKER_RE = r", op_id = |, seq = |#|::|^\{'"
+# PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions named
+# `X#Class.method` such as `Optimizer.step#AdamW.step`) and PyProf/DLProf's dict-shaped
+# annotations ({'mod': ...}), as opposed to ranges the user annotated. `ProfilerStep#5` and
+# `## forward ##` are user ranges.
+OP_MARKER_RE = r", op_id = |, seq = |#[A-Za-z_]\w*\.|::|^\{'"
+# Ranges libraries open around their own calls: never phases. NCCL's domain (its ranges keep
+# their `nccl` names even where the export lost the domain's name), c10d's collectives in
+# torch.profiler traces (`nccl:all_reduce`, `gloo:barrier`), and other library domains.
+LIBRARY_DOMAINS = ("NCCL", "RCCL", "CCCL", "cuDNN", "cuBLAS", "cuBLASLt", "cuFFT", "cuSPARSE", "cuSOLVER", "NVSHMEM",
+                   "cudaProfilerApi", "NVTX3")
+LIBRARY_LABEL_RE = r"^(nccl|rccl)[A-Z]|^(nccl|rccl|gloo|hccl|mpi|ucc|xccl|mccl):|^cudaProfilerApi$"
 
 
 def is_op_marker(name: str) -> bool:
@@ -103,10 +110,17 @@ def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def labels(trace: Trace) -> pl.DataFrame:
-    """name_code -> name, its `label` (the text after `domain:`) and whether it is an op marker."""
-    return trace.memo("nvtx.labels", lambda: names(trace).with_columns(
-        pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label")).with_columns(
-        is_op_marker_expr(pl.col("label")).alias("marker")))
+    """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
+    and whether a library opened it (`library`)."""
+    def build() -> pl.DataFrame:
+        parts = pl.col("name").str.splitn(":", 2)
+        return names(trace).with_columns(
+            parts.struct.field("field_1").fill_null("").alias("label"),
+            parts.struct.field("field_0").fill_null("").alias("domain")).with_columns(
+            is_op_marker_expr(pl.col("label")).alias("marker"),
+            (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE))
+            .alias("library")).drop("domain")
+    return trace.memo("nvtx.labels", build)
 
 
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
