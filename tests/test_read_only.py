@@ -144,8 +144,8 @@ def test_clean_wal_trace_opens_and_nothing_appears_beside_it(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
     t = wal_clean(folder)
-    want = kview("stats", FWD, "-f", "csv", "--no-cache").stdout
-    assert kview("stats", t, "-f", "csv", "--no-cache").stdout == want
+    want = kview("stats", FWD, "-f", "json", "--no-cache").stdout  # several reports: one JSON document
+    assert kview("stats", t, "-f", "json", "--no-cache").stdout == want
     _commands_leave_folder_untouched(folder, t)  # no -wal/-shm created, even for a moment
 
 

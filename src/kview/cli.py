@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, _exit_on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv[:1] == ["--no-cache"] and argv[1:2] and argv[1] in COMMANDS and argv[1] not in EXTERNAL:
+        argv = [argv[1], "--no-cache", *argv[2:]]  # `kview --no-cache stats T` as `kview stats T --no-cache`
     if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv[0] in ("--no-cache", "--max-memory") \
             or argv[0].startswith("--max-memory="):
         return run_tui(argv)
