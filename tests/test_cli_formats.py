@@ -83,6 +83,6 @@ def test_a_report_without_data_writes_nothing_and_says_so(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(cpu), "-r", "cuda_gpu_kern_sum", "-f", "csv",
                         "-o", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and list(tmp_path.iterdir()) == []
-    assert "cuda_gpu_kern_sum: SKIPPED: does not contain CUDA kernel data; nothing written" in r.stderr
+    assert "skipped cuda_gpu_kern_sum (does not contain CUDA kernel data); no file written for it" in r.stderr
     assert _run("-r", "cuda_gpu_kern_sum", "-f", "csv", trace=cpu) == ""
     assert json.loads(_run("-r", "cuda_gpu_kern_sum", "-f", "json", trace=cpu)) == []

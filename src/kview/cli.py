@@ -145,20 +145,32 @@ def cmd_stats(args) -> int:
     trace = open_trace(args.trace, use_cache=not args.no_cache)
     reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
 
-    def note(r) -> None:  # why a report has nothing to show, on stderr so stdout stays the document
-        why = f"SKIPPED: {r.skipped}" if r.skipped else "no rows"
-        print(f"kview: {trace.name}: {r.name}: {why}{'; nothing written' if args.output else ''}", file=sys.stderr)
+    def remark(table: bool = False) -> None:
+        """One stderr line on what has no data (stdout stays the document): reports without
+        rows or skipped (the table format says so inline), and where CPU op times are."""
+        parts = []
+        empty = [r for r in reports if r.skipped or r.empty] if not table else []
+        if any(r.skipped for r in empty):
+            parts.append("skipped " + ", ".join(f"{r.name} ({r.skipped})" for r in empty if r.skipped))
+        if any(not r.skipped for r in empty):
+            parts.append("no rows in " + ", ".join(r.name for r in empty if not r.skipped))
+        if empty and args.output:
+            parts.append("no file written for " + ("it" if len(empty) == 1 else "those"))
+        if not trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+            from kview.analysis.cpu_ops import holdings
+
+            if holdings(trace)["CPU ops"]:
+                parts.append(f"no GPU kernels; `kview kernels {args.trace}` summarizes the CPU op times")
+        if parts:
+            _note(trace, "; ".join(parts))
 
     if args.output:
-        texts = {}
-        for r in reports:
-            if r.skipped or r.empty:
-                note(r)
-            else:
-                texts[targets[r.name]] = render.render(r.frame, args.format, r.decimals)
+        texts = {targets[r.name]: render.render(r.frame, args.format, r.decimals) for r in reports
+                 if not (r.skipped or r.empty)}
         files.write(texts, [args.trace], args.force)
         for path in texts:
             print(f"wrote {path}", file=sys.stderr)
+        remark()
         return 0
     out = sys.stdout
     if args.format == "table":  # for a person: every report under its nsys title
@@ -172,10 +184,9 @@ def cmd_stats(args) -> int:
                 out.write("(no rows)\n")
             else:
                 out.write(render.render(r.frame, args.format, r.decimals))
+        remark(table=True)
         return 0
-    for r in reports:
-        if r.skipped or r.empty:
-            note(r)
+    remark()
     if len(reports) == 1:  # exactly that document, nothing around it
         r = reports[0]
         out.write(render.render(r.frame, args.format, r.decimals) if not (r.skipped or r.empty)
@@ -200,11 +211,24 @@ def cmd_kernels(args) -> int:
         pred = filters.parse(args.filter)
     except filters.FilterError as e:
         raise UsageError(str(e), what="--filter")
-    table = attribute(open_trace(args.trace, use_cache=not args.no_cache))
+    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    table = attribute(trace)
+    if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
+        from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
+
+        ops = cpu_op_summary(trace)
+        _note(trace, no_gpu_work_note(trace) + ("; showing its CPU op times instead" if ops.height else ""))
+        sys.stdout.write(render.render(ops, args.format) if ops.height else render.render(shown(table), args.format))
+        return 0
     if pred is not None:
         table = table.filter(pred)
     sys.stdout.write(render.render(shown(table), args.format))
     return 0
+
+
+def _note(trace, text: str) -> None:
+    """A remark about the trace on stderr, so stdout stays the document."""
+    print(f"kview: {trace.name}: {text}", file=sys.stderr)
 
 
 def cmd_layers(args) -> int:
@@ -213,10 +237,12 @@ def cmd_layers(args) -> int:
     from kview.output.format import stacked_bar
     from kview.trace import open_trace
 
-    df = layer_times(open_trace(args.trace, use_cache=not args.no_cache), args.pattern)
-    if df.height == 0:
-        print("kview: no repeated layer ranges found (give --pattern REGEX)", file=sys.stderr)
-        return 1
+    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    df = layer_times(trace, args.pattern)
+    if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
+        _note(trace, "no repeated layer ranges found (layer_0.., Enc_0..; give --pattern REGEX)")
+        sys.stdout.write(render.render(df, args.format) if args.format == "json" else "")
+        return 0
     if args.format == "table":
         df = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
     sys.stdout.write(render.render(df, args.format))
@@ -234,7 +260,7 @@ def cmd_overview(args) -> int:
 
     sections = {"Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
                 "GPU busy": o.busy, "Largest idle gaps": o.gaps, "Time by category": o.categories,
-                "Time by phase": o.phases, "Top kernels": o.top_kernels,
+                "Time by phase": o.phases, "Top kernels": o.top_kernels, "Top CPU ops": o.cpu_ops,
                 "Findings": pl.DataFrame({"Finding": o.findings})}
     # findings are sentences: bullets in a terminal rather than a truncated table cell
     bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
@@ -250,7 +276,10 @@ def cmd_phases(args) -> int:
     from kview.output.format import bar
     from kview.trace import open_trace
 
-    df = phase_times(open_trace(args.trace, use_cache=not args.no_cache))
+    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    df = phase_times(trace)
+    if df.height == 0:
+        _note(trace, "no phase ranges (user NVTX or record_function ranges at the top of a thread)")
     if args.format == "table" and df.height:
         gpu = pl.col("GPU Time (ns)")
         df = df.with_columns(bar(gpu / gpu.max(), width=30).alias("Bar"))
@@ -260,7 +289,7 @@ def cmd_phases(args) -> int:
 
 def cmd_compare(args) -> int:
     from kview.output import render
-    from kview.analysis.compare import phase_windows, root_window, side_by_side
+    from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side
     from kview.trace import open_trace
 
     traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
@@ -269,7 +298,10 @@ def cmd_compare(args) -> int:
             raise UsageError("--ranges compares phases within one trace; give exactly one trace")
         windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
     else:
-        windows = [root_window(t, args.root) for t in traces]
+        stems = [t.stem for t in traces]
+        # a terminal shows what tells the traces apart; machine formats keep the full names
+        labels = distinct_labels(stems) if args.format == "table" else stems
+        windows = [root_window(t, args.root, label) for t, label in zip(traces, labels)]
     df = side_by_side(windows, args.by, args.metric)
     sys.stdout.write(render.render(df, args.format))
     return 0
@@ -284,6 +316,10 @@ def cmd_diff(args) -> int:
     a = open_trace(args.before, use_cache=not args.no_cache)
     b = open_trace(args.after, use_cache=not args.no_cache)
     sections = diff(a, b, args.top)
+    ga, gb = sections["Runs"]["A"][1], sections["Runs"]["B"][1]
+    if ga != gb and "?" not in (ga, gb):
+        print(f"kview: A ran on {ga}, B on {gb}: kernels and their times differ for that reason too",
+              file=sys.stderr)
     sys.stdout.write(render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})",
                                             empty="(none)\n"))
     return 0

@@ -37,6 +37,11 @@ class Trace:
         return self.path.name
 
     @property
+    def origin(self) -> int:
+        """Time zero of the trace's timeline: nsys exports count from the session start already."""
+        return 0
+
+    @property
     def stem(self) -> str:
         return self.path.stem
 
@@ -232,6 +237,14 @@ class JsonTrace(Trace):
     @cached_property
     def _string_count(self) -> int:
         return self._json["strings"].height
+
+    @cached_property
+    def origin(self) -> int:
+        """Time zero of the trace's timeline: its earliest event (torch.profiler timestamps are
+        clock readings, not offsets)."""
+        firsts = [self._json[k]["start"].min() for k in ("kernels", "runtime", "memcpy", "memset", "nvtx_events")]
+        firsts = [int(v) for v in firsts if v is not None]
+        return min(firsts) if firsts else 0
 
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:

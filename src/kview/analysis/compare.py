@@ -9,6 +9,7 @@ open on the main thread (prefix sums over launch times, no interval loops).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -39,6 +40,23 @@ def user_ranges(trace: Trace) -> pl.DataFrame:
     users = nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label")
     return nv.projection_ranges(trace).join(users, on="name_code", how="inner").select(
         "id", "label", "start", "end", "global_tid")
+
+
+def distinct_labels(names: list[str]) -> list[str]:
+    """Names without the prefix and suffix they all share, cut at `_`, `-` or `.`
+    (lm-small_ctx256_forward_nsys, lm-small_ctx256_train_nsys -> forward, train): column
+    headers a terminal can show whole. The names themselves when nothing would be left."""
+    if len(names) < 2 or len(set(names)) < len(names):
+        return names
+    parts = [re.split(r"(?<=[_.-])", n) for n in names]
+    lead = 0
+    while all(len(p) > lead + 1 for p in parts) and len({p[lead] for p in parts}) == 1:
+        lead += 1
+    trail = 0
+    while all(len(p) > lead + trail + 1 for p in parts) and len({p[-1 - trail] for p in parts}) == 1:
+        trail += 1
+    out = ["".join(p[lead:len(p) - trail]).strip("_.-") for p in parts]
+    return out if all(out) and len(set(out)) == len(out) else names
 
 
 def root_window(trace: Trace, root: str | None, label: str | None = None) -> Window:
@@ -119,9 +137,36 @@ def kernel_totals(trace: Trace) -> pl.DataFrame:
     return a.group_by("Kernel").agg(pl.col("Duration (ns)").sum().alias("total"), pl.len().alias("count"))
 
 
+def _pair_renamed(ka: pl.DataFrame, kb: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Kernels whose names differ only in template arguments (a tile size, a dtype) are the same
+    kernel before and after: a name found on one side only is keyed by its short name
+    (`gemm_kernel<…>`) when exactly one such name on each side shares it."""
+    from kview.output.format import short_names
+
+    only_a = ka.filter(~pl.col("Kernel").is_in(kb["Kernel"].implode()))
+    only_b = kb.filter(~pl.col("Kernel").is_in(ka["Kernel"].implode()))
+
+    def unique_short(k: pl.DataFrame) -> pl.DataFrame:
+        s = k.select("Kernel", short_names(k["Kernel"]).alias("short"))
+        return s.filter(pl.col("short").is_unique() & (pl.col("short") != pl.col("Kernel")))
+
+    pairs = unique_short(only_a).join(unique_short(only_b), on="short", suffix="_b").select(
+        pl.col("Kernel").alias("a"), pl.col("Kernel_b").alias("b"), "short")
+    rename_a = dict(zip(pairs["a"], pairs["short"]))
+    rename_b = dict(zip(pairs["b"], pairs["short"]))
+    return (ka.with_columns(pl.col("Kernel").replace(rename_a)), kb.with_columns(pl.col("Kernel").replace(rename_b)))
+
+
+def gpu_names(trace: Trace) -> str:
+    dev = trace.devices
+    names = dev["name"].drop_nulls().unique(maintain_order=True).to_list() if "name" in dev.columns else []
+    return ", ".join(str(n) for n in names) or "?"
+
+
 def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
-    """Before/after: kernels that appeared or vanished, largest changes in time and count, phases."""
-    ka, kb = kernel_totals(a), kernel_totals(b)
+    """Before/after: the runs (GPUs), kernels that appeared or vanished, largest changes in time
+    and count, phases. Kernels renamed only in their template arguments count as changed."""
+    ka, kb = _pair_renamed(kernel_totals(a), kernel_totals(b))
     j = ka.join(kb, on="Kernel", how="full", coalesce=True, suffix="_b").with_columns(
         pl.col("total").fill_null(0).alias("A (ns)"), pl.col("total_b").fill_null(0).alias("B (ns)"),
         pl.col("count").fill_null(0).alias("A count"), pl.col("count_b").fill_null(0).alias("B count"))
@@ -143,6 +188,8 @@ def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
                            "A": [int(ka["total"].sum() or 0), int(ka["count"].sum() or 0)],
                            "B": [int(kb["total"].sum() or 0), int(kb["count"].sum() or 0)]}).with_columns(
         (pl.col("B") - pl.col("A")).alias("Δ"))
-    return {"Totals": totals, "Largest changes in total time": by_time, "Largest changes in count": by_count,
+    runs = pl.DataFrame({"": ["trace", "GPU"], "A": [a.name, gpu_names(a)], "B": [b.name, gpu_names(b)]})
+    return {"Runs": runs, "Totals": totals, "Largest changes in total time": by_time,
+            "Largest changes in count": by_count,
             "Kernels that appeared": appeared.head(top), "Kernels that vanished": vanished.head(top),
             "Phases": phases}

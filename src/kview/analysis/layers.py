@@ -77,8 +77,8 @@ STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family 
 def phase_labels(trace: Trace) -> list[str]:
     """The phase names, in order of first appearance: the user ranges at the top of their
     thread's user-range nesting (op markers and library ranges such as NCCL's never count);
-    when those are all one step family (profiled_step, ProfilerStep#N) with user ranges
-    inside, the ranges one level down (forward_pass, backward_pass, ...)."""
+    when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
+    one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
     return trace.memo("phase_labels", lambda: _phase_labels(trace))
 
 
@@ -95,7 +95,10 @@ def _phase_labels(trace: Trace) -> list[str]:
     phases = roots
     if roots["label"].str.replace(STEP_FAMILY, "").n_unique() == 1:
         kids = tree.filter(pl.col("parent").is_in(roots["id"].implode()))
-        if kids.height:
+        span = (pl.col("end") - pl.col("start")).sum()
+        # the steps' parts, when they make up the step (forward/backward/optimizer), not a
+        # sliver of it (one compiled-graph call inside a serving step)
+        if kids.height and kids.select(span).item() * 2 >= roots.select(span).item():
             phases = kids
     return phases.group_by("label").agg(pl.col("start").min()).sort(["start", "label"])["label"].to_list()
 

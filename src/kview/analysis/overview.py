@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from kview.analysis.attribution import attribute
+from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.layers import phase_times
 from kview.output.format import fmt_ns
 from kview.trace import Trace
@@ -27,6 +28,7 @@ class Overview:
     phases: pl.DataFrame         # time by phase
     top_kernels: pl.DataFrame
     findings: list[str] = field(default_factory=list)
+    cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
 
 
 def merged_busy(ops: pl.DataFrame) -> pl.DataFrame:
@@ -63,8 +65,20 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             names = procs.filter(pl.col("global_pid").is_in(gp.implode()))
             if names.height:
                 facts.append(("Processes", ", ".join(f"{n} ({p})" for n, p in names.select("name", "pid").iter_rows())))
+    h = holdings(trace)
+    facts += [(k[0].upper() + k[1:], f"{h[k]:,}") for k in ("CPU ops", "ranges", "API calls") if h[k]]
+    if not ops.height:
+        facts.append(("GPU kernels", "none"))
+    if meta.get("KINETO_EVENTS_NOT_READ"):
+        facts.append(("Not read", meta["KINETO_EVENTS_NOT_READ"]))
     busy = gaps = pl.DataFrame()
     findings: list[str] = []
+    cpu_ops = pl.DataFrame()
+    if not ops.height:
+        cpu_ops = cpu_op_summary(trace).head(10)
+        note = no_gpu_work_note(trace)
+        findings.append(note[0].upper() + note[1:] + "."
+                        + (" The top CPU ops by self time are listed instead of kernels." if cpu_ops.height else ""))
     if ops.height:
         seg = merged_busy(ops)
         per = seg.group_by("device").agg((pl.col("end") - pl.col("start")).sum().alias("busy"),
@@ -78,7 +92,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             ["device", "next"], keep="first")
         gaps = (g.sort("gap", descending=True).head(5).join(nxt, on=["device", "next"], how="left")
                 .select(pl.col("device").alias("Device"), pl.col("gap").alias("Idle (ns)"),
-                        pl.col("end").alias("From (ns)"), "Next kernel"))
+                        (pl.col("end") - trace.origin).alias("From (ns)"), "Next kernel"))
         # launch-bound stretches: runs of kernels, on one stream, each shorter than the idle gap before it
         k = ops.filter(pl.col("Category").is_in(["memcpy", "memset"]).not_()).sort(["device", "Stream", "start"])
         k = k.with_columns((pl.col("start") - pl.col("end").shift(1).over(["device", "Stream"])).alias("gap_before"))
@@ -128,4 +142,4 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                         f"{busy['Busy (%)'].min()}% of its span; see the largest idle gaps.")
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
-    return Overview(facts, busy, gaps, cats, phases, top, findings)
+    return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops)

@@ -290,7 +290,7 @@ class KinetoFrames:
         launch_pid = self.runtime_raw.group_by("correlation").agg(pl.col("pid").first())
         def with_pid(df):
             return (df.join(launch_pid, on="correlation", how="left")
-                    .with_columns(global_tid(pl.col("pid").fill_null(0), pl.lit(0)).alias("global_pid")).drop("pid"))
+                    .with_columns(global_tid(pl.col("pid"), pl.lit(0)).alias("global_pid")).drop("pid"))
         k = _timed(kern, {"device": i64, "context": i64, "stream": i64, "correlation": i64,
                           "name": pl.String, "grid_x": i64, "grid_y": i64, "grid_z": i64, "block_x": i64, "block_y": i64,
                           "block_z": i64, "registers": i64, "smem": i64})
@@ -315,6 +315,9 @@ class KinetoFrames:
             pl.col("text").cast(pl.Categorical), pl.lit(None, dtype=i64).alias("text_id"),
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
             pl.lit(None, dtype=i64).alias("end_global_tid"), pl.lit(0, dtype=i64).alias("domain_id"))
+        # Processes that ran host code: GPU devices get a process_name row too (device 0 is pid 0)
+        host = set(self.runtime_raw["pid"].drop_nulls().to_list()) | set(r["pid"].drop_nulls().to_list())
+        procs = {p: n for p, n in procs.items() if p in host}
         self.processes = pl.DataFrame(
             {"global_pid": [VM + (p % 0x1000000) * 0x1000000 for p in procs], "pid": list(procs),
              "name": list(procs.values())}, schema={"global_pid": i64, "pid": i64, "name": pl.String})

@@ -61,3 +61,29 @@ def short_names(names: pl.Series) -> pl.Series:
     mapping = pl.DataFrame({"full": uniq, "short": s})
     return (pl.DataFrame({"full": names}).join(mapping, on="full", how="left", maintain_order="left")["short"]
             .alias(names.name))
+
+
+def fit_header(text: str, width: int) -> str:
+    """A column header cut to `width` in the middle (`lm-small…train_nsys`), so headers that
+    share a long prefix, such as trace names, stay apart."""
+    if len(text) <= width:
+        return text
+    if width < 5:
+        return text[:width]
+    head = (width - 1 + 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def shrink_headers(widths: list[int], values: list[int], headers: list[str], numeric: list[bool], avail: int,
+                   long: int = 20) -> None:
+    """Narrow number columns under a long header (a trace name in compare), the widest first,
+    down to their values, until the row (each column plus two cells of gap) fits `avail`:
+    they give way before the text columns (range and kernel names) do. Short headers such as
+    `Total Time (ns)` keep their width."""
+    while sum(w + 2 for w in widths) > avail:
+        cand = [i for i, n in enumerate(numeric)
+                if n and len(headers[i]) > long and widths[i] > max(values[i], 10)]
+        if not cand:
+            return
+        i = max(cand, key=lambda j: widths[j])
+        widths[i] -= 1

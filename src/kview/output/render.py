@@ -10,6 +10,8 @@ import shutil
 
 import polars as pl
 
+from kview.output.format import fit_header, shrink_headers
+
 FORMATS = ("table", "csv", "tsv", "md", "json")
 EXTENSIONS = {"table": "txt", "csv": "csv", "tsv": "tsv", "md": "md", "json": "json"}
 
@@ -95,8 +97,11 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     numeric = [dt.is_numeric() for dt in frame.dtypes]
     rows = [[("" if v is None else (_group_digits(v) if numeric[i] else v)) for i, v in enumerate(r)]
             for r in text.iter_rows()]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(frame.columns)]
-    # Text columns (kernel and range names) give up width, widest first, until the row fits.
+    values = [max([0] + [len(r[i]) for r in rows]) for i in range(len(frame.columns))]
+    widths = [max(len(c), v) for c, v in zip(frame.columns, values)]
+    # Numbers under a long header (a trace name in compare) give up the header first, then
+    # text columns (kernel and range names), widest first, until the row fits.
+    shrink_headers(widths, values, list(frame.columns), numeric, width + 2)
     while sum(w + 2 for w in widths) - 2 > width:
         texts = [i for i, n in enumerate(numeric) if not n and widths[i] > max(12, len(frame.columns[i]))]
         if not texts:
@@ -114,7 +119,9 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
             out.append(c.rjust(w) if numeric[i] else c.ljust(w))
         return "  ".join(out).rstrip()
 
-    lines = [fmt(list(frame.columns)), "  ".join("-" * w for w in widths)]
+    head = "  ".join((fit_header(c, w).rjust(w) if numeric[i] else fit_header(c, w).ljust(w))
+                     for i, (c, w) in enumerate(zip(frame.columns, widths))).rstrip()
+    lines = [head, "  ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in rows]
     return "\n".join(lines) + "\n"
 

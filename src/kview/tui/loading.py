@@ -51,14 +51,18 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
 def compare(first: TraceLoaded, others: list[TraceLoaded]) -> CompareReady:
     """Several traces side by side by range (within their last `profiled_step` when every trace
     has one), or one trace's phases by kernel category."""
-    from kview.analysis.compare import phase_windows, root_window, side_by_side, user_ranges
+    from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side, user_ranges
 
     traces = [first.trace] + [o.trace for o in others]
     try:
         if len(traces) > 1:
             has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in traces)
-            windows = [root_window(t, "profiled_step" if has_root else None) for t in traces]
-            return CompareReady(side_by_side(windows, "range"), f"{len(traces)} traces by range (GPU time)")
+            labels = distinct_labels([t.stem for t in traces])
+            windows = [root_window(t, "profiled_step" if has_root else None, label)
+                       for t, label in zip(traces, labels)]
+            legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, traces) if label != t.stem)
+            return CompareReady(side_by_side(windows, "range"),
+                                f"{len(traces)} traces by range (GPU time)" + (f" · {legend}" if legend else ""))
         if len(first.phase_names) < 2:
             return CompareReady(None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.")
         return CompareReady(side_by_side(phase_windows(first.trace, list(first.phase_names)), "category"),

@@ -44,7 +44,9 @@ class NvtxView(View):
     @staticmethod
     def _label(r: dict) -> Text:
         t = Text(f"{r['Name'][:60]}  ", style="bold" if r["Depth"] < 2 else "")
-        t.append(f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  {r['Kernels']:,}k  ")
+        n = r["Kernels"]
+        t.append(f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  "
+                 f"{n:,} kernel{'' if n == 1 else 's'}  ")
         t.append(r["_bar"], style="cyan")
         return t
 

@@ -15,6 +15,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kview.output.format import fit_header, shrink_headers
 from kview.tui.keymap import TABLE_KEYS, bindings
 
 # 16-colour safe: named ANSI colours only, consistent across views.
@@ -96,15 +97,20 @@ class FrameTable(ScrollView, can_focus=True):
         self.refresh()
 
     def _fit(self) -> None:
-        """Column widths from the header and the first rows; text columns shrink (widest first,
-        down to 14 cells) until the table fits the terminal."""
+        """Column widths from the header and the first rows; until the table fits the terminal,
+        number columns shrink to their values (the header cut), then text columns (widest
+        first, down to 14 cells)."""
         sample = self.frame.head(200)
-        self.widths = []
+        self.widths, values = [], []
         for c in self.columns:
-            w = max([len(c)] + [len(fmt_cell(v, None)) for v in sample[c].to_list()])
-            self.widths.append(min(w, MAX_WIDTH.get(c, 40)))
+            v = max([0] + [len(fmt_cell(v, None)) for v in sample[c].to_list()])
+            values.append(v)
+            self.widths.append(min(max(len(c), v), MAX_WIDTH.get(c, 40)))
         avail = self.size.width - 1
         if avail > 20:
+            # numbers under a long header (a trace name in Compare) give up the header first
+            shrink_headers(self.widths, values, self.columns, [self.frame.schema[c].is_numeric() for c in self.columns],
+                           avail)
             text = [i for i, c in enumerate(self.columns) if not self.frame.schema[c].is_numeric()]
             while sum(w + 2 for w in self.widths) > avail:
                 cand = [i for i in text if self.widths[i] > 14]
@@ -183,7 +189,7 @@ class FrameTable(ScrollView, can_focus=True):
             mark = ""
             if self.sort_state and self.sort_state[0] == c:
                 mark = "▼" if self.sort_state[1] else "▲"
-            label = (c + mark)[:w].ljust(w)
+            label = (fit_header(c, w - len(mark)) + mark).ljust(w)
             style = Style(bold=True, underline=(j == self.cursor_col))
             segs.append(Segment(label + "  ", style))
         return Strip(segs).crop(scroll_x, scroll_x + width).extend_cell_length(width)
