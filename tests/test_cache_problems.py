@@ -47,7 +47,7 @@ def leftovers(folder) -> list[str]:
     return [str(p) for p in folder.rglob("*") if p.name.endswith(".tmp")]
 
 
-STATS = ("stats", FWD, "-r", "all", "-f", "csv")
+STATS = ("stats", FWD, "-r", "all", "-f", "json")  # several reports: one JSON document
 
 FULL_DISK = """
 import os, polars as pl
@@ -120,7 +120,7 @@ def test_relative_xdg_cache_home_is_ignored(tmp_path):
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    r = kview("stats", FWD, "-f", "csv", xdg="relative/cache", cwd=work, env={"HOME": str(home)})
+    r = kview("stats", FWD, "-f", "json", xdg="relative/cache", cwd=work, env={"HOME": str(home)})
     assert r.returncode == 0, r.stderr
     assert list(work.iterdir()) == []
     assert list((home / ".cache" / "kview" / "frames").glob("*/*.parquet"))
@@ -168,7 +168,7 @@ def test_entry_from_another_trace_is_never_served(how, tmp_path):
     shutil.copy(FWD, a)
     shutil.copy(NCF, b)
     xdg = tmp_path / "xdg"
-    args = ("stats", b, "-r", "cuda_gpu_kern_sum,nvtx_sum", "-f", "csv")
+    args = ("stats", b, "-r", "cuda_gpu_kern_sum,nvtx_sum", "-f", "json")
     for t in (a, b):
         assert kview("stats", t, "-r", "cuda_gpu_kern_sum,nvtx_sum", xdg=xdg).returncode == 0
     frames = xdg / "kview" / "frames"

@@ -94,9 +94,13 @@ def test_library_ranges_and_op_markers_are_never_phases():
         assert nv.is_op_marker(name) is marker, name
 
 
-def test_steps_with_user_ranges_inside_make_those_ranges_the_phases():
+def test_steps_are_phases_unless_their_parts_fill_them():
     t = open_trace(KINETO / "call_stack__backward_thread.json", use_cache=False)
-    # `## backward ##` inside ProfilerStep#552 on the main thread; its one kernel is launched by
-    # the autograd thread and still counts there
-    assert phase_labels(t) == ["## backward ##"]
+    # `## backward ##` fills a quarter of ProfilerStep#552: the step is the phase; its one kernel
+    # is launched by the autograd thread and still counts in it
+    assert phase_labels(t) == ["ProfilerStep#552"]
     assert phase_times(t).select("GPU Time (ns)", "Kernels").row(0) == (45_000, 1)
+
+    # kview's own captures: forward, backward and optimizer fill profiled_step
+    lm = open_trace(next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite"), use_cache=False)
+    assert phase_labels(lm) == ["forward_pass", "backward_pass", "optimizer_step"]

@@ -149,7 +149,9 @@ def cmd_stats(args) -> int:
         """One stderr line on what has no data (stdout stays the document): reports without
         rows or skipped (the table format says so inline), and where CPU op times are."""
         parts = []
-        empty = [r for r in reports if r.skipped or r.empty] if not table else []
+        # inline in a table, [] in a JSON object of several; one report or files: say so here
+        alone = not table and (args.output or len(reports) == 1)
+        empty = [r for r in reports if r.skipped or r.empty] if alone else []
         if any(r.skipped for r in empty):
             parts.append("skipped " + ", ".join(f"{r.name} ({r.skipped})" for r in empty if r.skipped))
         if any(not r.skipped for r in empty):

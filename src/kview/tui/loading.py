@@ -30,7 +30,17 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     yield Stage(f"opening {path}")
     trace = open_trace(path, use_cache=use_cache)
     yield Stage("kernel summary")
-    yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
+    report = cuda_gpu_kern_sum(trace)
+    if report.skipped or report.empty:  # no GPU kernels: say what the trace holds, show its CPU ops
+        from kview.analysis.attribution import gpu_ops
+        from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
+
+        if gpu_ops(trace).height == 0:
+            yield KernelSummary(report.frame, no_gpu_work_note(trace), cpu_op_summary(trace))
+        else:  # copies and memsets only
+            yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
+    else:
+        yield KernelSummary(report.frame)
     yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them

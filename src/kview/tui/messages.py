@@ -59,6 +59,9 @@ class KernelSummary(ViewMessage):
 
     view: ClassVar[str] = "kernels"
     frame: pl.DataFrame
+    # a trace without GPU kernels: what it holds, and its CPU op times to show instead
+    note: str = ""
+    cpu_ops: pl.DataFrame | None = None
 
 
 @frozen_message

@@ -117,11 +117,21 @@ class KernelsView(View):
             t = t.filter(pl.col(DERIVED.get(col, col)) == val)
         return t
 
+    def no_kernels(self) -> bool:
+        """True (and the user told so) when the trace has no GPU kernels to summarize."""
+        if self.kern_sum is not None and self.kern_sum.note:
+            self.app.notify(self.kern_sum.note, severity="warning", timeout=4)
+            return True
+        return False
+
     def summary(self) -> pl.DataFrame:
         label = GROUPINGS[self.grouping][1]
         if self.attributed is None or (label == "Kernel" and not self.filter_text):
             assert self.kern_sum is not None  # the table exists once the summary arrived
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
+            if k.width == 0:  # the report was skipped: no kernels, the same columns without rows
+                return pl.DataFrame(schema={**{c: pl.Float64 for c in STATS}, "Name": pl.String, "Share": pl.String,
+                                            "_full": pl.String})
             total = k["Total Time (ns)"].sum() or 1
             return k.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"),
                                   pl.col("Name").alias("_full"),
@@ -138,6 +148,13 @@ class KernelsView(View):
             *STATS, label, "Share", *([] if label == "Category" else ["Category"]), "_full", "_key")
 
     def refresh_table(self) -> None:
+        if self.kern_sum is not None and self.kern_sum.note:  # no GPU kernels: what there is instead
+            cpu = self.kern_sum.cpu_ops
+            self.table.set_frame(cpu if cpu is not None else self.summary())
+            shown = " · its CPU op times (calls, total and self time)" if cpu is not None and cpu.height else ""
+            self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:] + shown, style="bold"))
+            self.detail.update("")
+            return
         if self.mode == "summary":
             frame = self.summary()
         else:
@@ -184,6 +201,8 @@ class KernelsView(View):
         return self.kern_sum is not None  # no key does anything before the first table
 
     def action_toggle_rows(self) -> None:
+        if self.no_kernels():
+            return
         if self.attributed is None:
             self.app.notify("per-kernel rows are still being attributed", severity="warning")
             return
@@ -194,7 +213,7 @@ class KernelsView(View):
 
     def group_by(self, index: int) -> None:
         """Summarize by GROUPINGS[index] (by name until kernels are attributed)."""
-        if self.kern_sum is None:
+        if self.kern_sum is None or self.no_kernels():
             return
         grouping = index % len(GROUPINGS) if self.attributed is not None else 0
         self.state = replace(self.state, mode="summary", grouping=grouping, pick=None)
@@ -206,6 +225,8 @@ class KernelsView(View):
         self.app.notify(f"sorted by {col} {'descending' if descending else 'ascending'}", timeout=2)
 
     def action_open_filter(self) -> None:
+        if self.no_kernels():
+            return
         self.finput.display = True
         self.finput.value = self.filter_text
         self.finput.focus()
@@ -230,7 +251,7 @@ class KernelsView(View):
     def show_filtered(self, text: str) -> None:
         """The kernels matching `text`, one row each (enter on an NVTX range, a recent filter in
         the palette)."""
-        if self.kern_sum is not None:
+        if self.kern_sum is not None and not self.no_kernels():
             self.set_filter(text, rows=True)
 
     @on(Input.Submitted, "#filter")

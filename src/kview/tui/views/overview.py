@@ -33,11 +33,15 @@ class OverviewView(View):
             parts.append(Static(self._table("GPU busy", o.busy)))
         if o.gaps.height:
             parts.append(Static(self._table("Largest idle gaps", o.gaps.with_columns(short_names(o.gaps["Next kernel"])))))
-        parts.append(Static(self._table("Time by category", o.categories, colour="Category")))
+        if o.categories.height:
+            parts.append(Static(self._table("Time by category", o.categories, colour="Category")))
         if o.phases.height:
             parts.append(Static(self._table("Time by phase", o.phases)))
-        parts.append(Static(self._table("Top kernels", o.top_kernels.with_columns(
-            short_names(o.top_kernels["Kernel"])), colour="Category")))
+        if o.top_kernels.height:
+            parts.append(Static(self._table("Top kernels", o.top_kernels.with_columns(
+                short_names(o.top_kernels["Kernel"])), colour="Category")))
+        if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
+            parts.append(Static(self._table("Top CPU ops (self time)", o.cpu_ops)))
         findings = Text("Findings\n", style="bold")
         for f in o.findings:
             findings.append("• " + f + "\n")
