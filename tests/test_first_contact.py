@@ -187,3 +187,19 @@ def test_diff_pairs_kernels_renamed_only_in_template_arguments(tmp_path):
 def test_no_cache_may_come_first(capsys):
     rc = main(["--no-cache", "/nonexistent/trace.sqlite"])
     assert rc == 2 and "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", PUBLIC_TRACES, ids=lambda p: p.name.split(".")[0])
+def test_nsys_kernel_counts_and_totals_equal_a_plain_count(path):
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    want = {n: (c, t) for n, c, t in con.execute(
+        "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+        " JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value")}
+    ops = sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone())
+    t = open_trace(path, use_cache=False)
+    a = attribute(t).filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
+    got = {n: (c, d) for n, c, d in a.group_by("Kernel").agg(pl.len(), pl.col("Duration (ns)").sum()).iter_rows()}
+    assert got == want
+    assert dict(build(t).facts)["GPU ops"] == f"{ops:,}"
