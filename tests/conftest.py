@@ -48,6 +48,31 @@ KINETO_NAMES = _listed(KINETO / "SOURCES.txt")
 KINETO_TRACES = [KINETO / n for n in KINETO_NAMES]
 
 
+def kineto_events(path: Path, cats: tuple[str, ...] | None = None):
+    """The events of a torch.profiler trace one at a time (floats kept as Decimal, exact), for
+    counting independently of kview; only the events of categories `cats` (lower-cased) when
+    given. Streamed, so a 450k-event trace never sits in the test process as Python objects."""
+    import gzip
+    import json
+    import re
+    from decimal import Decimal
+
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+    del raw
+    dec = json.JSONDecoder(parse_float=Decimal)
+    body = text.lstrip()
+    i = text.index("[") + 1 if body[:1] == "[" else re.search(r'"traceEvents"\s*:\s*\[', text).end()
+    ws = re.compile(r"[\s,]*")
+    while True:
+        i = ws.match(text, i).end()
+        if i >= len(text) or text[i] == "]":
+            return
+        e, i = dec.raw_decode(text, i)
+        if isinstance(e, dict) and (cats is None or str(e.get("cat", "")).lower() in cats):
+            yield e
+
+
 def golden_public(stem: str, report: str) -> str:
     """nsys stats' CSV of one report of one public fixture (stored xz-compressed)."""
     return lzma.decompress((GOLDEN_PUBLIC / f"{stem}_{report}.csv.xz").read_bytes()).decode()

@@ -3,7 +3,6 @@ line and exit 2; traces without GPU kernels, NVTX or runtime rows open and say w
 the small things a user sees (launch dimensions, idle gaps, processes, diff of two GPUs)."""
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import sqlite3
@@ -19,7 +18,7 @@ from kview.analysis.overview import build
 from kview.cli import main
 from kview.trace import open_trace
 
-from conftest import KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES
+from conftest import KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES, kineto_events
 
 COMMANDS = [["stats"], ["stats", "-r", "all", "-f", "json"], ["kernels", "-f", "csv"], ["layers"], ["phases"],
             ["overview"], ["overview", "-f", "json"], ["compare"], ["diff"]]
@@ -48,9 +47,7 @@ def test_every_command_on_every_public_trace(path, capsys):
 
 
 def _events(path):
-    raw = path.read_bytes()
-    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw, parse_float=Decimal)
-    return [e for e in (doc if isinstance(doc, list) else doc["traceEvents"]) if isinstance(e, dict)]
+    return kineto_events(path)
 
 
 def _ns(v) -> int:
@@ -79,14 +76,18 @@ def test_cpu_only_trace_opens_and_summarizes_its_cpu_ops(capsys):
 
 def test_mtia_trace_says_what_it_did_not_read():
     path = KINETO / "mtia_trace_single_rank__mtia_rank_0.json.gz"
-    ev = [e for e in _events(path) if e.get("ph") == "X"]
+    n = calls = total = 0
+    for e in kineto_events(path, ("mtia_ccp_events", "cpu_op")):
+        if e.get("ph") != "X":
+            continue
+        n += e["cat"] == "mtia_ccp_events"
+        if e["name"] == "aten::mm":
+            calls, total = calls + 1, total + _ns(e["dur"])
     o = build(open_trace(path, use_cache=False))
     facts = dict(o.facts)
-    n = sum(e.get("cat") == "mtia_ccp_events" for e in ev)
     assert f"mtia_ccp_events ({n:,})" in facts["Not read"] and facts["GPU kernels"] == "none"
-    mm = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
     row = o.cpu_ops.filter(pl.col("Op") == "aten::mm").row(0, named=True)
-    assert (row["Calls"], row["Total (ns)"]) == (len(mm), sum(_ns(e["dur"]) for e in mm))
+    assert (row["Calls"], row["Total (ns)"]) == (calls, total)
 
 
 def _variant(tmp_path, sql: str):

@@ -18,17 +18,9 @@ from kview.errors import TraceError
 from kview.reports import REPORTS
 from kview.trace import open_trace, validate
 
-from conftest import KINETO, KINETO_TRACES
+from conftest import KINETO, KINETO_TRACES, kineto_events
 
 READABLE = [p for p in KINETO_TRACES if not p.name.startswith("rocprof")]
-
-
-def _events(path):
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    doc = json.loads(raw, parse_float=Decimal)
-    return doc if isinstance(doc, list) else doc["traceEvents"]
 
 
 def _ns(v) -> int:
@@ -39,8 +31,8 @@ def _plain_kernel_summary(path):
     """Kernels as the file lists them: category `kernel` in any capitalisation, ts/dur in µs."""
     per = defaultdict(list)
     starts = []
-    for e in _events(path):
-        if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel":
+    for e in kineto_events(path, ("kernel",)):
+        if e.get("ph") == "X":
             per[e["name"]].append(_ns(e.get("dur", 0)))
             starts.append(_ns(e["ts"]))
     return {n: (len(d), sum(d), min(d), max(d)) for n, d in per.items()}, sorted(starts)
@@ -62,12 +54,14 @@ def test_kernel_counts_totals_and_starts_equal_a_plain_count_over_the_file(path)
 
 def test_pytorch_1_8_capitalised_categories_keep_kernels_runtime_copies_and_ranges():
     path = KINETO / "resnet50_nw0_2021.pt.trace.json.gz"
-    ev = [e for e in _events(path) if isinstance(e, dict) and e.get("ph") == "X"]
+    n = {"runtime": 0, "memcpy": 0, "memset": 0}
+    for e in kineto_events(path, tuple(n)):
+        n[e["cat"].lower()] += e.get("ph") == "X"
     t = open_trace(path, use_cache=False)
     api = REPORTS["cuda_api_sum"](t).frame
-    assert api["Num Calls"].sum() == sum(e["cat"] == "Runtime" for e in ev) > 10_000
+    assert api["Num Calls"].sum() == n["runtime"] > 10_000
     mem = REPORTS["cuda_gpu_mem_time_sum"](t).frame
-    assert mem["Count"].sum() == sum(e["cat"] in ("Memcpy", "Memset") for e in ev) == 324
+    assert mem["Count"].sum() == n["memcpy"] + n["memset"] == 324
     steps = REPORTS["nvtx_sum"](t).frame.filter(pl.col("Range").str.contains("ProfilerStep#"))
     assert sorted(steps["Range"].to_list()) == sorted(f":ProfilerStep#{i}" for i in range(5, 11))
     a = attribute(t)

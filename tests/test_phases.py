@@ -2,8 +2,6 @@
 `kview compare` counts it, on every public trace, and checked against a plain count."""
 from __future__ import annotations
 
-import gzip
-import json
 import sqlite3
 from decimal import Decimal
 
@@ -16,7 +14,7 @@ from kview.analysis.layers import phase_labels, phase_times
 from kview.analysis.overview import build
 from kview.trace import open_trace
 
-from conftest import KINETO, KINETO_TRACES, LM_TRACES, PUBLIC, PUBLIC_TRACES
+from conftest import KINETO, KINETO_TRACES, LM_TRACES, PUBLIC, PUBLIC_TRACES, kineto_events
 
 ALL = [p for p in [*PUBLIC_TRACES, *KINETO_TRACES, *LM_TRACES] if not p.name.startswith("rocprof")]
 
@@ -35,11 +33,6 @@ def test_phases_agree_with_compare_overview_and_diff(path):
     assert d["A (ns)"].to_list() == p["GPU Time (ns)"].to_list() and set(d["Δ (ns)"]) <= {0}
 
 
-def _json_events(path):
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw, parse_float=Decimal)["traceEvents"]
-
-
 def _ns(v):
     return int((Decimal(v) * 1000).to_integral_value())
 
@@ -47,7 +40,7 @@ def _ns(v):
 def test_phase_gpu_time_equals_a_plain_count_over_the_json():
     """DDP training (HTA's sample): GPU ops whose launch call started while the phase was open."""
     path = KINETO / "trace_filter__sampled_rank-0.json.gz"
-    ev = [e for e in _json_events(path) if e.get("ph") == "X"]
+    ev = [e for e in kineto_events(path) if e.get("ph") == "X"]
     launch = {e["args"]["correlation"]: _ns(e["ts"]) for e in ev if e.get("cat") == "cuda_runtime"}
     gpu = [(launch.get(e["args"].get("correlation")), _ns(e.get("dur", 0))) for e in ev
            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]

@@ -25,7 +25,7 @@ import polars as pl
 from kview import __version__, atomic_write
 from kview.errors import warn_once
 
-FORMAT_VERSION = "2"
+FORMAT_VERSION = "3"  # 3: torch.profiler frames with exact ns, every era's categories, host processes only
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SAMPLES = 8  # pages hashed between the first and the last
 JSON_EDGE = 1 << 16
