@@ -9,6 +9,7 @@ import polars as pl
 
 from kview.analysis.attribution import attribute
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
+from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.layers import phase_times
 from kview.output.format import fmt_ns
 from kview.trace import Trace
@@ -29,15 +30,6 @@ class Overview:
     top_kernels: pl.DataFrame
     findings: list[str] = field(default_factory=list)
     cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
-
-
-def merged_busy(ops: pl.DataFrame) -> pl.DataFrame:
-    """Union of [start, end) intervals per device: segments where at least one op runs."""
-    o = ops.select("device", "start", "end").sort(["device", "start"])
-    o = o.with_columns(pl.col("end").cum_max().over("device").shift(1).over("device").alias("prev_max"))
-    o = o.with_columns((pl.col("prev_max").is_null() | (pl.col("start") > pl.col("prev_max"))).cum_sum()
-                       .over("device").alias("seg"))
-    return o.group_by(["device", "seg"]).agg(pl.col("start").min(), pl.col("end").max()).sort(["device", "start"])
 
 
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
@@ -80,7 +72,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         findings.append(note[0].upper() + note[1:] + "."
                         + (" The top CPU ops by self time are listed instead of kernels." if cpu_ops.height else ""))
     if ops.height:
-        seg = merged_busy(ops)
+        seg = merge_intervals(ops, ["device"]).sort(["device", "start"])  # where at least one op runs
         per = seg.group_by("device").agg((pl.col("end") - pl.col("start")).sum().alias("busy"),
                                          pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
         busy = per.select(pl.col("device").alias("Device"), pl.col("busy").alias("Busy (ns)"),
