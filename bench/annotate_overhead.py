@@ -9,6 +9,7 @@ for the cost under Nsight Systems (the profiled window is exactly the timed step
 JSON line. LM small: the seed's Transformer LM (12 layers, d 768), batch 4, context 512, AdamW;
 ResNet-50: torchvision, batch 64, 224x224, SGD with momentum; both fp32.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ else:
     def loss_fn():
         return crit(model(x), y)
 
+
 modules = sum(1 for _ in model.modules())
 if a.mode == "hooks":
     from kview.capture import annotate
@@ -66,7 +68,18 @@ for i in range(a.warmup + a.steps):
     if i >= a.warmup:
         times.append(time.perf_counter() - t0)
 ms = [t * 1e3 for t in times]
-print("OVERHEAD " + json.dumps({"model": a.model, "mode": a.mode, "device": torch.cuda.get_device_name() if dev == "cuda"
-                                else "cpu", "modules": modules, "steps": a.steps, "mean_ms": round(statistics.fmean(ms), 3),
-                                "std_ms": round(statistics.stdev(ms), 3) if len(ms) > 1 else 0.0,
-                                "median_ms": round(statistics.median(ms), 3)}))
+print(
+    "OVERHEAD "
+    + json.dumps(
+        {
+            "model": a.model,
+            "mode": a.mode,
+            "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+            "modules": modules,
+            "steps": a.steps,
+            "mean_ms": round(statistics.fmean(ms), 3),
+            "std_ms": round(statistics.stdev(ms), 3) if len(ms) > 1 else 0.0,
+            "median_ms": round(statistics.median(ms), 3),
+        }
+    )
+)

@@ -5,6 +5,7 @@ then the median of 5 applications of each filter on the built table.
 
     python bench/bench_attribution.py /tmp/bench/tiled440.sqlite
 """
+
 from __future__ import annotations
 
 import resource
@@ -23,8 +24,13 @@ def main() -> None:
     a = attribute(open_trace(path, use_cache=False))
     build = time.perf_counter() - t0
     print(f"attributed table: {a.height:,} rows in {build:.2f} s (imports included)")
-    for expr in ("gemm", "dir:bprop layer:layer_3", "dur>50us -cat:elementwise", "range:softmax op:matmul",
-                 "kernel:elementwise grid>1024"):
+    for expr in (
+        "gemm",
+        "dir:bprop layer:layer_3",
+        "dur>50us -cat:elementwise",
+        "range:softmax op:matmul",
+        "kernel:elementwise grid>1024",
+    ):
         times = []
         for _ in range(5):
             t = time.perf_counter()

@@ -5,6 +5,7 @@ imports and interpreter start-up are included, as a user would feel them.
 
     python bench/bench_core.py /tmp/bench/tiled440.sqlite [--reports all] [--repeat 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,10 @@ import sys
 import tempfile
 import time
 
-KERNEL_SQL = ("SELECT demangledName, count(*), sum(end - start), avg(end - start), min(end - start), "
-              "max(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName")
+KERNEL_SQL = (
+    "SELECT demangledName, count(*), sum(end - start), avg(end - start), min(end - start), "
+    "max(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName"
+)
 READ_SQL = "SELECT start, end, demangledName, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL"
 
 SNIPPETS = {
@@ -59,8 +62,7 @@ def run(code: str, env: dict) -> tuple[float, float]:
 def kview_code(trace: str, report: str, cache: bool) -> str:
     args = ["stats", trace, "-r", report, "-f", "csv"] + ([] if cache else ["--no-cache"])
     # stdout to /dev/null inside the child: rendering counts, the terminal does not
-    return ("import sys, os; sys.stdout = open(os.devnull, 'w'); from kview.cli import main; "
-            f"sys.exit(main({args!r}))")
+    return f"import sys, os; sys.stdout = open(os.devnull, 'w'); from kview.cli import main; sys.exit(main({args!r}))"
 
 
 def main() -> None:
@@ -93,8 +95,12 @@ def main() -> None:
     run(kview_code(trace, "all", cache=True), env)
     for r in ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"):
         measure(f"kview {r} (cached)", kview_code(trace, r, cache=True))
-    info = {"machine": f"{platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
-            "trace": trace, "date": time.strftime("%Y-%m-%d"), "results": results}
+    info = {
+        "machine": f"{platform.node()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "trace": trace,
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
     if a.json:
         with open(a.json, "w") as f:
             json.dump(info, f, indent=1)

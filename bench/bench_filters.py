@@ -3,6 +3,7 @@
 
     python bench/bench_filters.py sample_traces/lm-small_ctx256_train_nsys.sqlite
 """
+
 from __future__ import annotations
 
 import statistics

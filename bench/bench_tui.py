@@ -6,6 +6,7 @@ toggle to per-kernel rows. Each latency is the key press plus the refresh it cau
 
     python bench/bench_tui.py /tmp/bench/tiled440.sqlite
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -56,7 +57,9 @@ async def session(path: str, use_cache: bool, keys: bool) -> dict:
         out["clear filter (all rows)"] = work(lambda: kv.set_filter(""))
         n = table.frame.height
         out[f"rows: page down ({n:,} rows)"] = work(lambda: table.action_page(1))
-        out[f"rows: sort {n:,} rows by duration"] = work(lambda: (setattr(table, "cursor_col", table.columns.index("Duration (ns)")), table.sort_by_cursor(True)))
+        out[f"rows: sort {n:,} rows by duration"] = work(
+            lambda: (setattr(table, "cursor_col", table.columns.index("Duration (ns)")), table.sort_by_cursor(True))
+        )
         out["rows: filter 'layer:layer_3 dur>10us'"] = work(lambda: kv.set_filter("layer:layer_3 dur>10us"))
         out["rows: filter 'range:backward_pass cat:gemm'"] = work(lambda: kv.set_filter("range:backward_pass cat:gemm"))
         # end to end through Textual (includes Pilot's own wait per key, ~100 ms here)

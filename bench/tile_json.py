@@ -3,6 +3,7 @@ ids offset), to benchmark the JSON reader at HTA's 0.56M-event scale and beyond.
 
     python bench/tile_json.py sample_traces/lm-small_ctx256_train_torch.json.gz 27 /tmp/bench/tiled.json
 """
+
 from __future__ import annotations
 
 import gzip

@@ -7,6 +7,7 @@ devices, metadata) is kept once. SQLite does the copying itself (INSERT .. SELEC
 
     python bench/tile_trace.py sample_traces/lm-small_ctx256_train_nsys.sqlite 440 /tmp/tiled.sqlite
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,10 @@ def tile(src: str, n: int, dst: str) -> dict[str, int]:
                     sel.append(f'"{c}" + {k * coff}')
                 else:
                     sel.append(f'"{c}"')
-            con.execute(f'INSERT INTO main.{t} ({", ".join(chr(34) + c + chr(34) for c in cols)}) '
-                        f'SELECT {", ".join(sel)} FROM src.{t} WHERE {where}')
+            con.execute(
+                f"INSERT INTO main.{t} ({', '.join(chr(34) + c + chr(34) for c in cols)}) "
+                f"SELECT {', '.join(sel)} FROM src.{t} WHERE {where}"
+            )
         con.commit()
     counts = {t: con.execute(f"SELECT count(*) FROM main.{t}").fetchone()[0] for t in TILED if t in tables}
     con.execute("DETACH DATABASE src")

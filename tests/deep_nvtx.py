@@ -4,6 +4,7 @@ tables and columns of an nsys export (the ones kview reads).
 
     python tests/deep_nvtx.py OUT.sqlite DEPTH
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -50,10 +51,13 @@ def make(path: str | Path, depth: int, leak: bool = True) -> Path:
         kernels.append((t + 3000, t + 4000 + i % 7, 0, 1, 7, i + 1, GLOBAL_PID, 3, 3, 128, 1, 1, 256, 1, 1, 32, 0, 0))
     con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId) VALUES (?, ?, ?, ?, ?)", nvtx)
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?)", runtime)
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    kernels)
-    con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-                    [("EXPORT_PRODUCT_NAME", "deep NVTX test trace"), ("EXPORT_SCHEMA_VERSION", "3")])
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", kernels
+    )
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+        [("EXPORT_PRODUCT_NAME", "deep NVTX test trace"), ("EXPORT_SCHEMA_VERSION", "3")],
+    )
     con.commit()
     con.close()
     return path

@@ -2,6 +2,7 @@
 and after, plus every write-side inotify event (a file created, deleted, renamed, opened for
 writing, or its attributes changed) so a `-wal` that is created and removed again, or a
 trace opened O_RDWR and closed unchanged, is caught too. Works for root, unlike permissions."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,8 +14,15 @@ from pathlib import Path
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 WRITE_EVENTS = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-NAMES = {IN_MODIFY: "modified", IN_ATTRIB: "attributes changed", IN_CLOSE_WRITE: "opened for writing",
-         IN_MOVED_FROM: "moved away", IN_MOVED_TO: "moved in", IN_CREATE: "created", IN_DELETE: "deleted"}
+NAMES = {
+    IN_MODIFY: "modified",
+    IN_ATTRIB: "attributes changed",
+    IN_CLOSE_WRITE: "opened for writing",
+    IN_MOVED_FROM: "moved away",
+    IN_MOVED_TO: "moved in",
+    IN_CREATE: "created",
+    IN_DELETE: "deleted",
+}
 
 
 def snapshot(folder: Path) -> dict[str, tuple[str, int]]:
@@ -52,7 +60,7 @@ class Watch:
         out, i = [], 0
         while i + 16 <= len(buf):
             _wd, mask, _cookie, size = struct.unpack_from("iIII", buf, i)
-            name = buf[i + 16:i + 16 + size].rstrip(b"\0").decode(errors="replace")
+            name = buf[i + 16 : i + 16 + size].rstrip(b"\0").decode(errors="replace")
             i += 16 + size
             out += [f"{name}: {text}" for bit, text in NAMES.items() if mask & bit]
         return out

@@ -13,6 +13,7 @@ enclosing its launch call.
     python tests/layer_truth.py TRACE.sqlite ...   prints the share of fprop kernels with a module
                                                    path and of bprop kernels mapped to one
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,10 @@ def _layer(names: list[str]) -> str | None:
 def truth(path) -> list[tuple[int, str, str | None]]:
     """(kernel start, direction, layer or None) for every kernel, ordered by start."""
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    rows = con.execute("SELECT start, end, globalTid, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
-                       "FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL").fetchall()
+    rows = con.execute(
+        "SELECT start, end, globalTid, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
+        "FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL"
+    ).fetchall()
     by_tid: dict[int, list] = {}
     for s, e, tid, name in rows:
         by_tid.setdefault(tid, []).append((s, -e, name or ""))
@@ -54,8 +57,10 @@ def truth(path) -> list[tuple[int, str, str | None]]:
         m = re.match(r"^([^,]+), seq = (\d+)", name or "")
         if m and not re.search(r"Backward\d*$", m[1]) and not m[1].startswith("autograd::"):
             fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))
-    kern = con.execute("SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
-                       "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start").fetchall()
+    kern = con.execute(
+        "SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+        "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start"
+    ).fetchall()
     out = []
     for kstart, rs, re_, tid in kern:
         stack = enclosing(tid, rs, re_)
@@ -70,8 +75,11 @@ def truth(path) -> list[tuple[int, str, str | None]]:
                 ev = [(s, e) for s, e, n in stack if n.startswith("autograd::engine::evaluate_function")]
                 if ev:
                     s0, e0 = ev[-1]
-                    kids = [(s, int(m[1])) for s, ne, n in by_tid[tid] if s0 <= s and -ne <= e0
-                            and (m := re.search(r"Backward\d*, seq = (\d+)", n))]
+                    kids = [
+                        (s, int(m[1]))
+                        for s, ne, n in by_tid[tid]
+                        if s0 <= s and -ne <= e0 and (m := re.search(r"Backward\d*, seq = (\d+)", n))
+                    ]
                     seqs = sorted(kids)[:1]
             if seqs:
                 bstart, seq = seqs[-1]
@@ -92,13 +100,19 @@ def coverage(path) -> dict[str, float | int]:
     t = truth(path)
     f = [x for x in t if x[1] == "fprop"]
     b = [x for x in t if x[1] == "bprop"]
-    return {"kernels": len(t), "fprop": len(f), "bprop": len(b),
-            "fprop_with_module": sum(x[2] is not None for x in f) / max(len(f), 1),
-            "bprop_with_module": sum(x[2] is not None for x in b) / max(len(b), 1)}
+    return {
+        "kernels": len(t),
+        "fprop": len(f),
+        "bprop": len(b),
+        "fprop_with_module": sum(x[2] is not None for x in f) / max(len(f), 1),
+        "bprop_with_module": sum(x[2] is not None for x in b) / max(len(b), 1),
+    }
 
 
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         c = coverage(p)
-        print(f"{p}: {c['kernels']} kernels; fprop {c['fprop']}, {100 * c['fprop_with_module']:.1f}% with a module "
-              f"path; bprop {c['bprop']}, {100 * c['bprop_with_module']:.1f}% mapped to their forward op's module")
+        print(
+            f"{p}: {c['kernels']} kernels; fprop {c['fprop']}, {100 * c['fprop_with_module']:.1f}% with a module "
+            f"path; bprop {c['bprop']}, {100 * c['bprop_with_module']:.1f}% mapped to their forward op's module"
+        )

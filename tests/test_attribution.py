@@ -1,5 +1,6 @@
 """Attribution on the project's own captures: the seed catalogues' rows, and an independent
 loop-based check of direction and backward layer on every kernel."""
+
 from __future__ import annotations
 
 import re
@@ -47,8 +48,9 @@ def test_bert_optimizer_and_loss_rows(tables):
     a = tables[BERT]
     opt = a.filter(pl.col("Direction") == "optim")
     assert opt.height > 100 and set(opt["Category"]) <= {"optimizer", "gemm", "reduction", "memset", "memcpy"}
-    assert a.filter((pl.col("Layer") == "Masked_LM_Loss") & (pl.col("Direction") == "fprop"))["Op"].unique().to_list() \
-        == ["cross_entropy"]
+    assert a.filter((pl.col("Layer") == "Masked_LM_Loss") & (pl.col("Direction") == "fprop"))[
+        "Op"
+    ].unique().to_list() == ["cross_entropy"]
     sm = a.filter(pl.col("Layer").str.ends_with("SelfAttn:SoftMax") & (pl.col("Direction") == "fprop"))
     assert sm.height == 2 and set(sm["Params"]) == {"[4,16,128,128];[];[]"} and set(sm["Category"]) == {"softmax"}
 
@@ -70,8 +72,12 @@ def test_dlrm_embedding_and_interaction_rows(tables):
 
 def test_ncf_embedding_rows(tables):
     a = tables[NCF]
-    want = {"MF_User_Embedding": "I=(1048576),E=(138493,64)", "MF_Item_Embedding": "I=(1048576),E=(26744,64)",
-            "MLP_User_Embedding": "I=(1048576),E=(138493,128)", "MLP_Item_Embedding": "I=(1048576),E=(26744,128)"}
+    want = {
+        "MF_User_Embedding": "I=(1048576),E=(138493,64)",
+        "MF_Item_Embedding": "I=(1048576),E=(26744,64)",
+        "MLP_User_Embedding": "I=(1048576),E=(138493,128)",
+        "MLP_Item_Embedding": "I=(1048576),E=(26744,128)",
+    }
     for layer, params in want.items():
         rows = a.filter(pl.col("Layer") == layer)
         assert rows.filter(pl.col("Direction") == "fprop")["Params"].to_list() == [params]
@@ -86,8 +92,10 @@ PHASES = {"warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer
 
 def _truth(path):
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    nv = con.execute("SELECT start, coalesce(end, start), globalTid, coalesce(text, (SELECT value FROM StringIds "
-                     "WHERE id = textId)) FROM NVTX_EVENTS WHERE eventType = 59").fetchall()
+    nv = con.execute(
+        "SELECT start, coalesce(end, start), globalTid, coalesce(text, (SELECT value FROM StringIds "
+        "WHERE id = textId)) FROM NVTX_EVENTS WHERE eventType = 59"
+    ).fetchall()
     by_tid: dict[int, tuple] = {}
     for tid in {r[2] for r in nv}:
         rows = sorted((r for r in nv if r[2] == tid), key=lambda r: (r[0], -r[1]))
@@ -103,8 +111,10 @@ def _truth(path):
         m = re.match(r"^([^,]+), seq = (\d+)", text or "")
         if m and "Backward" not in m[1] and not m[1].startswith("autograd::"):
             fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))
-    kern = con.execute("SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
-                       "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start").fetchall()
+    kern = con.execute(
+        "SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+        "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start"
+    ).fetchall()
     out = []
     for kstart, rs, re_, tid in kern:
         stack = enclosing(tid, rs, re_)
@@ -112,8 +122,9 @@ def _truth(path):
         bare = [n.split(",")[0] for n in names]
         if "optimizer_step" in names or any(b.startswith("Optimizer.") for b in bare):
             d = "optim"
-        elif "backward_pass" in names or any(b.endswith("Backward0") or b.endswith("Backward1")
-                                             or b.startswith("autograd::engine") for b in bare):
+        elif "backward_pass" in names or any(
+            b.endswith("Backward0") or b.endswith("Backward1") or b.startswith("autograd::engine") for b in bare
+        ):
             d = "bprop"
         elif "forward_pass" in names:
             d = "fprop"
@@ -126,16 +137,22 @@ def _truth(path):
                 ev = [(s, e) for s, e, n in stack if n.startswith("autograd::engine::evaluate_function")]
                 if ev:
                     s0, e0 = ev[-1]
-                    kids = [(s, int(m[1])) for s, e, _, n in ((s, e, t, n) for s, e, t, n in nv if t == tid)
-                            if s0 <= s and e <= e0 and (m := re.search(r"Backward\d*, seq = (\d+)", n or ""))]
+                    kids = [
+                        (s, int(m[1]))
+                        for s, e, _, n in ((s, e, t, n) for s, e, t, n in nv if t == tid)
+                        if s0 <= s and e <= e0 and (m := re.search(r"Backward\d*, seq = (\d+)", n or ""))
+                    ]
                     seqs = sorted(kids)[:1]
             if seqs:
                 bstart, seq = seqs[-1]
                 cands = [c for c in fwd_by_seq.get(seq, []) if c[0] <= bstart]
                 if cands:
                     fs, ftid = max(cands)
-                    users = [n for _, _, n in enclosing(ftid, fs, fs) if ", op_id = " not in n and ", seq = " not in n
-                             and "::" not in n and "#" not in n]
+                    users = [
+                        n
+                        for _, _, n in enclosing(ftid, fs, fs)
+                        if ", op_id = " not in n and ", seq = " not in n and "::" not in n and "#" not in n
+                    ]
                     layer = ":".join(n for n in users if n not in PHASES) or "-"
         out.append((kstart, d, layer))
     return out

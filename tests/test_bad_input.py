@@ -1,4 +1,5 @@
 """Bad input: one line on stderr naming the file and the problem, exit 2, nothing written."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -64,8 +65,12 @@ def test_bad_input_is_one_line_exit_2_nothing_written(kind, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     before = sorted(p.name for p in src.iterdir())
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(path), "-o", str(out / "r")],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "stats", str(path), "-o", str(out / "r")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -77,24 +82,36 @@ def test_bad_input_is_one_line_exit_2_nothing_written(kind, tmp_path):
 
 
 def test_unknown_report_is_a_usage_error(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(GOOD), "-r", "nope"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "stats", str(GOOD), "-r", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "unknown report nope" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize("kind", ["empty", "zeroed_header", "truncated", "not_nsys", "folder", "missing",
-                                  "garbage_json"])
+@pytest.mark.parametrize(
+    "kind", ["empty", "zeroed_header", "truncated", "not_nsys", "folder", "missing", "garbage_json"]
+)
 def test_tui_refuses_bad_input_before_starting(kind, tmp_path):
     path = _make(kind, tmp_path)
-    r = subprocess.run([sys.executable, "-m", "kview.cli", str(path)], capture_output=True, text=True, timeout=60,
-                       stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and CASES[kind] in r.stderr
     assert "\x1b[" not in r.stdout + r.stderr  # no terminal UI was started
 
 
 def test_subcommands_do_not_import_textual():
-    code = ("import sys; from kview.cli import main; "
-            f"[main([c, r'{GOOD}']) for c in ('kernels', 'layers', 'phases', 'overview')]; "
-            "print('LOADED', [m for m in ('textual', 'torch') if m in sys.modules])")
+    code = (
+        "import sys; from kview.cli import main; "
+        f"[main([c, r'{GOOD}']) for c in ('kernels', 'layers', 'phases', 'overview')]; "
+        "print('LOADED', [m for m in ('textual', 'torch') if m in sys.modules])"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in r.stdout, r.stderr[-500:]

@@ -1,6 +1,7 @@
 """The frame cache is an optimization only: a full disk, a folder that cannot be made or entered,
 an edit that keeps size and mtime, an entry copied from another trace, a damaged entry: each
 means the same output as without the cache, one warning at most, no `.tmp` left behind."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,15 @@ JSON = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"
 
 
 def kview(*args, xdg=None, code=None, cwd=None, env=None):
-    prog = [sys.executable, "-m", "kview.cli"] if code is None else [
-        sys.executable, "-c", textwrap.dedent(code) + "\nimport sys\nfrom kview.cli import main\nsys.exit(main())\n"]
+    prog = (
+        [sys.executable, "-m", "kview.cli"]
+        if code is None
+        else [
+            sys.executable,
+            "-c",
+            textwrap.dedent(code) + "\nimport sys\nfrom kview.cli import main\nsys.exit(main())\n",
+        ]
+    )
     e = {**os.environ, **(env or {})}
     if xdg is not None:
         e["XDG_CACHE_HOME"] = str(xdg)
@@ -72,8 +80,10 @@ def test_full_disk_cache_injected_at_the_write_call(tmp_path):
 def test_full_disk_cache_on_a_real_tiny_tmpfs(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)], capture_output=True).returncode
+    ):
         pytest.skip("mounting a tmpfs is not allowed here")
     try:
         r = kview(*STATS, xdg=mnt)
@@ -219,8 +229,9 @@ def test_temporaries_of_killed_runs_are_removed_and_none_are_left(tmp_path):
     args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv")
     assert kview(*args, xdg=xdg).returncode == 0
     (entry,) = (xdg / "kview" / "frames").iterdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = entry / f".kernels.start.parquet.kview-{dead}.tmp"
     stale.write_bytes(b"half a file")
     assert kview("stats", FWD, "-r", "nvtx_sum", xdg=xdg).returncode == 0  # stores new frames

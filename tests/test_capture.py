@@ -1,5 +1,6 @@
 """Capture: the torch backend writes a trace the core reads, with the seed's range names, and
 the torch- and nsys-backend captures of each sample workload agree."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -27,17 +28,49 @@ def _per_step_kernels(trace) -> int:
 
 def test_cpu_capture_with_torch_backend_opens_in_kview(tmp_path):
     out = tmp_path / "lm.sqlite"
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "capture", "lm", "--size", "tiny", "--ctx", "16",
-                        "--mode", "train", "--warmup", "0", "--backend", "torch", "--shapes", "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kview.cli",
+            "capture",
+            "lm",
+            "--size",
+            "tiny",
+            "--ctx",
+            "16",
+            "--mode",
+            "train",
+            "--warmup",
+            "0",
+            "--backend",
+            "torch",
+            "--shapes",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ran on the CPU" in r.stderr  # no CUDA here, and kview says so
     t = open_trace(out, use_cache=False)
     assert t.metadata["EXPORT_PRODUCT_NAME"] == "kview capture (torch.profiler)"
     assert t.metadata["CAPTURE_MODEL"] == "lm" and t.metadata["CAPTURE_MODE"] == "train"
     users = _user_ranges(t)
-    assert {"profiled_step", "forward_pass", "backward_pass", "optimizer_step", "layer_0", "layer_1",
-            "attention_sublayer", "ffn_sublayer", "computing softmax", "lm_head"} <= users
+    assert {
+        "profiled_step",
+        "forward_pass",
+        "backward_pass",
+        "optimizer_step",
+        "layer_0",
+        "layer_1",
+        "attention_sublayer",
+        "ffn_sublayer",
+        "computing softmax",
+        "lm_head",
+    } <= users
     names = nv.with_names(t, nv.labelled(t).select("name_code").unique())["name"].to_list()
     # CPU ops are written as nsys writes emit_nvtx markers, forward and backward
     assert any(n.startswith(":aten::linear, seq = ") and ", sizes = [[" in n for n in names)

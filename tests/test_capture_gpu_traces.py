@@ -2,6 +2,7 @@
 models nobody in this project wrote, captured with --annotate under both backends, have a module
 path as Layer on >= 95% of forward kernels and the forward op's module on >= 95% of backward
 kernels, counted independently (tests/layer_truth.py), and kview's Layer equals that count."""
+
 from __future__ import annotations
 
 import lzma
@@ -71,10 +72,19 @@ def test_both_backends_see_the_same_kernels_and_steps(traces, model):
 
     def steps(p):
         con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        return [r[0] for r in con.execute("SELECT coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) t "
-                                          "FROM NVTX_EVENTS WHERE t LIKE 'step_%' ORDER BY start")]
-    assert steps(traces[f"{model}_nsys"]) == steps(traces[f"{model}_torch"]) == \
-        (["step_4", "step_5"] if model == "resnet50" else ["step_3", "step_4"])
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) t "
+                "FROM NVTX_EVENTS WHERE t LIKE 'step_%' ORDER BY start"
+            )
+        ]
+
+    assert (
+        steps(traces[f"{model}_nsys"])
+        == steps(traces[f"{model}_torch"])
+        == (["step_4", "step_5"] if model == "resnet50" else ["step_3", "step_4"])
+    )
 
 
 def test_ddp_traces_one_per_rank_and_one_for_both(traces):
@@ -83,10 +93,14 @@ def test_ddp_traces_one_per_rank_and_one_for_both(traces):
             t = open_trace(traces[f"ddp_{backend}.rank{rank}"], use_cache=False)
             k = t.columns("kernels", ["device"])
             assert k.height == 542 and k["device"].unique().to_list() == [rank]
-            steps = sqlite3.connect(f"file:{traces[f'ddp_{backend}.rank{rank}']}?mode=ro", uri=True).execute(
-                "SELECT text FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*' ORDER BY start").fetchall()
+            steps = (
+                sqlite3.connect(f"file:{traces[f'ddp_{backend}.rank{rank}']}?mode=ro", uri=True)
+                .execute("SELECT text FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*' ORDER BY start")
+                .fetchall()
+            )
             assert [r[0] for r in steps] == ["step_2", "step_3", "step_4"]
     con = sqlite3.connect(f"file:{traces['ddp_nsys_1file']}?mode=ro", uri=True)
-    assert con.execute("SELECT count(DISTINCT deviceId), count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL"
-                       ).fetchone() == (2, 2)
+    assert con.execute(
+        "SELECT count(DISTINCT deviceId), count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ).fetchone() == (2, 2)
     assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*'").fetchone()[0] == 10

@@ -1,4 +1,5 @@
 """`kview stats` output: files named like nsys, and every format carrying the same numbers."""
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,9 @@ GOLDEN = TRACE.with_name(f"{TRACE.stem}_cuda_gpu_kern_sum.csv")
 
 
 def _run(*args, trace=TRACE, code=0, cmd="stats"):
-    r = subprocess.run([sys.executable, "-m", "kview.cli", cmd, str(trace), *args],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", cmd, str(trace), *args], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == code, r.stderr
     return r.stdout if code == 0 else r.stderr
 
@@ -30,7 +32,13 @@ def test_default_reports_follow_each_other_under_titles():
     out = _run()
     titles = [line for line in out.splitlines() if line.startswith("** ")]
     assert [t.rsplit("(", 1)[1].rstrip("):") for t in titles] == [
-        "nvtx_sum", "osrt_sum", "cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum"]
+        "nvtx_sum",
+        "osrt_sum",
+        "cuda_api_sum",
+        "cuda_gpu_kern_sum",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+    ]
 
 
 def test_json_md_tsv_table_carry_the_golden_values():
@@ -57,8 +65,14 @@ def test_one_report_on_stdout_is_exactly_that_document():
 
 def test_several_reports_json_is_one_object_keyed_by_report_csv_is_refused():
     doc = json.loads(_run("-f", "json"))
-    assert list(doc) == ["nvtx_sum", "osrt_sum", "cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum",
-                         "cuda_gpu_mem_size_sum"]
+    assert list(doc) == [
+        "nvtx_sum",
+        "osrt_sum",
+        "cuda_api_sum",
+        "cuda_gpu_kern_sum",
+        "cuda_gpu_mem_time_sum",
+        "cuda_gpu_mem_size_sum",
+    ]
     golden = list(csv.DictReader(io.StringIO(GOLDEN.read_text())))
     assert [r["Name"] for r in doc["cuda_gpu_kern_sum"]] == [r["Name"] for r in golden]
     for fmt in ("csv", "tsv"):
@@ -80,8 +94,24 @@ def test_a_report_without_data_writes_nothing_and_says_so(tmp_path):
     from conftest import KINETO
 
     cpu = KINETO / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(cpu), "-r", "cuda_gpu_kern_sum", "-f", "csv",
-                        "-o", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kview.cli",
+            "stats",
+            str(cpu),
+            "-r",
+            "cuda_gpu_kern_sum",
+            "-f",
+            "csv",
+            "-o",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and list(tmp_path.iterdir()) == []
     assert "skipped cuda_gpu_kern_sum (does not contain CUDA kernel data); no file written for it" in r.stderr
     assert _run("-r", "cuda_gpu_kern_sum", "-f", "csv", trace=cpu) == ""

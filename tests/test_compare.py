@@ -1,4 +1,5 @@
 """Compare and diff, checked against values computed independently with sqlite3."""
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,15 @@ LM = [SAMPLES / f"lm-small_ctx256_{m}_nsys.sqlite" for m in ("forward", "backwar
 
 def _cpu_truth(path, root="profiled_step"):
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = ? ORDER BY start DESC LIMIT 1",
-                       (root,)).fetchone()
-    rows = con.execute("SELECT text, sum(end - start) FROM NVTX_EVENTS WHERE eventType = 59 AND start >= ? "
-                       "AND end <= ? AND text NOT LIKE '%op_id = %' AND text NOT LIKE '%::%' "
-                       "AND text NOT LIKE '%#%' GROUP BY text", (s, e)).fetchall()
+    s, e = con.execute(
+        "SELECT start, end FROM NVTX_EVENTS WHERE text = ? ORDER BY start DESC LIMIT 1", (root,)
+    ).fetchone()
+    rows = con.execute(
+        "SELECT text, sum(end - start) FROM NVTX_EVENTS WHERE eventType = 59 AND start >= ? "
+        "AND end <= ? AND text NOT LIKE '%op_id = %' AND text NOT LIKE '%::%' "
+        "AND text NOT LIKE '%#%' GROUP BY text",
+        (s, e),
+    ).fetchall()
     return dict(rows)
 
 
@@ -48,12 +53,18 @@ def test_compare_gpu_forward_time_agrees_across_modes_and_with_kernel_sums():
     # forward GPU time = kernels launched inside forward_pass (independently, from sqlite3)
     con = sqlite3.connect(f"file:{LM[2]}?mode=ro&immutable=1", uri=True)
     s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'forward_pass'").fetchone()
-    want = con.execute("SELECT sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
-                       "ON r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()[0]
-    ms = con.execute("SELECT coalesce(sum(m.end - m.start), 0) FROM (SELECT start, end, correlationId FROM "
-                     "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
-                     "CUPTI_ACTIVITY_KIND_MEMCPY) m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = "
-                     "m.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()[0]
+    want = con.execute(
+        "SELECT sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "ON r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?",
+        (s, e),
+    ).fetchone()[0]
+    ms = con.execute(
+        "SELECT coalesce(sum(m.end - m.start), 0) FROM (SELECT start, end, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY) m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = "
+        "m.correlationId WHERE r.start BETWEEN ? AND ?",
+        (s, e),
+    ).fetchone()[0]
     assert fwd[traces[2].stem] == want + ms
     # backward on the autograd thread lands in backward_pass of the train trace
     bwd = df.filter(pl.col("Range") == "backward_pass")[traces[2].stem][0]
@@ -70,8 +81,10 @@ def test_phases_within_one_trace_by_category():
 
 def _kernel_totals(path):
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    rows = con.execute("SELECT s.value, sum(k.end - k.start), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                       "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value").fetchall()
+    rows = con.execute(
+        "SELECT s.value, sum(k.end - k.start), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value"
+    ).fetchall()
     return {n: (t, c) for n, t, c in rows}
 
 
@@ -89,17 +102,41 @@ def test_diff_on_public_before_after_pair_names_the_biggest_changes():
     assert set(d["Kernels that vanished"]["Kernel"]) == set(a) - set(b)
     totals = dict(zip(d["Totals"][""], d["Totals"]["Δ"]))
     assert totals["kernels"] == sum(c for _, c in b.values()) - sum(c for _, c in a.values())
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "diff", str(before), str(after), "-f", "json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "diff", str(before), str(after), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["Largest changes in total time"][0]["Kernel"] == want[0]
 
 
 def test_compare_csv_first_column_and_plain_numbers(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "compare", *map(str, LM), "--root", "profiled_step",
-                        "--by", "category", "-f", "csv"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kview.cli",
+            "compare",
+            *map(str, LM),
+            "--root",
+            "profiled_step",
+            "--by",
+            "category",
+            "-f",
+            "csv",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     head, first = r.stdout.splitlines()[:2]
     assert head.startswith("Category,lm-small_ctx256_forward_nsys,") and first.split(",")[1].isdigit()
-    bad = subprocess.run([sys.executable, "-m", "kview.cli", "compare", str(LM[0]), "--root", "nope"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "compare", str(LM[0]), "--root", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no range named 'nope'" in bad.stderr

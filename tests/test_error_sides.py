@@ -1,6 +1,7 @@
 """Every failure names the side that failed: the input trace, an output file, the command line,
 or kview itself (a short "please report" line; the traceback only under KVIEW_DEBUG=1). `-o`
 never overwrites without --force, never writes over an input, and writes atomically."""
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,18 @@ TRAIN = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 def kview(*args, env=None, code=None):
     """Run the CLI in a child; `code` runs first in that child (a failure injected at a call)."""
-    prog = [sys.executable, "-m", "kview.cli"] if code is None else [
-        sys.executable, "-c", textwrap.dedent(code) + "\nimport sys\nfrom kview.cli import main\nsys.exit(main())\n"]
-    return subprocess.run([*prog, *map(str, args)], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
+    prog = (
+        [sys.executable, "-m", "kview.cli"]
+        if code is None
+        else [
+            sys.executable,
+            "-c",
+            textwrap.dedent(code) + "\nimport sys\nfrom kview.cli import main\nsys.exit(main())\n",
+        ]
+    )
+    return subprocess.run(
+        [*prog, *map(str, args)], capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})}
+    )
 
 
 def one_line(r) -> str:
@@ -39,13 +48,16 @@ def one_line(r) -> str:
 
 # -- -o ------------------------------------------------------------------------------------
 
+
 def test_o_writes_every_report_and_nothing_else(tmp_path):
     r = kview("stats", FWD, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", tmp_path / "r")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r_cuda_api_sum.csv", "r_cuda_gpu_kern_sum.csv"]
     want = REPORTS["cuda_gpu_kern_sum"](open_trace(FWD, use_cache=False)).frame
-    assert pl.read_csv(tmp_path / "r_cuda_gpu_kern_sum.csv")["Total Time (ns)"].to_list() == \
-        want["Total Time (ns)"].to_list()
+    assert (
+        pl.read_csv(tmp_path / "r_cuda_gpu_kern_sum.csv")["Total Time (ns)"].to_list()
+        == want["Total Time (ns)"].to_list()
+    )
 
 
 def test_o_never_overwrites_without_force(tmp_path):
@@ -104,20 +116,35 @@ os.write = write
 
 
 def test_o_on_a_full_disk_leaves_nothing(tmp_path):
-    r = kview("stats", FWD, "-r", "all", "-f", "csv", "-o", tmp_path / "r", code=FULL_DISK,
-              env={"FULL_DISK_AT": str(tmp_path)})
+    r = kview(
+        "stats",
+        FWD,
+        "-r",
+        "all",
+        "-f",
+        "csv",
+        "-o",
+        tmp_path / "r",
+        code=FULL_DISK,
+        env={"FULL_DISK_AT": str(tmp_path)},
+    )
     assert r.returncode == 2
     line = one_line(r)
-    assert line.startswith(f"kview: output {tmp_path}/r_") and \
-        line.endswith("cannot be written (No space left on device); nothing was written")
+    assert line.startswith(f"kview: output {tmp_path}/r_") and line.endswith(
+        "cannot be written (No space left on device); nothing was written"
+    )
     assert list(tmp_path.iterdir()) == []  # no partial file, no temporary
 
 
 def test_o_on_a_real_full_tmpfs_leaves_nothing(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("mounting a tmpfs is not allowed here")
     try:
         r = kview("stats", TRAIN, "-r", "all", "-f", "csv", "-o", mnt / "r")  # ~7 MB of CSV into 256 KiB
@@ -153,14 +180,17 @@ o.build = build
 def test_an_internal_error_says_so_and_asks_for_a_report(tmp_path):
     r = kview("overview", FWD, code=BUG)
     assert r.returncode == 1
-    assert one_line(r) == ("kview overview: internal error (RuntimeError: an injected bug); this is a bug in kview, "
-                           "please report it with the command line (KVIEW_DEBUG=1 shows the traceback)")
+    assert one_line(r) == (
+        "kview overview: internal error (RuntimeError: an injected bug); this is a bug in kview, "
+        "please report it with the command line (KVIEW_DEBUG=1 shows the traceback)"
+    )
     assert str(FWD) not in r.stderr  # the trace is not blamed
     r = kview("overview", FWD, code=BUG, env={"KVIEW_DEBUG": "1"})
     assert r.returncode == 1 and "Traceback" in r.stderr and "an injected bug" in r.stderr
 
 
 # -- NVTX tables that SQLite's max() turns into NULLs ----------------------------------------
+
 
 def _variant(tmp_path, sql):
     t = tmp_path / "t.sqlite"
@@ -172,10 +202,14 @@ def _variant(tmp_path, sql):
     return t
 
 
-@pytest.mark.parametrize("cmd", [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"],
-                                 ["compare"]], ids=lambda c: c[0])
-@pytest.mark.parametrize("sql", ["DELETE FROM NVTX_EVENTS;", "UPDATE NVTX_EVENTS SET end = NULL;"],
-                         ids=["empty NVTX_EVENTS", "every range left open"])
+@pytest.mark.parametrize(
+    "cmd", [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"]], ids=lambda c: c[0]
+)
+@pytest.mark.parametrize(
+    "sql",
+    ["DELETE FROM NVTX_EVENTS;", "UPDATE NVTX_EVENTS SET end = NULL;"],
+    ids=["empty NVTX_EVENTS", "every range left open"],
+)
 def test_nvtx_without_ends_or_rows_opens(cmd, sql, tmp_path):
     t = _variant(tmp_path, sql)
     fmt = "json" if cmd[0] in ("stats", "overview") else "csv"  # several tables: one JSON document
@@ -190,9 +224,14 @@ def test_ranges_left_open_end_at_the_last_timestamp(tmp_path):
     t = _variant(tmp_path, "UPDATE NVTX_EVENTS SET end = NULL;")
     con = sqlite3.connect(t)
     hi = con.execute("SELECT max(start) FROM NVTX_EVENTS").fetchone()[0]
-    want = dict(con.execute("SELECT coalesce(s.value, n.text), sum(? - n.start) FROM NVTX_EVENTS n "
-                            "LEFT JOIN StringIds s ON s.id = n.textId "
-                            "WHERE n.eventType = 59 GROUP BY 1", (hi,)).fetchall())
+    want = dict(
+        con.execute(
+            "SELECT coalesce(s.value, n.text), sum(? - n.start) FROM NVTX_EVENTS n "
+            "LEFT JOIN StringIds s ON s.id = n.textId "
+            "WHERE n.eventType = 59 GROUP BY 1",
+            (hi,),
+        ).fetchall()
+    )
     con.close()
     rep = REPORTS["nvtx_pushpop_sum"](open_trace(t, use_cache=False)).frame
     got = {name.split(":", 1)[1]: total for name, total in rep.select("Range", "Total Time (ns)").iter_rows()}

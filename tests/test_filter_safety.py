@@ -1,5 +1,6 @@
 """Hostile filters: backslashes reach the regex, patterns are checked by the engine that runs
 them (polars' Rust regex), and 2,000 terms cost linear time."""
+
 from __future__ import annotations
 
 import re
@@ -32,11 +33,14 @@ def test_backslashes_reach_the_regex(table):
     assert filters.tokens(r'layer:"a\d b" x\y') == [r"layer:a\d b", r"x\y"]
 
 
-@pytest.mark.parametrize("pattern,why", [
-    ("(?=gemm)", "look-around, including look-ahead and look-behind, is not supported"),
-    ("a{", "unclosed counted repetition"),
-    (r"(gemm)\1", "backreferences are not supported"),
-])
+@pytest.mark.parametrize(
+    "pattern,why",
+    [
+        ("(?=gemm)", "look-around, including look-ahead and look-behind, is not supported"),
+        ("a{", "unclosed counted repetition"),
+        (r"(gemm)\1", "backreferences are not supported"),
+    ],
+)
 @pytest.mark.parametrize("field", ["", "layer:", "kernel:"])
 def test_patterns_python_accepts_but_the_engine_rejects(pattern, why, field):
     re.compile(pattern)  # Python has no complaint
@@ -53,13 +57,23 @@ def test_pattern_the_engine_accepts_and_python_rejects(table):
 
 
 def test_cli_names_the_filter_as_the_side_that_failed():
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "kernels", str(TRAIN), "--filter", "dir:bprop (?=gemm)"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "kernels", str(TRAIN), "--filter", "dir:bprop (?=gemm)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("kview: --filter: bad regular expression '(?=gemm)': look-around, including look-ahead "
-                        "and look-behind, is not supported\n")
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "layers", str(TRAIN), "--pattern", "layer_(?!1)"],
-                       capture_output=True, text=True, timeout=120)
+    assert r.stderr == (
+        "kview: --filter: bad regular expression '(?=gemm)': look-around, including look-ahead "
+        "and look-behind, is not supported\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "layers", str(TRAIN), "--pattern", "layer_(?!1)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.startswith("kview: bad layer pattern 'layer_(?!1)': look-around")
     assert len(r.stderr.splitlines()) == 1
 

@@ -1,4 +1,5 @@
 """The shared filter language, and the layer / phase reports, on real captures."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,23 +34,41 @@ def test_filter_terms_select_what_they_say(lm):
     assert long.height and (long["Duration (ns)"] > 50_000).all()
     assert filters.apply(a, "dur<=2ms").height + filters.apply(a, "-dur<=2ms").height == a.height
     assert filters.apply(a, "-cat:memset")["Category"].ne("memset").all()
-    assert (filters.apply(a, "grid>1024")["Grid"].str.split("x").list.eval(pl.element().cast(pl.Int64))
-            .list.eval(pl.element().product()).list.first() > 1024).all()
+    assert (
+        filters.apply(a, "grid>1024")["Grid"]
+        .str.split("x")
+        .list.eval(pl.element().cast(pl.Int64))
+        .list.eval(pl.element().product())
+        .list.first()
+        > 1024
+    ).all()
     assert filters.apply(a, 'range:"computing softmax" dir:fprop')["Op"].unique().to_list()
     assert filters.apply(a, "stream:7").height == a.filter(pl.col("Stream") == 7).height
 
 
-@pytest.mark.parametrize("bad,msg", [("dur>5parsecs", "unknown unit"), ("colour:red", "unknown field"),
-                                     ("kernel:(", "bad regular expression"), ("stream:x", "takes a number"),
-                                     ('layer:"unterminated', "cannot read filter"), ("dir:", "needs a value")])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("dur>5parsecs", "unknown unit"),
+        ("colour:red", "unknown field"),
+        ("kernel:(", "bad regular expression"),
+        ("stream:x", "takes a number"),
+        ('layer:"unterminated', "cannot read filter"),
+        ("dir:", "needs a value"),
+    ],
+)
 def test_malformed_filters_give_a_clear_message(bad, msg):
     with pytest.raises(filters.FilterError, match=msg):
         filters.parse(bad)
 
 
 def test_cli_filter_error_is_one_line_exit_2():
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "kernels", str(LM), "--filter", "dur>5parsecs"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "kernels", str(LM), "--filter", "dur>5parsecs"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "unknown unit" in r.stderr
 
 
@@ -60,13 +79,18 @@ def test_lm_layers_and_phases(lm):
     assert (layers["attention_sublayer (ns)"] + layers["ffn_sublayer (ns)"] == layers["Total (ns)"]).all()
     a = attribute(lm)
     l3 = a.filter(pl.col("Layer").str.contains(r"(^|:)layer_3(:|$)"))
-    assert layers.filter(pl.col("Layer") == "layer_3")["Total (ns)"][0] == \
-        l3.filter(pl.col("Direction").is_in(["fprop", "bprop"]))["Duration (ns)"].sum()
+    assert (
+        layers.filter(pl.col("Layer") == "layer_3")["Total (ns)"][0]
+        == l3.filter(pl.col("Direction").is_in(["fprop", "bprop"]))["Duration (ns)"].sum()
+    )
     ph = phase_times(lm)
     assert ph["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"]
     # autograd-thread kernels count in backward_pass: every kernel of the step is in some phase
-    assert ph["Kernels"].sum() == a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem")).height + \
-        a.filter(pl.col("Kernel").str.starts_with("[CUDA mem")).height
+    assert (
+        ph["Kernels"].sum()
+        == a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem")).height
+        + a.filter(pl.col("Kernel").str.starts_with("[CUDA mem")).height
+    )
     dirs = dict(a.group_by("Direction").agg(pl.col("Duration (ns)").sum()).iter_rows())
     assert ph.filter(pl.col("Phase") == "optimizer_step")["GPU Time (ns)"][0] == dirs["optim"]
 

@@ -1,6 +1,7 @@
 """A user's first minutes: every command on every public trace ends with exit 0 or one clean
 line and exit 2; traces without GPU kernels, NVTX or runtime rows open and say what they hold;
 the small things a user sees (launch dimensions, idle gaps, processes, diff of two GPUs)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,17 @@ from kview.trace import open_trace
 
 from conftest import KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES, kineto_events
 
-COMMANDS = [["stats"], ["stats", "-r", "all", "-f", "json"], ["kernels", "-f", "csv"], ["layers"], ["phases"],
-            ["overview"], ["overview", "-f", "json"], ["compare"], ["diff"]]
+COMMANDS = [
+    ["stats"],
+    ["stats", "-r", "all", "-f", "json"],
+    ["kernels", "-f", "csv"],
+    ["layers"],
+    ["phases"],
+    ["overview"],
+    ["overview", "-f", "json"],
+    ["compare"],
+    ["diff"],
+]
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -60,8 +70,7 @@ def test_cpu_only_trace_opens_and_summarizes_its_cpu_ops(capsys):
     ops = [e for e in ev if e.get("cat") == "cpu_op"]
     t = open_trace(path, use_cache=False)
     s = cpu_op_summary(t)
-    assert s.select("Op", "Calls", "Total (ns)").rows() == [
-        ("aten::empty", len(ops), sum(_ns(e["dur"]) for e in ops))]
+    assert s.select("Op", "Calls", "Total (ns)").rows() == [("aten::empty", len(ops), sum(_ns(e["dur"]) for e in ops))]
     o = build(t)
     facts = dict(o.facts)
     assert facts["GPU kernels"] == "none" and facts["CPU ops"] == f"{len(ops):,}"
@@ -100,11 +109,16 @@ def _variant(tmp_path, sql: str):
     return t
 
 
-@pytest.mark.parametrize("sql", [
-    "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL; DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_MEMCPY;"
-    " DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_MEMSET;",
-    "DROP TABLE NVTX_EVENTS;",
-    "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME;"], ids=["no kernels", "no NVTX", "no runtime"])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL; DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_MEMCPY;"
+        " DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_MEMSET;",
+        "DROP TABLE NVTX_EVENTS;",
+        "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME;",
+    ],
+    ids=["no kernels", "no NVTX", "no runtime"],
+)
 def test_exports_without_kernels_nvtx_or_runtime_open_in_every_command(sql, tmp_path, capsys):
     t = _variant(tmp_path, sql)
     for cmd in COMMANDS:
@@ -117,24 +131,39 @@ def test_exports_without_kernels_nvtx_or_runtime_open_in_every_command(sql, tmp_
 
 
 def test_launch_dimensions_a_trace_lacks_show_as_a_dash():
-    for path in (KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-                 KINETO / "traces__b200__eager_trace.json.gz"):
-        grid = {e["args"]["correlation"]: "x".join(map(str, e["args"]["grid"])) if "grid" in e["args"] else "-"
-                for e in _events(path) if e.get("cat") == "kernel"}
+    for path in (
+        KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        KINETO / "traces__b200__eager_trace.json.gz",
+    ):
+        grid = {
+            e["args"]["correlation"]: "x".join(map(str, e["args"]["grid"])) if "grid" in e["args"] else "-"
+            for e in _events(path)
+            if e.get("cat") == "kernel"
+        }
         a = attribute(open_trace(path, use_cache=False))
         k = a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
         assert dict(zip(k["Correlation"], k["Grid"])) == grid
         assert "-" in grid.values() or "traces__b200" in path.name
 
 
-@pytest.mark.parametrize("name", ["traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-                                  "trace_filter__sampled_rank-1.json.gz", "traces__b200__eager_trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "trace_filter__sampled_rank-1.json.gz",
+        "traces__b200__eager_trace.json.gz",
+    ],
+)
 def test_largest_idle_gap_exact_and_placed_as_an_offset_into_the_trace(name):
     path = KINETO / name
     ev = [e for e in _events(path) if e.get("ph") == "X" and "ts" in e]
     gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    read = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver",
-                                              "cpu_op", "user_annotation")]
+    read = [
+        e
+        for e in ev
+        if e.get("cat")
+        in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation")
+    ]
     origin = min(_ns(e["ts"]) for e in read)
     best = (0, 0)
     by_dev: dict = {}
@@ -158,7 +187,10 @@ def test_processes_are_the_ones_that_ran_host_code():
 
 
 def test_diff_of_two_gpus_says_so_and_names_them(capsys):
-    a, b = KINETO / "traces__b200__eager_trace.json.gz", KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    a, b = (
+        KINETO / "traces__b200__eager_trace.json.gz",
+        KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    )
     rc, out, err = run(capsys, "diff", a, b, "-f", "json")
     assert rc == 0 and "A ran on NVIDIA B200, B on AMD Instinct MI300X VF" in err
     assert json.loads(out)["Runs"][1] == {"": "GPU", "A": "NVIDIA B200", "B": "AMD Instinct MI300X VF"}
@@ -168,15 +200,30 @@ def test_diff_pairs_kernels_renamed_only_in_template_arguments(tmp_path):
     def trace(name, kernels):
         ev = []
         for i, (k, dur) in enumerate(kernels):
-            ev.append({"ph": "X", "cat": "kernel", "name": k, "pid": 0, "tid": 7, "ts": 1000 + 10 * i, "dur": dur,
-                       "args": {"device": 0, "stream": 7, "correlation": i}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": k,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 1000 + 10 * i,
+                    "dur": dur,
+                    "args": {"device": 0, "stream": 7, "correlation": i},
+                }
+            )
         p = tmp_path / name
         p.write_text(json.dumps({"traceEvents": ev}))
         return open_trace(p, use_cache=False)
-    a = trace("a.json", [("void gemm_kernel<128, 64>(float*)", 5), ("void fill<4>(float*)", 1), ("void k<1>()", 1),
-                         ("void k<2>()", 1)])
-    b = trace("b.json", [("void gemm_kernel<256, 64>(float*)", 3), ("void fill<4>(float*)", 1), ("void k<3>()", 2),
-                         ("void k<4>()", 2)])
+
+    a = trace(
+        "a.json",
+        [("void gemm_kernel<128, 64>(float*)", 5), ("void fill<4>(float*)", 1), ("void k<1>()", 1), ("void k<2>()", 1)],
+    )
+    b = trace(
+        "b.json",
+        [("void gemm_kernel<256, 64>(float*)", 3), ("void fill<4>(float*)", 1), ("void k<3>()", 2), ("void k<4>()", 2)],
+    )
     d = diff(a, b)
     changed = d["Largest changes in total time"]
     row = changed.filter(pl.col("Kernel") == "gemm_kernel<…>").row(0, named=True)
@@ -193,12 +240,18 @@ def test_no_cache_may_come_first(capsys):
 @pytest.mark.parametrize("path", PUBLIC_TRACES, ids=lambda p: p.name.split(".")[0])
 def test_nsys_kernel_counts_and_totals_equal_a_plain_count(path):
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    want = {n: (c, t) for n, c, t in con.execute(
-        "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
-        " JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value")}
-    ops = sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
-        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-        if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone())
+    want = {
+        n: (c, t)
+        for n, c, t in con.execute(
+            "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+            " JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value"
+        )
+    }
+    ops = sum(
+        con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()
+    )
     t = open_trace(path, use_cache=False)
     a = attribute(t).filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
     got = {n: (c, d) for n, c, d in a.group_by("Kernel").agg(pl.len(), pl.col("Duration (ns)").sum()).iter_rows()}

@@ -1,4 +1,5 @@
 """The public traces the suite needs are part of the repository, listed with their sources."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """The one way durations, bars and short kernel names are drawn (kview.output.format), checked
 against plain-Python drawings of the same rules on real tables."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -52,9 +53,34 @@ def test_share_bar_has_the_share_in_eighths_of_a_cell():
 
 
 def test_fmt_ns_three_significant_digits_below_100_units_one_decimal_above():
-    assert [fmt_ns(v) for v in (None, 870, 999, 1_000, 12_345, 312_050, 1_500_000, 99_940_000, 162_230_000,
-                                2_040_000_000, 5_000_000_000_000)] == [
-        "-", "870 ns", "999 ns", "1 µs", "12.3 µs", "312.1 µs", "1.5 ms", "99.9 ms", "162.2 ms", "2.04 s", "5,000.0 s"]
+    assert [
+        fmt_ns(v)
+        for v in (
+            None,
+            870,
+            999,
+            1_000,
+            12_345,
+            312_050,
+            1_500_000,
+            99_940_000,
+            162_230_000,
+            2_040_000_000,
+            5_000_000_000_000,
+        )
+    ] == [
+        "-",
+        "870 ns",
+        "999 ns",
+        "1 µs",
+        "12.3 µs",
+        "312.1 µs",
+        "1.5 ms",
+        "99.9 ms",
+        "162.2 ms",
+        "2.04 s",
+        "5,000.0 s",
+    ]
 
 
 def test_short_names_drop_template_arguments_and_parameters_only():
@@ -68,6 +94,8 @@ def test_short_names_drop_template_arguments_and_parameters_only():
         # what is left outside the elisions is the full name's text, in order
         head = s.split("<…>")[0].split("(…)")[0]
         assert full.removeprefix("void ").startswith(head)
-    assert short_names(pl.Series("k", ["void at::native::vectorized_elementwise_kernel<(int)4, "
-                                       "at::native::FillFunctor<float>>(int, T2, T3)"])).to_list() == [
-        "at::native::vectorized_elementwise_kernel<…>"]
+    assert short_names(
+        pl.Series(
+            "k", ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2, T3)"]
+        )
+    ).to_list() == ["at::native::vectorized_elementwise_kernel<…>"]

@@ -1,5 +1,6 @@
 """Fuzzed readers: mutated real traces (SQLite and torch.profiler JSON) must give either a
 result or one clean line and exit 2 — never a traceback, never a hang. Bounded for CI."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,12 @@ from conftest import SAMPLES
 SQLITE = (SAMPLES / "ncf_b1048576_train_nsys.sqlite").read_bytes()
 JSON = gzip.decompress((SAMPLES / "ncf_b1048576_train_torch.json.gz").read_bytes())
 COMMANDS = [["stats", "-r", "all", "-f", "json"], ["kernels", "-f", "csv"], ["layers", "-f", "csv"]]
-FUZZ = settings(max_examples=25, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @contextlib.contextmanager
@@ -52,20 +57,21 @@ def _check(rc, err, path):
         assert len(lines) == 1 and str(path) in lines[0], err
 
 
-mutation = st.tuples(st.sampled_from(["flip", "zero", "truncate", "splice"]), st.floats(0, 1), st.integers(1, 4096),
-                     st.integers(0, 255))
+mutation = st.tuples(
+    st.sampled_from(["flip", "zero", "truncate", "splice"]), st.floats(0, 1), st.integers(1, 4096), st.integers(0, 255)
+)
 
 
 def _mutate(data: bytes, how) -> bytes:
     kind, where, size, byte = how
     at = int(where * (len(data) - 1))
     if kind == "flip":
-        return data[:at] + bytes([data[at] ^ (1 + byte % 255)]) + data[at + 1:]
+        return data[:at] + bytes([data[at] ^ (1 + byte % 255)]) + data[at + 1 :]
     if kind == "zero":
-        return data[:at] + b"\0" * size + data[at + size:]
+        return data[:at] + b"\0" * size + data[at + size :]
     if kind == "truncate":
         return data[:at]
-    return data[:at] + data[at + size:at + 2 * size] + data[at:]
+    return data[:at] + data[at + size : at + 2 * size] + data[at:]
 
 
 @FUZZ
@@ -85,10 +91,18 @@ def test_mutated_torch_profiler_json(tmp_path_factory, how, cmd, gz):
     _check(*_run(path, cmd), path)
 
 
-@pytest.mark.parametrize("text", ['{"traceEvents": [', '{"traceEvents": 5}', "[1, 2, 3]", '{"a": 1}',
-                                  '{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "x"}]}',
-                                  '{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 2, "args": 7}]}',
-                                  '{"traceEvents": [], "deviceProperties": "nope"}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"traceEvents": [',
+        '{"traceEvents": 5}',
+        "[1, 2, 3]",
+        '{"a": 1}',
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "x"}]}',
+        '{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 2, "args": 7}]}',
+        '{"traceEvents": [], "deviceProperties": "nope"}',
+    ],
+)
 def test_hand_made_bad_json(tmp_path, text):
     path = tmp_path / "t.json"
     path.write_text(text)

@@ -1,4 +1,5 @@
 """torch.profiler (Kineto) JSON as a first-class input, checked against the JSON itself."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,7 +36,10 @@ def test_kernel_summary_matches_counts_and_totals_in_the_json(path):
     t = open_trace(path, use_cache=False)
     assert isinstance(t, JsonTrace)
     rep = REPORTS["cuda_gpu_kern_sum"](t).frame
-    got = {r["Name"]: (r["Instances"], r["Total Time (ns)"], r["Min (ns)"], r["Max (ns)"]) for r in rep.iter_rows(named=True)}
+    got = {
+        r["Name"]: (r["Instances"], r["Total Time (ns)"], r["Min (ns)"], r["Max (ns)"])
+        for r in rep.iter_rows(named=True)
+    }
     assert got == _independent_kernel_summary(path)
     k = t.columns("kernels", ["start", "end"])
     assert (k["end"] >= k["start"]).all()
@@ -56,15 +60,29 @@ def test_attribution_on_json_uses_sequence_numbers():
     assert set(q["Params"]) == {"M=1024,N=(4,128),K=1024"}
 
 
-@pytest.mark.parametrize("cmd", [["stats"], ["kernels", "--filter", "dir:bprop gemm"], ["layers"], ["phases"],
-                                 ["compare", "--root", "profiled_step"], ["diff"]])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["stats"],
+        ["kernels", "--filter", "dir:bprop gemm"],
+        ["layers"],
+        ["phases"],
+        ["compare", "--root", "profiled_step"],
+        ["diff"],
+    ],
+)
 def test_every_command_accepts_json(cmd, tmp_path):
     js = str(SAMPLES / "lm-small_ctx256_train_torch.json.gz")
     args = [cmd[0], js, *cmd[1:]]
     if cmd[0] in ("compare", "diff"):
         args = [cmd[0], js, str(SAMPLES / "lm-small_ctx256_forward_torch.json.gz"), *cmd[1:]]
     fmt = "json" if cmd[0] in ("stats", "diff") else "csv"  # several tables: one JSON document
-    r = subprocess.run([sys.executable, "-m", "kview.cli", *args, "-f", fmt], capture_output=True, text=True,
-                       timeout=120, env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)})
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", *args, "-f", fmt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("\n") > 3

@@ -1,5 +1,6 @@
 """Kernel statistics per group: equal to `cuda_gpu_kern_sum` when grouped by name, and to a
 plain-Python computation over the attributed rows for any other grouping."""
+
 from __future__ import annotations
 
 import statistics
@@ -29,8 +30,9 @@ def test_grouped_by_name_equals_the_kernel_summary_report(name):
 @pytest.mark.parametrize("name", TRACES)
 @pytest.mark.parametrize("by", ["Category", "Direction", "Layer", "Op"])
 def test_group_statistics_equal_a_plain_python_computation(name, by):
-    rows = attribute(open_trace(str(SAMPLES / name), use_cache=False)).select(*dict.fromkeys([by, "Duration (ns)",
-                                                                                             "Category"]))
+    rows = attribute(open_trace(str(SAMPLES / name), use_cache=False)).select(
+        *dict.fromkeys([by, "Duration (ns)", "Category"])
+    )
     durations: dict = {}
     categories: dict = {}
     for r in rows.iter_rows(named=True):
@@ -40,8 +42,9 @@ def test_group_statistics_equal_a_plain_python_computation(name, by):
     grand = sum(sum(v) for v in durations.values())
     g = group_stats(rows, by)
     # the report's order: total descending, then instances, then the key (None first)
-    assert g[by].to_list() == sorted(durations, key=lambda k: (-sum(durations[k]), len(durations[k]), k is not None,
-                                                                 k or ""))
+    assert g[by].to_list() == sorted(
+        durations, key=lambda k: (-sum(durations[k]), len(durations[k]), k is not None, k or "")
+    )
     for r in g.iter_rows(named=True):
         v = durations[r[by]]
         assert r["Total Time (ns)"] == sum(v) and r["Instances"] == len(v)

@@ -1,6 +1,7 @@
 """torch.profiler traces of every era, from other projects' test data: counts and totals equal
 a plain count over the file, timestamps are exact to the nanosecond, and files that are not
 torch.profiler traces are named in one line."""
+
 from __future__ import annotations
 
 import gzip
@@ -43,8 +44,10 @@ def test_kernel_counts_totals_and_starts_equal_a_plain_count_over_the_file(path)
     t = open_trace(path, use_cache=False)
     want, starts = _plain_kernel_summary(path)
     rep = REPORTS["cuda_gpu_kern_sum"](t)
-    got = {r["Name"]: (r["Instances"], r["Total Time (ns)"], r["Min (ns)"], r["Max (ns)"])
-           for r in rep.frame.iter_rows(named=True)}
+    got = {
+        r["Name"]: (r["Instances"], r["Total Time (ns)"], r["Min (ns)"], r["Max (ns)"])
+        for r in rep.frame.iter_rows(named=True)
+    }
     assert got == want
     a = attribute(t)
     kernels = a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
@@ -83,22 +86,37 @@ def test_legacy_bare_array_opens_in_the_cli_and_the_tui_check_alike(tmp_path):
 
 def test_events_without_args_or_dur_are_read(tmp_path):
     p = tmp_path / "bare.json"
-    p.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 9, "dur": 3}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25},
+                    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20},
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 9, "dur": 3},
+                ]
+            }
+        )
+    )
     t = open_trace(p, use_cache=False)
     k = t.columns("kernels", ["start", "end", "stream"])
     assert k.rows() == [(10500, 12750, 7), (20000, 20000, 7)]
     assert REPORTS["nvtx_sum"](t).frame["Range"].to_list() == [":aten::mm"]
 
 
-@pytest.mark.parametrize("content,words", [
-    ('{"rocprofiler-sdk-tool": [{"metadata": {}}]}', "is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet"),
-    ('{"schema": "1.0.3-chakra.0.0.4", "pid": 1, "time": "x", "start_ts": 1, "nodes": [{"id": 1}]}',
-     "is a PyTorch execution trace"),
-    ('{"foo": 1}', "is JSON but not a torch.profiler trace (no traceEvents list)"),
-])
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (
+            '{"rocprofiler-sdk-tool": [{"metadata": {}}]}',
+            "is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet",
+        ),
+        (
+            '{"schema": "1.0.3-chakra.0.0.4", "pid": 1, "time": "x", "start_ts": 1, "nodes": [{"id": 1}]}',
+            "is a PyTorch execution trace",
+        ),
+        ('{"foo": 1}', "is JSON but not a torch.profiler trace (no traceEvents list)"),
+    ],
+)
 def test_other_json_is_named_in_one_line_by_cli_and_tui_check(tmp_path, content, words):
     p = tmp_path / "x.json"
     p.write_text(content)
@@ -112,5 +130,10 @@ def test_other_json_is_named_in_one_line_by_cli_and_tui_check(tmp_path, content,
 
 def test_the_public_rocprof_file_is_refused_with_its_name():
     p = KINETO / "rocprof__908_results.json.gz"
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "kernels", str(p)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr == f"kview: {p}: is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet\n"
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "kernels", str(p)], capture_output=True, text=True, timeout=60
+    )
+    assert (
+        r.returncode == 2
+        and r.stderr == f"kview: {p}: is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet\n"
+    )

@@ -1,4 +1,5 @@
 """Architecture rules: the core never imports Textual or torch, and only kview.* is installed."""
+
 from __future__ import annotations
 
 import ast
@@ -33,16 +34,33 @@ def test_core_modules_import_neither_tui_nor_capture_nor_torch():
 
 
 def test_stats_command_does_not_load_textual_or_torch():
-    code = ("import sys; from kview.cli import main; "
-            f"main(['stats', r'{ROOT / 'sample_traces' / 'lm-small_ctx256_forward_nsys.sqlite'}', '-r', 'cuda_gpu_kern_sum']); "
-            "bad = [m for m in ('textual', 'torch') if m in sys.modules]; print('LOADED', bad)")
+    code = (
+        "import sys; from kview.cli import main; "
+        f"main(['stats', r'{ROOT / 'sample_traces' / 'lm-small_ctx256_forward_nsys.sqlite'}', '-r', 'cuda_gpu_kern_sum']); "
+        "bad = [m for m in ('textual', 'torch') if m in sys.modules]; print('LOADED', bad)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
 
 
 def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = next(tmp_path.glob("kview-*.whl"))
     with zipfile.ZipFile(wheel) as z:
@@ -53,8 +71,12 @@ def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
     assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {"kview"}
     assert any(n.endswith("data/share/kview/sample_traces/lm-small_ctx256_train_nsys.sqlite") for n in names)
     # the TUI's stylesheet is package data: the app cannot start without it
-    for sub in ("kview/tui/__init__.py", "kview/tui/kview.tcss", "kview/capture/workload.py",
-                "kview/models/transformer_lm.py"):
+    for sub in (
+        "kview/tui/__init__.py",
+        "kview/tui/kview.tcss",
+        "kview/capture/workload.py",
+        "kview/models/transformer_lm.py",
+    ):
         assert sub in names
     core = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert core and not any(x in line for line in core for x in ("torch", "nvtx"))
@@ -64,9 +86,13 @@ def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
 
 
 # Declared but never imported by name, needed all the same.
-INDIRECT = {"pyarrow": "connectorx hands SQLite columns to polars as Arrow tables through it",
-            "pytest-asyncio": "runs the async TUI tests (asyncio_mode = auto)",
-            "pytest-textual-snapshot": "the snap_compare fixture of the snapshot tests"}
+INDIRECT = {
+    "pyarrow": "connectorx hands SQLite columns to polars as Arrow tables through it",
+    "pytest-asyncio": "runs the async TUI tests (asyncio_mode = auto)",
+    "pytest-textual-snapshot": "the snap_compare fixture of the snapshot tests",
+    "ruff": ".ci/run lints and format-checks the tree with it",
+    "mypy": ".ci/run type-checks src/kview with it",
+}
 
 
 def test_every_declared_dependency_is_imported():

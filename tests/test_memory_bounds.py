@@ -1,6 +1,7 @@
 """Memory stays bounded: a gzip'd JSON is inflated only up to what the memory budget allows
 (`--max-memory`, KVIEW_MAX_MEMORY, else the memory available), so a 4 MB bomb that inflates to
 4 GiB is refused in one line, quickly and small."""
+
 from __future__ import annotations
 
 import gzip
@@ -61,9 +62,13 @@ def run_measured(args, env=None):
 
     peak_file = os.path.join(tempfile.mkdtemp(), "peak")
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", PEAK, *map(str, args)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                         env={**os.environ, **(env or {}), "KVIEW_TEST_PEAK": peak_file})
+    p = subprocess.Popen(
+        [sys.executable, "-c", PEAK, *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {}), "KVIEW_TEST_PEAK": peak_file},
+    )
     err = p.stderr.read().decode()
     _, status, usage = os.wait4(p.pid, 0)
     try:
@@ -82,8 +87,10 @@ def test_gzip_bomb_is_refused_quickly_and_small(bomb, how):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     source = "--max-memory 1.0 GiB" if how == "flag" else "KVIEW_MAX_MEMORY=1.0 GiB"
-    assert lines[0] == (f"kview: {bomb}: inflates to more than 256.0 MiB of JSON, more than kview can decode within "
-                        f"{source}; give --max-memory SIZE (or set KVIEW_MAX_MEMORY) to allow more")
+    assert lines[0] == (
+        f"kview: {bomb}: inflates to more than 256.0 MiB of JSON, more than kview can decode within "
+        f"{source}; give --max-memory SIZE (or set KVIEW_MAX_MEMORY) to allow more"
+    )
     assert rss < 900, f"peak RSS {rss:.0f} MiB"  # 256 MiB of text, not 4 GiB
     assert seconds < 60
 

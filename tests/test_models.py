@@ -1,4 +1,5 @@
 """The workloads build and run on the CPU, with the parameter counts of the seed tables."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,16 @@ torch = pytest.importorskip("torch")
 from kview.models import transformer_lm as lm  # noqa: E402
 
 
-@pytest.mark.parametrize("size,expected", [("small", 128_625_408), ("2.7B", 3_406_809_600),
-                                           ("medium", 423_183_360), ("large", 969_411_840), ("xl", 1_998_235_200)])
+@pytest.mark.parametrize(
+    "size,expected",
+    [
+        ("small", 128_625_408),
+        ("2.7B", 3_406_809_600),
+        ("medium", 423_183_360),
+        ("large", 969_411_840),
+        ("xl", 1_998_235_200),
+    ],
+)
 def test_parameter_count_formula_matches_seed_table(size, expected):
     assert lm.parameter_count(lm.SIZES[size]) == expected
 
@@ -34,13 +43,45 @@ def test_cpu_capture_records_the_seed_range_names(tmp_path):
     from kview.capture import workload
 
     out = tmp_path / "t.json"
-    assert workload.main(["--size", "tiny", "--ctx", "16", "--mode", "train", "--warmup", "0",
-                          "--steps", "1", "--kineto-json", str(out)]) == 0
+    assert (
+        workload.main(
+            [
+                "--size",
+                "tiny",
+                "--ctx",
+                "16",
+                "--mode",
+                "train",
+                "--warmup",
+                "0",
+                "--steps",
+                "1",
+                "--kineto-json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     events = json.loads(out.read_text())["traceEvents"]
     names = {e["name"] for e in events if e.get("cat") == "user_annotation"}
-    expected = {"profiled_step", "forward_pass", "backward_pass", "optimizer_step", "layer_0", "layer_1",
-                "attention_sublayer", "ffn_sublayer", "scaled_dot_product_attention", "computing attention scores",
-                "computing softmax", "final matmul", "rope encoding", "token_embeddings", "final_norm", "lm_head"}
+    expected = {
+        "profiled_step",
+        "forward_pass",
+        "backward_pass",
+        "optimizer_step",
+        "layer_0",
+        "layer_1",
+        "attention_sublayer",
+        "ffn_sublayer",
+        "scaled_dot_product_attention",
+        "computing attention scores",
+        "computing softmax",
+        "final matmul",
+        "rope encoding",
+        "token_embeddings",
+        "final_norm",
+        "lm_head",
+    }
     assert expected <= names
 
 
@@ -64,18 +105,30 @@ def test_bert_dlrm_ncf_counts_match_the_notes_and_the_built_modules():
     assert sum(x.numel() for x in n.parameters()) == sum(ncf.parameter_count(30, 40).values())
 
 
-@pytest.mark.parametrize("model,args", [("bert", ["--layers", "1", "--ctx", "16", "--batch", "2"]),
-                                        ("dlrm", ["--batch", "64"]), ("ncf", ["--batch", "256"])])
+@pytest.mark.parametrize(
+    "model,args",
+    [
+        ("bert", ["--layers", "1", "--ctx", "16", "--batch", "2"]),
+        ("dlrm", ["--batch", "64"]),
+        ("ncf", ["--batch", "256"]),
+    ],
+)
 def test_workloads_train_a_step_on_cpu(model, args, tmp_path):
     import json
 
     from kview.capture import workload
 
     out = tmp_path / "t.json"
-    assert workload.main(["--model", model, *args, "--mode", "train", "--warmup", "0", "--steps", "1",
-                          "--kineto-json", str(out)]) == 0
+    assert (
+        workload.main(
+            ["--model", model, *args, "--mode", "train", "--warmup", "0", "--steps", "1", "--kineto-json", str(out)]
+        )
+        == 0
+    )
     names = {e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "user_annotation"}
-    expected = {"bert": {"Enc_0", "Attn", "SelfAttn", "Q_Proj", "FFN", "Embedding", "NSP", "Masked_LM"},
-                "dlrm": {"Bottom_MLP", "Embedding_0", "Embedding_25", "Interaction", "Top_MLP"},
-                "ncf": {"MF_User_Embedding", "MF_Item_Embedding", "MLP_User_Embedding", "MLP_0", "NeuMF_MLP"}}[model]
+    expected = {
+        "bert": {"Enc_0", "Attn", "SelfAttn", "Q_Proj", "FFN", "Embedding", "NSP", "Masked_LM"},
+        "dlrm": {"Bottom_MLP", "Embedding_0", "Embedding_25", "Interaction", "Top_MLP"},
+        "ncf": {"MF_User_Embedding", "MF_Item_Embedding", "MLP_User_Embedding", "MLP_0", "NeuMF_MLP"},
+    }[model]
     assert expected | {"forward_pass", "backward_pass", "optimizer_step"} <= names

@@ -1,4 +1,5 @@
 """Overview facts and the NVTX path tree, against values computed independently."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -18,8 +19,12 @@ LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 def _busy(path):
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    iv = sorted(con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM "
-                            "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET"))
+    iv = sorted(
+        con.execute(
+            "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM "
+            "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET"
+        )
+    )
     busy, cur_s, cur_e = 0, None, None
     for s, e in iv:
         if cur_e is None or s > cur_e:
@@ -47,8 +52,12 @@ def test_overview_findings_on_public_vecadd():
     o = build(open_trace(PUBLIC / "vecadd_nsys2025.5.sqlite", use_cache=False))
     text = " ".join(o.findings)
     assert "Pageable memcpy: 3 copies" in text and "Synchronous memcpy" in text
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "overview", str(PUBLIC / "vecadd_nsys2025.5.sqlite")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "overview", str(PUBLIC / "vecadd_nsys2025.5.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and "** Findings:" in r.stdout and "NVIDIA GeForce RTX 3060" in r.stdout
 
 
@@ -61,11 +70,14 @@ def test_nvtx_path_tree_counts_match_ranges_and_kernels():
     assert row["Instances"] == n_layer3 == 1
     s, e = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'layer_3'").fetchone()
     assert row["CPU (ns)"] == e - s
-    gpu, n = con.execute("SELECT sum(k.end - k.start), count(*) FROM (SELECT start, end, correlationId FROM "
-                         "CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end, correlationId FROM "
-                         "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
-                         "CUPTI_ACTIVITY_KIND_MEMCPY) k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON "
-                         "r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?", (s, e)).fetchone()
+    gpu, n = con.execute(
+        "SELECT sum(k.end - k.start), count(*) FROM (SELECT start, end, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY) k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON "
+        "r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?",
+        (s, e),
+    ).fetchone()
     assert (row["GPU (ns)"], row["Kernels"]) == (gpu, n)
     # op markers are collapsed to their op name
     assert pt.filter(pl.col("Name") == "aten::linear").height > 0

@@ -1,5 +1,6 @@
 """Phases: user ranges at the top of their thread's user-range nesting, GPU time counted as
 `kview compare` counts it, on every public trace, and checked against a plain count."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -42,13 +43,19 @@ def test_phase_gpu_time_equals_a_plain_count_over_the_json():
     path = KINETO / "trace_filter__sampled_rank-0.json.gz"
     ev = [e for e in kineto_events(path) if e.get("ph") == "X"]
     launch = {e["args"]["correlation"]: _ns(e["ts"]) for e in ev if e.get("cat") == "cuda_runtime"}
-    gpu = [(launch.get(e["args"].get("correlation")), _ns(e.get("dur", 0))) for e in ev
-           if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [
+        (launch.get(e["args"].get("correlation")), _ns(e.get("dur", 0)))
+        for e in ev
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     p = phase_times(open_trace(path, use_cache=False))
     assert "ProfilerStep#551" in p["Phase"].to_list()  # `#` no longer makes a step an op marker
     for row in p.iter_rows(named=True):
-        windows = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in ev
-                   if e.get("cat") == "user_annotation" and e["name"] == row["Phase"]]
+        windows = [
+            (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+            for e in ev
+            if e.get("cat") == "user_annotation" and e["name"] == row["Phase"]
+        ]
         inside = [d for t, d in gpu if t is not None and any(s <= t <= f for s, f in windows)]
         assert (row["GPU Time (ns)"], row["Kernels"]) == (sum(inside), len(inside)), row["Phase"]
     # DistributedDataParallel.forward is nested in the steps: not a phase with a sliver of time
@@ -66,11 +73,15 @@ def test_phase_gpu_time_equals_a_plain_count_over_the_export():
             " UNION ALL SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end,"
             " correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET) g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r"
             " ON r.correlationId = g.correlationId WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.text = ?"
-            " AND r.start BETWEEN n.start AND n.end)", (row["Phase"],)).fetchone()
+            " AND r.start BETWEEN n.start AND n.end)",
+            (row["Phase"],),
+        ).fetchone()
         assert (row["GPU Time (ns)"], row["Kernels"]) == got
-    total = con.execute("SELECT (SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL) + (SELECT sum(end - start)"
-                        " FROM CUPTI_ACTIVITY_KIND_MEMCPY) + (SELECT sum(end - start) FROM"
-                        " CUPTI_ACTIVITY_KIND_MEMSET)").fetchone()[0]
+    total = con.execute(
+        "SELECT (SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL) + (SELECT sum(end - start)"
+        " FROM CUPTI_ACTIVITY_KIND_MEMCPY) + (SELECT sum(end - start) FROM"
+        " CUPTI_ACTIVITY_KIND_MEMSET)"
+    ).fetchone()[0]
     assert p["Share (%)"].to_list() == [round(v * 100 / total, 1) for v in p["GPU Time (ns)"]]
 
 
@@ -81,9 +92,14 @@ def test_library_ranges_and_op_markers_are_never_phases():
     assert phase_labels(t) == []  # and the trace has no user ranges besides them
     mtia = open_trace(KINETO / "mtia_trace_single_rank__mtia_rank_0.json.gz", use_cache=False)
     assert not any(lab.startswith(("hccl:", "gloo:", "nccl:")) for lab in phase_labels(mtia))
-    for name, marker in (("ProfilerStep#5", False), ("## forward ##", False), ("Optimizer.step#SGD.step", True),
-                         ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", True),
-                         ("aten::linear, seq = 3, op_id = 7", True), ("forward_pass", False)):
+    for name, marker in (
+        ("ProfilerStep#5", False),
+        ("## forward ##", False),
+        ("Optimizer.step#SGD.step", True),
+        ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", True),
+        ("aten::linear, seq = 3, op_id = 7", True),
+        ("forward_pass", False),
+    ):
         assert nv.is_op_marker(name) is marker, name
 
 

@@ -1,6 +1,7 @@
 """A user's trace is opened read-only and immutable by every reader and command: its bytes,
 mtime and folder are the same afterwards, a leftover journal or WAL (an interrupted write) is
 refused and never acted on, and odd file names reach SQLite escaped."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,13 @@ COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["pha
 
 
 def kview(*args, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "kview.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "kview.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def args_for(cmd, trace):
@@ -103,8 +109,13 @@ def test_interrupted_write_is_refused_and_left_alone(make, side, cmd, tmp_path):
 def test_tui_refuses_an_interrupted_write_before_starting(make, side, tmp_path):
     t = make(tmp_path)
     with Untouched(tmp_path) as u:
-        r = subprocess.run([sys.executable, "-m", "kview.cli", str(t)], capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [sys.executable, "-m", "kview.cli", str(t)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     u.check()
     assert r.returncode == 2 and side in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "\x1b[" not in r.stdout + r.stderr
@@ -173,8 +184,14 @@ def test_clean_wal_trace_opens_in_a_read_only_folder(read_only_folder):
     _commands_leave_folder_untouched(read_only_folder, t)
 
 
-NAMES = {"percent20": "e%20f.sqlite", "question": "a?b.sqlite", "hash": "c#d.sqlite", "newline": "new\nline.sqlite",
-         "space": "sp ace.sqlite", "percent3F": "x%3Fy.sqlite"}
+NAMES = {
+    "percent20": "e%20f.sqlite",
+    "question": "a?b.sqlite",
+    "hash": "c#d.sqlite",
+    "newline": "new\nline.sqlite",
+    "space": "sp ace.sqlite",
+    "percent3F": "x%3Fy.sqlite",
+}
 
 
 @pytest.mark.parametrize("name", list(NAMES.values()), ids=list(NAMES))

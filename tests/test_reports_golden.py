@@ -4,6 +4,7 @@ The reference CSVs were written by nsys 2025.3.1 on the GPU machine (sample_trac
 next to the project's own traces, and for the public fixtures into tests/golden/public/
 (xz-compressed).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,6 @@ def _trace(path):
     return _cache[path]
 
 
-
 def test_sample_traces_present():
     assert len(LM_TRACES) >= 6
 
@@ -39,7 +39,10 @@ def test_lm_trace_report_equals_nsys(trace, report):
 
 # nsys 2025.3 skips memcpy summaries on 2022.1 exports (no ENUM_CUDA_MEMCPY_OPER table); kview
 # labels them from the CUPTI enum instead, checked separately below.
-DELIBERATE = {("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_time_sum"), ("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_size_sum")}
+DELIBERATE = {
+    ("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_time_sum"),
+    ("dlprof_lenet_nsys2022.1", "cuda_gpu_mem_size_sum"),
+}
 
 
 @pytest.mark.parametrize("report", list(REPORTS))

@@ -1,4 +1,5 @@
 """The trace is opened read-only and never modified; the cache lives under the user cache dir."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,12 @@ def test_read_only_folder_trace_unchanged_and_nothing_beside_it(tmp_path):
     ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
     before = (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro)))
     try:
-        r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "json"],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert "Total Time (ns)" in r.stdout
         assert (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro))) == before
@@ -74,8 +79,13 @@ def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
 
 def test_no_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(TRACE), "--no-cache"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ})
+    r = subprocess.run(
+        [sys.executable, "-m", "kview.cli", "stats", str(TRACE), "--no-cache"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "xdg").exists()
     assert cache.cache_root() == tmp_path / "xdg" / "kview"

@@ -1,5 +1,6 @@
 """Pilot tests of every TUI binding on a sample trace, snapshot tests of each view, and the
 tmux script that drives the real binary."""
+
 from __future__ import annotations
 
 import os
@@ -222,6 +223,7 @@ def test_snapshot_of_each_view(snap_compare, view):
 
 def test_snapshot_at_80x24(snap_compare):
     """The first screen a user sees in a default terminal: the kernel summary at 80x24."""
+
     async def run_before(pilot):
         await loaded(pilot)
 
@@ -232,13 +234,27 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
     from dataclasses import FrozenInstanceError
 
     from kview.tui.loading import load
-    from kview.tui.messages import (AttributedKernels, KernelSummary, LayersReady, NvtxTree, OverviewReady, Stage,
-                                    TraceLoaded, ViewMessage)
+    from kview.tui.messages import (
+        AttributedKernels,
+        KernelSummary,
+        LayersReady,
+        NvtxTree,
+        OverviewReady,
+        Stage,
+        TraceLoaded,
+        ViewMessage,
+    )
     from kview.tui.views import VIEWS
 
     messages = [m for m in load(LM, use_cache=False) if not isinstance(m, Stage)]
-    assert [type(m) for m in messages] == [KernelSummary, AttributedKernels, OverviewReady, NvtxTree, LayersReady,
-                                           TraceLoaded]
+    assert [type(m) for m in messages] == [
+        KernelSummary,
+        AttributedKernels,
+        OverviewReady,
+        NvtxTree,
+        LayersReady,
+        TraceLoaded,
+    ]
     summary, attributed, overview, tree, layers, done = messages
     rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
     assert summary.frame.equals(rep)
@@ -266,8 +282,13 @@ def _tmux_env(tmp_path):
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
 def test_tmux_script_drives_the_real_binary(size, tmp_path):
     env = _tmux_env(tmp_path)
-    r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
-                       capture_output=True, text=True, timeout=180, env=env)
+    r = subprocess.run(
+        ["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -280,10 +301,12 @@ async def test_damage_found_while_loading_ends_the_app_with_one_line(tmp_path):
     assert app.return_code == 2
 
 
-FIXTURE_WORDS = {"nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite": ("elementwise", "aten::"),
-                 "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite": ("nccl", "aten::"),
-                 "dlprof_lenet_nsys2022.1.sqlite": ("cudnn", "traceMarker"),
-                 "vecadd_nsys2025.5.sqlite": ("VectorAdd", "no NVTX")}
+FIXTURE_WORDS = {
+    "nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite": ("elementwise", "aten::"),
+    "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite": ("nccl", "aten::"),
+    "dlprof_lenet_nsys2022.1.sqlite": ("cudnn", "traceMarker"),
+    "vecadd_nsys2025.5.sqlite": ("VectorAdd", "no NVTX"),
+}
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
@@ -292,6 +315,11 @@ def test_tmux_script_on_public_fixtures(fixture, tmp_path):
     path = PUBLIC / fixture
     word, nvtx = FIXTURE_WORDS[fixture]
     env = _tmux_env(tmp_path)
-    r = subprocess.run(["bash", str(ROOT / "tests" / "tmux_smoke.sh"), str(path), "80", "24", word, nvtx],
-                       capture_output=True, text=True, timeout=180, env=env)
+    r = subprocess.run(
+        ["bash", str(ROOT / "tests" / "tmux_smoke.sh"), str(path), "80", "24", word, nvtx],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout[-3000:] + r.stderr[-2000:]

@@ -2,6 +2,7 @@
 renamed over it (atomic within one file system). A failed write (a full disk, a vanished
 folder) removes its temporary, and `remove_pending` clears the ones in flight when a signal
 ends the process, so no `.tmp` is ever left behind."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@
 package; both are imported by module name only when asked for, so the core keeps its
 one-way dependencies and `kview stats` starts fast on a box without them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,27 @@ from kview.errors import KviewError, TraceError, UsageError, debugging, internal
 def _parser_stats(sub) -> None:
     from kview.output.render import FORMATS
 
-    p = sub.add_parser("stats", help="nsys-compatible summary reports (same numbers as `nsys stats`)",
-                       description="Reports identical to `nsys stats --format csv`, without nsys.")
+    p = sub.add_parser(
+        "stats",
+        help="nsys-compatible summary reports (same numbers as `nsys stats`)",
+        description="Reports identical to `nsys stats --format csv`, without nsys.",
+    )
     p.add_argument("trace", help="Nsight Systems .sqlite export")
-    p.add_argument("-r", "--report", default=None,
-                   help="comma-separated report names (default: nsys's default set); 'all' for every report")
+    p.add_argument(
+        "-r",
+        "--report",
+        default=None,
+        help="comma-separated report names (default: nsys's default set); 'all' for every report",
+    )
     p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("-o", "--output", default=None, metavar="PREFIX",
-                   help="write one file per report, PREFIX_<report>.<ext>, instead of stdout (never over an "
-                        "existing file unless --force, never over the trace)")
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PREFIX",
+        help="write one file per report, PREFIX_<report>.<ext>, instead of stdout (never over an "
+        "existing file unless --force, never over the trace)",
+    )
     p.add_argument("--force", action="store_true", help="with -o: overwrite existing output files")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
 
@@ -35,10 +48,13 @@ def _parser_stats(sub) -> None:
 def _parser_analyses(sub) -> None:
     from kview.output.render import FORMATS
 
-    p = sub.add_parser("kernels", help="one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
-                       description="Per-kernel attribution table. Filter language: bare words match kernel "
-                                   "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
-                                   "grid>1024; a leading - negates; terms AND together.")
+    p = sub.add_parser(
+        "kernels",
+        help="one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
+        description="Per-kernel attribution table. Filter language: bare words match kernel "
+        "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
+        "grid>1024; a leading - negates; terms AND together.",
+    )
     p.add_argument("trace")
     p.add_argument("--filter", default="", help='e.g. "dir:bprop layer:Enc_0 gemm dur>10us"')
     p.add_argument("-f", "--format", default="table", choices=FORMATS)
@@ -61,9 +77,12 @@ def _parser_analyses(sub) -> None:
 def _parser_compare(sub) -> None:
     from kview.output.render import FORMATS
 
-    p = sub.add_parser("compare", help="traces side by side, or phases within one trace",
-                       description="Rows are ranges (or categories, kernels, layers), one column per trace "
-                                   "(or per --ranges phase), then the difference of each later column to the first.")
+    p = sub.add_parser(
+        "compare",
+        help="traces side by side, or phases within one trace",
+        description="Rows are ranges (or categories, kernels, layers), one column per trace "
+        "(or per --ranges phase), then the difference of each later column to the first.",
+    )
     p.add_argument("traces", nargs="+")
     p.add_argument("--root", default=None, help="restrict each trace to its last instance of this range")
     p.add_argument("--metric", default="gpu", choices=["gpu", "cpu"])
@@ -83,8 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kview import __version__
 
     parser = argparse.ArgumentParser(
-        prog="kview", description="Terminal explorer for GPU traces.",
-        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).")
+        prog="kview",
+        description="Terminal explorer for GPU traces.",
+        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).",
+    )
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _parser_stats(sub)
@@ -92,13 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_compare(sub)
     for name in ("stats", "kernels", "layers", "overview", "phases", "compare", "diff"):
         sub.choices[name].add_argument(
-            "--max-memory", default=None, metavar="SIZE",
+            "--max-memory",
+            default=None,
+            metavar="SIZE",
             help="memory a JSON trace may take while it is decoded (e.g. 8G; default: KVIEW_MAX_MEMORY, else the "
-                 "memory available); a larger .json or .json.gz is refused")
+            "memory available); a larger .json or .json.gz is refused",
+        )
     # Handed over whole to packages outside the core, imported by name only when used.
-    for name, help_ in (("capture", "profile your program (-- COMMAND) or a built-in workload under nsys or "
-                                    "torch.profiler into a trace (needs torch)"),
-                        ("bench", "time forward/backward/train steps of a built-in workload (needs torch)")):
+    for name, help_ in (
+        (
+            "capture",
+            "profile your program (-- COMMAND) or a built-in workload under nsys or "
+            "torch.profiler into a trace (needs torch)",
+        ),
+        ("bench", "time forward/backward/train steps of a built-in workload (needs torch)"),
+    ):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
@@ -139,9 +168,12 @@ def cmd_stats(args) -> int:
         targets = {n: Path(f"{args.output}_{n}.{ext}") for n in names}
         files.check(list(targets.values()), [args.trace], args.force)  # refused before the work
     elif len(names) > 1:
-        _one_table_per_document(args.format, f"{len(names)} reports",
-                                "write one file per report with -o PREFIX, pick one with -r NAME, "
-                                "or use -f json (one object keyed by report name)")
+        _one_table_per_document(
+            args.format,
+            f"{len(names)} reports",
+            "write one file per report with -o PREFIX, pick one with -r NAME, "
+            "or use -f json (one object keyed by report name)",
+        )
     trace = open_trace(args.trace, use_cache=not args.no_cache)
     reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
 
@@ -167,8 +199,11 @@ def cmd_stats(args) -> int:
             _note(trace, "; ".join(parts))
 
     if args.output:
-        texts = {targets[r.name]: render.render(r.frame, args.format, r.decimals) for r in reports
-                 if not (r.skipped or r.empty)}
+        texts = {
+            targets[r.name]: render.render(r.frame, args.format, r.decimals)
+            for r in reports
+            if not (r.skipped or r.empty)
+        }
         files.write(texts, [args.trace], args.force)
         for path in texts:
             print(f"wrote {path}", file=sys.stderr)
@@ -191,8 +226,13 @@ def cmd_stats(args) -> int:
     remark()
     if len(reports) == 1:  # exactly that document, nothing around it
         r = reports[0]
-        out.write(render.render(r.frame, args.format, r.decimals) if not (r.skipped or r.empty)
-                  else render.render(r.frame, args.format) if args.format == "json" else "")
+        out.write(
+            render.render(r.frame, args.format, r.decimals)
+            if not (r.skipped or r.empty)
+            else render.render(r.frame, args.format)
+            if args.format == "json"
+            else ""
+        )
         return 0
     if args.format == "json":
         out.write(json.dumps({r.name: r.frame.to_dicts() for r in reports}, ensure_ascii=False, indent=1) + "\n")
@@ -256,14 +296,22 @@ def cmd_overview(args) -> int:
     from kview.analysis.overview import build
     from kview.trace import open_trace
 
-    _one_table_per_document(args.format, "the overview's tables", "use -f json (one object keyed by table), md or table")
+    _one_table_per_document(
+        args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
+    )
     o = build(open_trace(args.trace, use_cache=not args.no_cache))
     import polars as pl
 
-    sections = {"Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
-                "GPU busy": o.busy, "Largest idle gaps": o.gaps, "Time by category": o.categories,
-                "Time by phase": o.phases, "Top kernels": o.top_kernels, "Top CPU ops": o.cpu_ops,
-                "Findings": pl.DataFrame({"Finding": o.findings})}
+    sections = {
+        "Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
+        "GPU busy": o.busy,
+        "Largest idle gaps": o.gaps,
+        "Time by category": o.categories,
+        "Time by phase": o.phases,
+        "Top kernels": o.top_kernels,
+        "Top CPU ops": o.cpu_ops,
+        "Findings": pl.DataFrame({"Finding": o.findings}),
+    }
     # findings are sentences: bullets in a terminal rather than a truncated table cell
     bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
     sys.stdout.write(render.render_sections(sections, args.format, texts=bullets))
@@ -320,10 +368,10 @@ def cmd_diff(args) -> int:
     sections = diff(a, b, args.top)
     ga, gb = sections["Runs"]["A"][1], sections["Runs"]["B"][1]
     if ga != gb and "?" not in (ga, gb):
-        print(f"kview: A ran on {ga}, B on {gb}: kernels and their times differ for that reason too",
-              file=sys.stderr)
-    sys.stdout.write(render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})",
-                                            empty="(none)\n"))
+        print(f"kview: A ran on {ga}, B on {gb}: kernels and their times differ for that reason too", file=sys.stderr)
+    sys.stdout.write(
+        render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n")
+    )
     return 0
 
 
@@ -339,10 +387,17 @@ def cmd_external(args) -> int:
     return module.main(rest)
 
 
-COMMANDS = {"stats": cmd_stats, "kernels": cmd_kernels, "layers": cmd_layers, "phases": cmd_phases,
-            "overview": cmd_overview,
-            "compare": cmd_compare, "diff": cmd_diff,
-            "capture": cmd_external, "bench": cmd_external}
+COMMANDS = {
+    "stats": cmd_stats,
+    "kernels": cmd_kernels,
+    "layers": cmd_layers,
+    "phases": cmd_phases,
+    "overview": cmd_overview,
+    "compare": cmd_compare,
+    "diff": cmd_diff,
+    "capture": cmd_external,
+    "bench": cmd_external,
+}
 
 
 def run_tui(argv: list[str]) -> int:
@@ -420,8 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if argv[:1] == ["--no-cache"] and argv[1:2] and argv[1] in COMMANDS and argv[1] not in EXTERNAL:
         argv = [argv[1], "--no-cache", *argv[2:]]  # `kview --no-cache stats T` as `kview stats T --no-cache`
-    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")) or argv[0] in ("--no-cache", "--max-memory") \
-            or argv[0].startswith("--max-memory="):
+    if (
+        not argv
+        or (argv[0] not in COMMANDS and not argv[0].startswith("-"))
+        or argv[0] in ("--no-cache", "--max-memory")
+        or argv[0].startswith("--max-memory=")
+    ):
         return run_tui(argv)
     if argv[0] in EXTERNAL:  # their own parsers take every argument, --help included
         argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv

@@ -5,6 +5,7 @@ filter included (UsageError). Anything else is kview's own bug: `internal_error_
 and asks for a report, and the traceback is shown only under KVIEW_DEBUG=1. The frame cache is
 no side that can fail: its problems are warnings (`warn_once`), and kview goes on without it.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,10 @@ def debugging() -> bool:
 
 def internal_error_line(command: str, e: BaseException) -> str:
     msg = str(e).splitlines()[0][:200] if str(e) else ""
-    return (f"kview {command}: internal error ({type(e).__name__}{': ' + msg if msg else ''}); this is a bug in "
-            f"kview, please report it with the command line (KVIEW_DEBUG=1 shows the traceback)")
+    return (
+        f"kview {command}: internal error ({type(e).__name__}{': ' + msg if msg else ''}); this is a bug in "
+        f"kview, please report it with the command line (KVIEW_DEBUG=1 shows the traceback)"
+    )
 
 
 _warned: set[str] = set()

@@ -4,6 +4,7 @@ Each accessor loads only the columns it needs, once, and keeps the frame. Report
 and views ask this object, never the file. A parquet cache of the frames (kview.cache) makes
 a second open of a large trace cheap.
 """
+
 from __future__ import annotations
 
 import os
@@ -153,7 +154,7 @@ class Trace:
             return self.strings
         parts = []
         for i in range(0, len(ids), 20_000):
-            chunk = ",".join(str(v) for v in ids[i:i + 20_000].to_list())
+            chunk = ",".join(str(v) for v in ids[i : i + 20_000].to_list())
             parts.append(self.src.query(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})"))
         if not parts:
             return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
@@ -172,9 +173,14 @@ class JsonTrace(Trace):
     are cached like an export's columns, so a reopen skips the JSON entirely.
     """
 
-    TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "runtime",
-              "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy", "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
-              "NVTX_EVENTS": "nvtx_events", "StringIds": "strings"}
+    TABLES = {
+        "CUPTI_ACTIVITY_KIND_KERNEL": "kernels",
+        "CUPTI_ACTIVITY_KIND_RUNTIME": "runtime",
+        "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy",
+        "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
+        "NVTX_EVENTS": "nvtx_events",
+        "StringIds": "strings",
+    }
     KEYS = ("kernels", "runtime", "memcpy", "memset", "nvtx_events", "strings", "processes", "devices")
 
     def __init__(self, path: str | os.PathLike, use_cache: bool = True):
@@ -202,14 +208,24 @@ class JsonTrace(Trace):
                 kf = read(self.path)
             except TraceError:
                 raise
-            except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
-                    pl.exceptions.PolarsError) as e:  # an event of the wrong shape: the file's damage
+            except (
+                ValueError,
+                TypeError,
+                KeyError,
+                AttributeError,
+                IndexError,
+                OverflowError,
+                pl.exceptions.PolarsError,
+            ) as e:  # an event of the wrong shape: the file's damage
                 msg = str(e).splitlines()[0][:80] if str(e) else ""
-                raise TraceError(self.path, f"has an event kview cannot read ({type(e).__name__}"
-                                            f"{': ' + msg if msg else ''})") from None
+                raise TraceError(
+                    self.path, f"has an event kview cannot read ({type(e).__name__}{': ' + msg if msg else ''})"
+                ) from None
             frames = {k: getattr(kf, k) for k in self.KEYS}
-            frames["_meta"] = pl.DataFrame({"name": list(kf.metadata), "value": list(kf.metadata.values())},
-                                           schema={"name": pl.String, "value": pl.String})
+            frames["_meta"] = pl.DataFrame(
+                {"name": list(kf.metadata), "value": list(kf.metadata.values())},
+                schema={"name": pl.String, "value": pl.String},
+            )
             if self.use_cache:
                 for k, f in frames.items():
                     cache.store(self.path, f"json.{k}", f)
@@ -290,7 +306,10 @@ def bundled_sample() -> Path | None:
     import sys
 
     here = Path(__file__).resolve().parent
-    for cand in (here.parents[1] / "sample_traces" / SAMPLE, Path(sys.prefix) / "share" / "kview" / "sample_traces" / SAMPLE):
+    for cand in (
+        here.parents[1] / "sample_traces" / SAMPLE,
+        Path(sys.prefix) / "share" / "kview" / "sample_traces" / SAMPLE,
+    ):
         if cand.exists():
             return cand
     return None

@@ -8,6 +8,7 @@ node (the op marker carrying the same `seq = N`, the latest one that started bef
 and takes that op's layer, op and shapes. Everything is joins over integer keys; names are
 parsed once per distinct label.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,21 +23,59 @@ from kview.trace import Trace
 PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")
 # step ranges: phases, never part of a layer (`kview capture -- COMMAND`'s step_N, torch.profiler's ProfilerStep#N)
 STEP_RANGE_RE = r"^step_\d+$|^ProfilerStep#\d+$"
-COLUMNS = ["Idx", "Direction", "Layer", "Op", "Params", "Kernel", "Category", "Duration (ns)", "Start (ns)",
-           "Stream", "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes", "TFLOP/s"]
+COLUMNS = [
+    "Idx",
+    "Direction",
+    "Layer",
+    "Op",
+    "Params",
+    "Kernel",
+    "Category",
+    "Duration (ns)",
+    "Start (ns)",
+    "Stream",
+    "Device",
+    "Grid",
+    "Block",
+    "Correlation",
+    "NVTX Path",
+    "TC",
+    "FLOPs",
+    "Bytes",
+    "TFLOP/s",
+]
 
 _INT = ("Idx", "Duration (ns)", "Start (ns)", "Stream", "Device", "Correlation", "FLOPs", "Bytes", "_grid", "_block")
-SCHEMA = {**{c: pl.Int64 if c in _INT else pl.Float64 if c == "TFLOP/s" else pl.String for c in COLUMNS},
-          "_grid": pl.Int64, "_block": pl.Int64}
+SCHEMA = {
+    **{c: pl.Int64 if c in _INT else pl.Float64 if c == "TFLOP/s" else pl.String for c in COLUMNS},
+    "_grid": pl.Int64,
+    "_block": pl.Int64,
+}
 
 # aten names that read differently in user code (F.cross_entropy -> aten::cross_entropy_loss)
-OP_ALIASES = {"cross_entropy_loss": "cross_entropy", "_softmax": "softmax", "_log_softmax": "log_softmax",
-              "native_layer_norm": "layer_norm", "native_dropout": "dropout", "_scaled_dot_product_flash_attention":
-              "scaled_dot_product_attention", "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention"}
-OP_CATEGORIES = {"embedding/index": ["embedding", "embedding_bag", "index", "index_select", "gather", "scatter",
-                                     "index_put_", "take"],
-                 "normalization": ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"],
-                 "softmax": ["softmax", "log_softmax"]}
+OP_ALIASES = {
+    "cross_entropy_loss": "cross_entropy",
+    "_softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    "native_layer_norm": "layer_norm",
+    "native_dropout": "dropout",
+    "_scaled_dot_product_flash_attention": "scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention",
+}
+OP_CATEGORIES = {
+    "embedding/index": [
+        "embedding",
+        "embedding_bag",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "index_put_",
+        "take",
+    ],
+    "normalization": ["layer_norm", "batch_norm", "group_norm", "rms_norm", "instance_norm"],
+    "softmax": ["softmax", "log_softmax"],
+}
 
 
 def _labels(trace: Trace) -> pl.DataFrame:
@@ -44,20 +83,29 @@ def _labels(trace: Trace) -> pl.DataFrame:
     n = nv.labels(trace)
     lab = pl.col("label")
     base = lab.str.extract(r"^([^,]*)", 1)
-    return n.with_columns(
-        base.alias("base"),
-        lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
-        lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
-    ).with_columns(
-        pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
-        pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
-        pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-        (lab.is_in(list(PHASE_NAMES)) | lab.str.contains(STEP_RANGE_RE)).alias("phase"),
-    ).with_columns(
-        (pl.col("marker") & ~pl.col("bwd_node") & ~pl.col("bwd_eval") & ~pl.col("optim_marker")
-         & ~pl.col("base").str.starts_with("autograd::") & pl.col("base").str.contains(r"^[\w:.<>]+$"))
-        .alias("fwd_op"),
-        pl.col("base").str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
+    return (
+        n.with_columns(
+            base.alias("base"),
+            lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
+            lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
+        )
+        .with_columns(
+            pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
+            pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
+            pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
+            (lab.is_in(list(PHASE_NAMES)) | lab.str.contains(STEP_RANGE_RE)).alias("phase"),
+        )
+        .with_columns(
+            (
+                pl.col("marker")
+                & ~pl.col("bwd_node")
+                & ~pl.col("bwd_eval")
+                & ~pl.col("optim_marker")
+                & ~pl.col("base").str.starts_with("autograd::")
+                & pl.col("base").str.contains(r"^[\w:.<>]+$")
+            ).alias("fwd_op"),
+            pl.col("base").str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
+        )
     )
 
 
@@ -75,11 +123,17 @@ def _gpu_ops(trace: Trace) -> pl.DataFrame:
         parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
     if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         labels = trace.memcpy_kind_labels
-        lab = pl.DataFrame({"copy_kind": list(labels), "label": list(labels.values())},
-                           schema={"copy_kind": pl.Int64, "label": pl.String})
+        lab = pl.DataFrame(
+            {"copy_kind": list(labels), "label": list(labels.values())},
+            schema={"copy_kind": pl.Int64, "label": pl.String},
+        )
         m = trace.columns("memcpy", cols + ["copy_kind", "bytes"]).join(lab, on="copy_kind", how="left")
-        parts.append(m.with_columns(pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
-                                    pl.lit("memcpy").alias("kind")).drop("copy_kind", "label"))
+        parts.append(
+            m.with_columns(
+                pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
+                pl.lit("memcpy").alias("kind"),
+            ).drop("copy_kind", "label")
+        )
     if trace.has("CUPTI_ACTIVITY_KIND_MEMSET"):
         s = trace.columns("memset", cols + ["bytes"])
         parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
@@ -104,8 +158,12 @@ def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     if ops.height == 0:
         return ops
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
-        pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"))
+        pl.col("start").alias("r_start"),
+        pl.col("end").alias("r_end"),
+        "global_tid",
+        "correlation",
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
+    )
     # one launch per op: a correlation id is unique per process
     return ops.join(r.unique(["correlation", "global_pid"], keep="first"), on=["correlation", "global_pid"], how="left")
 
@@ -122,20 +180,24 @@ def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
     calls = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
     pairs = nv.enclosing(users, calls)
-    p = (pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
-         .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
-         .sort(["call_id", "start", "end"], descending=[False, False, True]))
+    p = (
+        pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
+        .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
+        .sort(["call_id", "start", "end"], descending=[False, False, True])
+    )
     # Layer: the non-phase labels, leaving out one that the next carries as its prefix
     # (`layers.3` > `layers.3.mlp` -> `layers.3.mlp`, `Enc_0` > `Enc_0:Attn` -> `Enc_0:Attn`)
     q = p.filter(~pl.col("phase")).with_columns(pl.col("label").shift(-1).over("call_id").alias("next"))
-    carried = (pl.col("next").str.starts_with(pl.col("label") + ".")
-               | pl.col("next").str.starts_with(pl.col("label") + ":")).fill_null(False)
+    carried = (
+        pl.col("next").str.starts_with(pl.col("label") + ".") | pl.col("next").str.starts_with(pl.col("label") + ":")
+    ).fill_null(False)
     layers = q.filter(~carried).group_by("call_id").agg(pl.col("label").str.join(":").alias("layer"))
     out = p.group_by("call_id", maintain_order=True).agg(
         pl.col("label").str.join(" > ").alias("path"),
         (pl.col("label") == "forward_pass").any().alias("in_fwd"),
         (pl.col("label") == "backward_pass").any().alias("in_bwd"),
-        (pl.col("label") == "optimizer_step").any().alias("in_opt"))
+        (pl.col("label") == "optimizer_step").any().alias("in_opt"),
+    )
     out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
     out = out.rename({"call_id": "uid"})
     return out
@@ -146,29 +208,43 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
     innermost backward node (seq), and direction flags."""
     ranges = nv.projection_ranges(trace)
     pairs = nv.enclosing(ranges, calls, nv.projection_tree(trace))
-    p = (pairs.join(ranges.select("id", "name_code", "start"), on="id", how="left")
-         .join(labels.select("name_code", "marker", "fwd_op", "bwd_node", "bwd_eval", "optim_marker", "seq"),
-               on="name_code", how="left"))
-    per_call = p.sort("start").group_by("call_id").agg(
-        pl.col("id").filter(~pl.col("marker")).last().alias("uid"),
-        pl.col("name_code").filter(pl.col("fwd_op")).first().alias("fop_code"),
-        pl.col("seq").filter(pl.col("bwd_node")).last().alias("bseq"),
-        pl.col("start").filter(pl.col("bwd_node")).last().alias("bstart"),
-        pl.col("id").filter(pl.col("bwd_eval")).last().alias("eval_id"),
-        (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
-        pl.col("optim_marker").any().alias("any_opt"))
+    p = pairs.join(ranges.select("id", "name_code", "start"), on="id", how="left").join(
+        labels.select("name_code", "marker", "fwd_op", "bwd_node", "bwd_eval", "optim_marker", "seq"),
+        on="name_code",
+        how="left",
+    )
+    per_call = (
+        p.sort("start")
+        .group_by("call_id")
+        .agg(
+            pl.col("id").filter(~pl.col("marker")).last().alias("uid"),
+            pl.col("name_code").filter(pl.col("fwd_op")).first().alias("fop_code"),
+            pl.col("seq").filter(pl.col("bwd_node")).last().alias("bseq"),
+            pl.col("start").filter(pl.col("bwd_node")).last().alias("bstart"),
+            pl.col("id").filter(pl.col("bwd_eval")).last().alias("eval_id"),
+            (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
+            pl.col("optim_marker").any().alias("any_opt"),
+        )
+    )
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
     tree = nv.projection_tree(trace)
-    node_of_eval = (tree.select("id", "name_code", "start", "parent")
-                    .join(labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
-                    .sort("start").group_by("parent", maintain_order=True)
-                    .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
-                    .rename({"parent": "eval_id"}))
-    per_call = per_call.join(node_of_eval, on="eval_id", how="left").with_columns(
-        pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart")).drop(
-        "eseq", "estart", "eval_id")
-    ops = labels.select(pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes"))
+    node_of_eval = (
+        tree.select("id", "name_code", "start", "parent")
+        .join(labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
+        .sort("start")
+        .group_by("parent", maintain_order=True)
+        .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
+        .rename({"parent": "eval_id"})
+    )
+    per_call = (
+        per_call.join(node_of_eval, on="eval_id", how="left")
+        .with_columns(pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart"))
+        .drop("eseq", "estart", "eval_id")
+    )
+    ops = labels.select(
+        pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes")
+    )
     out = calls.select("call_id").join(per_call, on="call_id", how="left")
     out = out.join(_user_paths(trace, labels), on="uid", how="left").join(ops, on="fop_code", how="left")
     return out.drop("uid", "fop_code")
@@ -183,11 +259,21 @@ def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> p
     threads = users["global_tid"].unique().to_list()
     if not threads or calls.height == 0:
         return pl.DataFrame(schema={"call_id": pl.Int64, "open_path": pl.String})
-    probes = pl.concat([calls.select("call_id", pl.lit(t, dtype=pl.Int64).alias("global_tid"), "start",
-                                     pl.col("start").alias("end")) for t in threads])
+    probes = pl.concat(
+        [
+            calls.select(
+                "call_id", pl.lit(t, dtype=pl.Int64).alias("global_tid"), "start", pl.col("start").alias("end")
+            )
+            for t in threads
+        ]
+    )
     pairs = nv.enclosing(users, probes)
-    inner = (pairs.join(users.select("id", "start"), on="id", how="left").sort("start")
-             .group_by("call_id").agg(pl.col("id").last().alias("uid")))
+    inner = (
+        pairs.join(users.select("id", "start"), on="id", how="left")
+        .sort("start")
+        .group_by("call_id")
+        .agg(pl.col("id").last().alias("uid"))
+    )
     paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
     return inner.join(paths, on="uid", how="left").select("call_id", "open_path")
 
@@ -196,21 +282,37 @@ def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame
     """(bseq, bstart) -> context of the forward op with that autograd sequence number: the
     latest op marker with `seq = N` that started before the backward node."""
     ranges = nv.projection_ranges(trace)
-    fw = (ranges.select("id", "name_code", "start", "end", "global_tid")
-          .join(labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
-                on="name_code", how="inner"))
+    fw = ranges.select("id", "name_code", "start", "end", "global_tid").join(
+        labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
+        on="name_code",
+        how="inner",
+    )
     q = nodes.select("bseq", "bstart").unique().drop_nulls()
     m = q.sort("bstart").join_asof(
         fw.rename({"seq": "bseq", "start": "fstart"}).sort("fstart"),
-        left_on="bstart", right_on="fstart", by="bseq", strategy="backward", check_sortedness=False)
+        left_on="bstart",
+        right_on="fstart",
+        by="bseq",
+        strategy="backward",
+        check_sortedness=False,
+    )
     m = m.filter(pl.col("id").is_not_null())
-    calls = m.select(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid",
-                     pl.col("fstart").alias("start"), "end")
+    calls = m.select(
+        pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid", pl.col("fstart").alias("start"), "end"
+    )
     ctx = _contexts(trace, calls, labels)
-    return m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id")).join(
-        ctx, on="call_id", how="left").select("bseq", "bstart", pl.col("path").alias("b_path"),
-                                              pl.col("layer").alias("b_layer"), pl.col("fop").alias("b_op"),
-                                              pl.col("fsizes").alias("b_sizes"))
+    return (
+        m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"))
+        .join(ctx, on="call_id", how="left")
+        .select(
+            "bseq",
+            "bstart",
+            pl.col("path").alias("b_path"),
+            pl.col("layer").alias("b_layer"),
+            pl.col("fop").alias("b_op"),
+            pl.col("fsizes").alias("b_sizes"),
+        )
+    )
 
 
 def _dims(s: str | None) -> list[list[int]] | None:
@@ -298,7 +400,8 @@ def _attribute(trace: Trace) -> pl.DataFrame:
     if have_nvtx:
         labels = _labels(trace)
         calls = ops.filter(pl.col("r_start").is_not_null()).select(
-            "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end"))
+            "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
+        )
         ctx = _contexts(trace, calls, labels)
         back = _forward_of_backward(trace, labels, ctx.filter(pl.col("bseq").is_not_null()))
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
@@ -306,16 +409,34 @@ def _attribute(trace: Trace) -> pl.DataFrame:
         ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
         ops = ops.join(ctx, on="call_id", how="left")
     else:
-        for c, t in (("path", pl.String), ("layer", pl.String), ("fop", pl.String), ("fsizes", pl.String),
-                     ("in_fwd", pl.Boolean), ("in_bwd", pl.Boolean), ("in_opt", pl.Boolean), ("any_bwd", pl.Boolean),
-                     ("any_opt", pl.Boolean), ("bseq", pl.Int64), ("b_path", pl.String), ("b_layer", pl.String),
-                     ("b_op", pl.String), ("b_sizes", pl.String), ("open_path", pl.String)):
+        for c, t in (
+            ("path", pl.String),
+            ("layer", pl.String),
+            ("fop", pl.String),
+            ("fsizes", pl.String),
+            ("in_fwd", pl.Boolean),
+            ("in_bwd", pl.Boolean),
+            ("in_opt", pl.Boolean),
+            ("any_bwd", pl.Boolean),
+            ("any_opt", pl.Boolean),
+            ("bseq", pl.Int64),
+            ("b_path", pl.String),
+            ("b_layer", pl.String),
+            ("b_op", pl.String),
+            ("b_sizes", pl.String),
+            ("open_path", pl.String),
+        ):
             ops = ops.with_columns(pl.lit(None, dtype=t).alias(c))
     f = pl.col
-    direction = (pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False)).then(pl.lit("optim"))
-                 .when(f("any_bwd").fill_null(False) | f("in_bwd").fill_null(False)).then(pl.lit("bprop"))
-                 .when(f("in_fwd").fill_null(False) | f("fop").is_not_null()).then(pl.lit("fprop"))
-                 .otherwise(pl.lit("-")))
+    direction = (
+        pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False))
+        .then(pl.lit("optim"))
+        .when(f("any_bwd").fill_null(False) | f("in_bwd").fill_null(False))
+        .then(pl.lit("bprop"))
+        .when(f("in_fwd").fill_null(False) | f("fop").is_not_null())
+        .then(pl.lit("fprop"))
+        .otherwise(pl.lit("-"))
+    )
     ops = ops.with_columns(direction.alias("Direction"))
     is_b = (f("Direction") == "bprop") & f("b_op").is_not_null()
     ops = ops.with_columns(
@@ -327,43 +448,70 @@ def _attribute(trace: Trace) -> pl.DataFrame:
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
     keys = ops.select("op_", "sizes_").unique()
     parsed = [params_of(o, s) for o, s in keys.iter_rows()]
-    keys = keys.with_columns(pl.Series("Params", [p[0] for p in parsed], dtype=pl.String),
-                             pl.Series("op_flops", [p[1] for p in parsed], dtype=pl.Int64),
-                             pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64))
+    keys = keys.with_columns(
+        pl.Series("Params", [p[0] for p in parsed], dtype=pl.String),
+        pl.Series("op_flops", [p[1] for p in parsed], dtype=pl.Int64),
+        pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64),
+    )
     ops = ops.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True)
     ops = ops.join(name_categories(ops["Kernel"]), on="Kernel", how="left")
     named = f("name_category")
-    cat = (pl.when(f("kind") == "memcpy").then(pl.lit("memcpy")).when(f("kind") == "memset").then(pl.lit("memset"))
-           .when(named == "communication").then(named)
-           .when(f("Direction") == "optim").then(pl.lit("optimizer"))
-           .when(named.is_not_null()).then(named))
+    cat = (
+        pl.when(f("kind") == "memcpy")
+        .then(pl.lit("memcpy"))
+        .when(f("kind") == "memset")
+        .then(pl.lit("memset"))
+        .when(named == "communication")
+        .then(named)
+        .when(f("Direction") == "optim")
+        .then(pl.lit("optimizer"))
+        .when(named.is_not_null())
+        .then(named)
+    )
     for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
         cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
     cat = cat.otherwise(pl.lit("other"))
     ops = ops.with_columns(cat.alias("Category"))
     gemm = f("Category") == "gemm"
-    dur = (f("end") - f("start"))
-    flops = (pl.when(gemm & f("op_flops").is_not_null()).then(f("op_flops"))
-             .when((f("Category") == "elementwise") & f("op_elems").is_not_null()).then(f("op_elems")))
-    bytes_ = (pl.when(f("kind") != "kernel").then(f("bytes"))
-              .when((f("Category") == "elementwise") & f("op_elems").is_not_null()).then(f("op_elems") * 3 * 4))
+    dur = f("end") - f("start")
+    flops = (
+        pl.when(gemm & f("op_flops").is_not_null())
+        .then(f("op_flops"))
+        .when((f("Category") == "elementwise") & f("op_elems").is_not_null())
+        .then(f("op_elems"))
+    )
+    bytes_ = (
+        pl.when(f("kind") != "kernel")
+        .then(f("bytes"))
+        .when((f("Category") == "elementwise") & f("op_elems").is_not_null())
+        .then(f("op_elems") * 3 * 4)
+    )
     ops = ops.with_columns(flops.alias("FLOPs"), bytes_.alias("Bytes"), dur.alias("Duration (ns)"))
     return ops.select(
-        "Idx", "Direction",
+        "Idx",
+        "Direction",
         f("layer_").fill_null("").replace("", "-").alias("Layer"),
         f("op_").fill_null("-").alias("Op"),
         f("Params").fill_null("-"),
-        "Kernel", "Category", "Duration (ns)", f("start").alias("Start (ns)"), f("stream").alias("Stream"),
+        "Kernel",
+        "Category",
+        "Duration (ns)",
+        f("start").alias("Start (ns)"),
+        f("stream").alias("Stream"),
         f("device").alias("Device"),
-        _launch_dims("grid").alias("Grid"), _launch_dims("block").alias("Block"),
+        _launch_dims("grid").alias("Grid"),
+        _launch_dims("block").alias("Block"),
         f("correlation").alias("Correlation"),
         f("path_").fill_null("").replace("", "-").alias("NVTX Path"),
         pl.when(gemm | (f("Category") == "attention"))
-        .then(pl.when(f("tc").fill_null(False)).then(pl.lit("1"))
-              .otherwise(pl.lit("0"))).otherwise(pl.lit("-")).alias("TC"),
-        "FLOPs", "Bytes",
+        .then(pl.when(f("tc").fill_null(False)).then(pl.lit("1")).otherwise(pl.lit("0")))
+        .otherwise(pl.lit("-"))
+        .alias("TC"),
+        "FLOPs",
+        "Bytes",
         pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))
-        .then((f("FLOPs").cast(pl.Float64) / f("Duration (ns)").cast(pl.Float64) / 1e3).round(3)).alias("TFLOP/s"),
+        .then((f("FLOPs").cast(pl.Float64) / f("Duration (ns)").cast(pl.Float64) / 1e3).round(3))
+        .alias("TFLOP/s"),
         # hidden helpers for filters and sorting (not part of the shown table)
         (f("grid_x") * f("grid_y") * f("grid_z")).alias("_grid"),
         (f("block_x") * f("block_y") * f("block_z")).alias("_block"),

@@ -7,6 +7,7 @@ trace (`--ranges forward_pass,backward_pass`). GPU time of a range counts every 
 while it was open, from any thread, so backward work on the autograd thread lands in the range
 open on the main thread (prefix sums over launch times, no interval loops).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,18 +29,22 @@ BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel",
 class Window:
     trace: Trace
     label: str
-    start: int | None = None   # None: the whole trace
+    start: int | None = None  # None: the whole trace
     end: int | None = None
 
 
 def user_ranges(trace: Trace) -> pl.DataFrame:
     """Instances of user ranges (op markers excluded): id, label, start, end, global_tid."""
     if not trace.has("NVTX_EVENTS"):
-        return pl.DataFrame(schema={"id": pl.Int64, "label": pl.String, "start": pl.Int64, "end": pl.Int64,
-                                    "global_tid": pl.Int64})
+        return pl.DataFrame(
+            schema={"id": pl.Int64, "label": pl.String, "start": pl.Int64, "end": pl.Int64, "global_tid": pl.Int64}
+        )
     users = nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label")
-    return nv.projection_ranges(trace).join(users, on="name_code", how="inner").select(
-        "id", "label", "start", "end", "global_tid")
+    return (
+        nv.projection_ranges(trace)
+        .join(users, on="name_code", how="inner")
+        .select("id", "label", "start", "end", "global_tid")
+    )
 
 
 def distinct_labels(names: list[str]) -> list[str]:
@@ -55,7 +60,7 @@ def distinct_labels(names: list[str]) -> list[str]:
     trail = 0
     while all(len(p) > lead + trail + 1 for p in parts) and len({p[-1 - trail] for p in parts}) == 1:
         trail += 1
-    out = ["".join(p[lead:len(p) - trail]).strip("_.-") for p in parts]
+    out = ["".join(p[lead : len(p) - trail]).strip("_.-") for p in parts]
     return out if all(out) and len(set(out)) == len(out) else names
 
 
@@ -126,8 +131,11 @@ def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu") 
     exprs = []
     for c in labels[1:]:
         exprs.append((pl.col(c) - pl.col(labels[0])).alias(f"Δ {c}"))
-        exprs.append(pl.when(pl.col(labels[0]) > 0).then(
-            ((pl.col(c) - pl.col(labels[0])) * 100.0 / pl.col(labels[0])).round(1)).alias(f"Δ% {c}"))
+        exprs.append(
+            pl.when(pl.col(labels[0]) > 0)
+            .then(((pl.col(c) - pl.col(labels[0])) * 100.0 / pl.col(labels[0])).round(1))
+            .alias(f"Δ% {c}")
+        )
     out = out.with_columns(exprs).rename({"item": first})
     return out.sort(pl.max_horizontal([pl.col(c) for c in labels]), descending=True, nulls_last=True)
 
@@ -150,8 +158,11 @@ def _pair_renamed(ka: pl.DataFrame, kb: pl.DataFrame) -> tuple[pl.DataFrame, pl.
         s = k.select("Kernel", short_names(k["Kernel"]).alias("short"))
         return s.filter(pl.col("short").is_unique() & (pl.col("short") != pl.col("Kernel")))
 
-    pairs = unique_short(only_a).join(unique_short(only_b), on="short", suffix="_b").select(
-        pl.col("Kernel").alias("a"), pl.col("Kernel_b").alias("b"), "short")
+    pairs = (
+        unique_short(only_a)
+        .join(unique_short(only_b), on="short", suffix="_b")
+        .select(pl.col("Kernel").alias("a"), pl.col("Kernel_b").alias("b"), "short")
+    )
     rename_a = dict(zip(pairs["a"], pairs["short"]))
     rename_b = dict(zip(pairs["b"], pairs["short"]))
     return (ka.with_columns(pl.col("Kernel").replace(rename_a)), kb.with_columns(pl.col("Kernel").replace(rename_b)))
@@ -168,10 +179,15 @@ def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
     and count, phases. Kernels renamed only in their template arguments count as changed."""
     ka, kb = _pair_renamed(kernel_totals(a), kernel_totals(b))
     j = ka.join(kb, on="Kernel", how="full", coalesce=True, suffix="_b").with_columns(
-        pl.col("total").fill_null(0).alias("A (ns)"), pl.col("total_b").fill_null(0).alias("B (ns)"),
-        pl.col("count").fill_null(0).alias("A count"), pl.col("count_b").fill_null(0).alias("B count"))
-    j = j.with_columns((pl.col("B (ns)") - pl.col("A (ns)")).alias("Δ (ns)"),
-                       (pl.col("B count").cast(pl.Int64) - pl.col("A count").cast(pl.Int64)).alias("Δ count"))
+        pl.col("total").fill_null(0).alias("A (ns)"),
+        pl.col("total_b").fill_null(0).alias("B (ns)"),
+        pl.col("count").fill_null(0).alias("A count"),
+        pl.col("count_b").fill_null(0).alias("B count"),
+    )
+    j = j.with_columns(
+        (pl.col("B (ns)") - pl.col("A (ns)")).alias("Δ (ns)"),
+        (pl.col("B count").cast(pl.Int64) - pl.col("A count").cast(pl.Int64)).alias("Δ count"),
+    )
     cols = ["Kernel", "A (ns)", "B (ns)", "Δ (ns)", "A count", "B count", "Δ count"]
     appeared = j.filter(pl.col("total").is_null()).sort("B (ns)", descending=True).select(cols)
     vanished = j.filter(pl.col("total_b").is_null()).sort("A (ns)", descending=True).select(cols)
@@ -181,15 +197,25 @@ def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
     from kview.analysis.layers import phase_times
 
     pa, pb = phase_times(a), phase_times(b)
-    phases = (pa.select("Phase", pl.col("GPU Time (ns)").alias("A (ns)"))
-              .join(pb.select("Phase", pl.col("GPU Time (ns)").alias("B (ns)")), on="Phase", how="full", coalesce=True)
-              .with_columns((pl.col("B (ns)") - pl.col("A (ns)")).alias("Δ (ns)")))
-    totals = pl.DataFrame({"": ["GPU kernel time (ns)", "kernels"],
-                           "A": [int(ka["total"].sum() or 0), int(ka["count"].sum() or 0)],
-                           "B": [int(kb["total"].sum() or 0), int(kb["count"].sum() or 0)]}).with_columns(
-        (pl.col("B") - pl.col("A")).alias("Δ"))
+    phases = (
+        pa.select("Phase", pl.col("GPU Time (ns)").alias("A (ns)"))
+        .join(pb.select("Phase", pl.col("GPU Time (ns)").alias("B (ns)")), on="Phase", how="full", coalesce=True)
+        .with_columns((pl.col("B (ns)") - pl.col("A (ns)")).alias("Δ (ns)"))
+    )
+    totals = pl.DataFrame(
+        {
+            "": ["GPU kernel time (ns)", "kernels"],
+            "A": [int(ka["total"].sum() or 0), int(ka["count"].sum() or 0)],
+            "B": [int(kb["total"].sum() or 0), int(kb["count"].sum() or 0)],
+        }
+    ).with_columns((pl.col("B") - pl.col("A")).alias("Δ"))
     runs = pl.DataFrame({"": ["trace", "GPU"], "A": [a.name, gpu_names(a)], "B": [b.name, gpu_names(b)]})
-    return {"Runs": runs, "Totals": totals, "Largest changes in total time": by_time,
-            "Largest changes in count": by_count,
-            "Kernels that appeared": appeared.head(top), "Kernels that vanished": vanished.head(top),
-            "Phases": phases}
+    return {
+        "Runs": runs,
+        "Totals": totals,
+        "Largest changes in total time": by_time,
+        "Largest changes in count": by_count,
+        "Kernels that appeared": appeared.head(top),
+        "Kernels that vanished": vanished.head(top),
+        "Phases": phases,
+    }

@@ -5,6 +5,7 @@ CPU ops are PyTorch's op ranges (emit_nvtx text in an export, the CPU ops of a t
 trace) grouped by op name, as torch.profiler's `key_averages()` table shows them: calls, total
 time (inclusive) and self time (minus the ranges nested directly inside, on the same thread).
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -26,33 +27,50 @@ def _summary(trace: Trace) -> pl.DataFrame:
     tree = nv.projection_tree(trace)
     if tree.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    dur = (pl.col("end") - pl.col("start"))
-    kids = tree.filter(pl.col("parent").is_not_null()).group_by("parent").agg(dur.sum().alias("inner")).rename(
-        {"parent": "id"})
-    ops = nv.labels(trace).filter(pl.col("marker")).select(
-        "name_code", pl.col("label").str.extract(r"^([^,]*)", 1).str.strip_chars().alias("Op"))
-    r = (tree.select("id", "name_code", "start", "end").join(ops, on="name_code", how="inner")
-         .join(kids, on="id", how="left").with_columns(dur.alias("d")))
-    g = r.group_by("Op").agg(pl.len().alias("Calls"), pl.col("d").sum().alias("Total (ns)"),
-                             (pl.col("d") - pl.col("inner").fill_null(0)).clip(0).sum().alias("Self (ns)"),
-                             pl.col("d").mean().round(1).alias("Avg (ns)"))
+    dur = pl.col("end") - pl.col("start")
+    kids = (
+        tree.filter(pl.col("parent").is_not_null())
+        .group_by("parent")
+        .agg(dur.sum().alias("inner"))
+        .rename({"parent": "id"})
+    )
+    ops = (
+        nv.labels(trace)
+        .filter(pl.col("marker"))
+        .select("name_code", pl.col("label").str.extract(r"^([^,]*)", 1).str.strip_chars().alias("Op"))
+    )
+    r = (
+        tree.select("id", "name_code", "start", "end")
+        .join(ops, on="name_code", how="inner")
+        .join(kids, on="id", how="left")
+        .with_columns(dur.alias("d"))
+    )
+    g = r.group_by("Op").agg(
+        pl.len().alias("Calls"),
+        pl.col("d").sum().alias("Total (ns)"),
+        (pl.col("d") - pl.col("inner").fill_null(0)).clip(0).sum().alias("Self (ns)"),
+        pl.col("d").mean().round(1).alias("Avg (ns)"),
+    )
     return g.sort(["Self (ns)", "Op"], descending=[True, False]).cast(SCHEMA)
 
 
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
+
     def build() -> dict[str, int]:
         from kview.analysis.attribution import gpu_ops
 
         out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
         if trace.has("NVTX_EVENTS"):
-            marks = nv.projection_ranges(trace).join(nv.labels(trace).select("name_code", "marker"), on="name_code",
-                                                     how="inner")["marker"]
+            marks = nv.projection_ranges(trace).join(
+                nv.labels(trace).select("name_code", "marker"), on="name_code", how="inner"
+            )["marker"]
             out["CPU ops"] = int(marks.sum())
             out["ranges"] = int(marks.len() - marks.sum())
         if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
             out["API calls"] = trace.columns("runtime", ["start"]).height
         return out
+
     return trace.memo("cpu_ops.holdings", build)
 
 

@@ -12,6 +12,7 @@ look-around or backreferences; `a{` is an error, not a literal), so a pattern Py
 but polars rejects is a filter error, never a crash. The terms are combined flat (all_horizontal),
 so the cost grows linearly with their number.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,16 +50,32 @@ def _check(regexes: list[tuple[str, str]]) -> None:
             raise FilterError(f"bad regular expression {value!r}: {why}")
 
 
-TEXT_FIELDS = {"dir": "Direction", "layer": "Layer", "op": "Op", "cat": "Category", "range": "NVTX Path",
-               "kernel": "Kernel", "params": "Params"}
+TEXT_FIELDS = {
+    "dir": "Direction",
+    "layer": "Layer",
+    "op": "Op",
+    "cat": "Category",
+    "range": "NVTX Path",
+    "kernel": "Kernel",
+    "params": "Params",
+}
 EXACT_FIELDS = {"dir", "cat"}
 INT_FIELDS = {"stream": "Stream", "device": "Device"}
 UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 # grid and block compare their total thread-block / thread counts (hidden _grid, _block columns)
-NUMERIC = {"dur": "Duration (ns)", "start": "Start (ns)", "idx": "Idx", "flops": "FLOPs", "tflops": "TFLOP/s",
-           "grid": "_grid", "block": "_block"}
-COMPARE = re.compile(r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=)\s*(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(?P<unit>[a-zµ]*)$",
-                     re.IGNORECASE)
+NUMERIC = {
+    "dur": "Duration (ns)",
+    "start": "Start (ns)",
+    "idx": "Idx",
+    "flops": "FLOPs",
+    "tflops": "TFLOP/s",
+    "grid": "_grid",
+    "block": "_block",
+}
+COMPARE = re.compile(
+    r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=)\s*(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(?P<unit>[a-zµ]*)$",
+    re.IGNORECASE,
+)
 FIELDS_HELP = "dir, layer, op, cat, range, stream, device, kernel, params; comparisons on " + ", ".join(NUMERIC)
 
 
@@ -109,8 +126,15 @@ def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
                 raise FilterError(f"unknown unit {unit!r} in {body!r} (times take ns, us, ms or s)")
             num *= UNITS[unit]
         col = pl.col(f"_{field}") if field in ("grid", "block") else pl.col(NUMERIC[field])
-        e = {"<": col < num, "<=": col <= num, ">": col > num, ">=": col >= num, "=": col == num,
-             "==": col == num, "!=": col != num}[op]
+        e = {
+            "<": col < num,
+            "<=": col <= num,
+            ">": col > num,
+            ">=": col >= num,
+            "=": col == num,
+            "==": col == num,
+            "!=": col != num,
+        }[op]
     elif ":" in body and body.split(":", 1)[0].lower() in {**TEXT_FIELDS, **INT_FIELDS}:
         field, value = body.split(":", 1)
         field = field.lower()

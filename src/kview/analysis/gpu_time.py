@@ -5,6 +5,7 @@ started inside it, on any thread: backward work launched by the autograd thread 
 range open on the main thread. Prefix sums over launch times answer any number of windows
 with two sorted searches each, never an interval loop.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,9 @@ def _timeline(trace: Trace) -> pl.DataFrame:
     ops = launched_ops(trace)
     if ops.height == 0:
         return pl.DataFrame(schema={"Idx": pl.Int64, "t": pl.Int64, "dur": pl.Int64})
-    return ops.select("Idx", pl.coalesce("r_start", "start").alias("t"),
-                      (pl.col("end") - pl.col("start")).alias("dur")).sort("t")
+    return ops.select(
+        "Idx", pl.coalesce("r_start", "start").alias("t"), (pl.col("end") - pl.col("start")).alias("dur")
+    ).sort("t")
 
 
 def gpu_time_in(trace: Trace, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,6 +68,9 @@ def range_times(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
     cpu = per_thread.group_by("label").agg((pl.col("end") - pl.col("start")).sum().cast(pl.Int64).alias("cpu"))
     windows = merge_intervals(ranges, ["label"])
     gpu, ops = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
-    g = windows.with_columns(pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("ops", ops, dtype=pl.Int64)).group_by(
-        "label").agg(pl.col("gpu").sum(), pl.col("ops").sum())
+    g = (
+        windows.with_columns(pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("ops", ops, dtype=pl.Int64))
+        .group_by("label")
+        .agg(pl.col("gpu").sum(), pl.col("ops").sum())
+    )
     return cpu.join(g, on="label", how="left").select(list(schema)).cast(schema)

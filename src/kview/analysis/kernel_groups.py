@@ -3,6 +3,7 @@
 rounded as that report does, for any column of the attributed table. Kernels can so be summed
 by category, layer, op, direction or range, which nsys does not offer, and grouped by name they
 equal the report value for value."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -22,5 +23,9 @@ def group_stats(kernels: pl.DataFrame, by: str) -> pl.DataFrame:
     g = kernels.group_by(by).agg(*stats_aggs("Duration (ns)"), *cat)
     g = sqlite_round(g.with_columns(percent_of_total().alias("Time (%)")), ["Time (%)", "avg", "med", "stddev"])
     g = order_like_sqlite(g, [by], ["total", "num", by], [True, False, False])
-    return g.select("Time (%)", *[pl.col(k).alias(v) for k, v in STAT_HEADERS.items()], by,
-                    *([] if by == "Category" else ["Category"]))
+    return g.select(
+        "Time (%)",
+        *[pl.col(k).alias(v) for k, v in STAT_HEADERS.items()],
+        by,
+        *([] if by == "Category" else ["Category"]),
+    )

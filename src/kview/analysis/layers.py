@@ -7,6 +7,7 @@ user ranges (or, under one family of step ranges such as profiled_step or Profil
 their children); a GPU op counts in every phase open at its launch time, whichever thread
 launched it, so autograd-thread work lands in backward_pass.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,7 +26,7 @@ NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
 
 def detect_layer_pattern(trace: Trace) -> str | None:
     a = attribute(trace)
-    comps = (a.select(pl.col("Layer").str.split(":").alias("c")).explode("c").unique()["c"].drop_nulls().to_list())
+    comps = a.select(pl.col("Layer").str.split(":").alias("c")).explode("c").unique()["c"].drop_nulls().to_list()
     families: dict[str, set[int]] = {}
     for c in comps:
         m = NUMBERED.match(c)
@@ -40,8 +41,13 @@ def detect_layer_pattern(trace: Trace) -> str | None:
 
 def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     pattern = pattern or detect_layer_pattern(trace)
-    schema = {"Layer": pl.String, "Forward (ns)": pl.Int64, "Backward (ns)": pl.Int64, "Total (ns)": pl.Int64,
-              "Kernels": pl.UInt32}
+    schema = {
+        "Layer": pl.String,
+        "Forward (ns)": pl.Int64,
+        "Backward (ns)": pl.Int64,
+        "Total (ns)": pl.Int64,
+        "Kernels": pl.UInt32,
+    }
     if pattern is None:
         return pl.DataFrame(schema=schema)
     why = regex_problem(pattern)  # by the engine that runs it (polars'), not Python's
@@ -52,19 +58,28 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     # position of the first component that is a layer; the next one is the sublayer
     parts = parts.with_columns(
         pl.col("c").list.eval(pl.element().str.contains(pattern)).list.arg_max().alias("pos"),
-        pl.col("c").list.eval(pl.element().str.contains(pattern)).list.any().alias("hit")).filter("hit")
-    parts = parts.with_columns(pl.col("c").list.get(pl.col("pos")).alias("Layer"),
-                               pl.col("c").list.get(pl.col("pos") + 1, null_on_oob=True).alias("Sublayer"))
+        pl.col("c").list.eval(pl.element().str.contains(pattern)).list.any().alias("hit"),
+    ).filter("hit")
+    parts = parts.with_columns(
+        pl.col("c").list.get(pl.col("pos")).alias("Layer"),
+        pl.col("c").list.get(pl.col("pos") + 1, null_on_oob=True).alias("Sublayer"),
+    )
     dur = pl.col("Duration (ns)")
     g = parts.group_by("Layer").agg(
         dur.filter(pl.col("Direction") == "fprop").sum().alias("Forward (ns)"),
         dur.filter(pl.col("Direction") == "bprop").sum().alias("Backward (ns)"),
-        dur.sum().alias("Total (ns)"), pl.len().alias("Kernels"))
+        dur.sum().alias("Total (ns)"),
+        pl.len().alias("Kernels"),
+    )
     subs = parts.filter(pl.col("Sublayer").is_not_null())
     if subs.height:
         top = subs.group_by("Sublayer").agg(dur.sum()).sort("Duration (ns)", descending=True)["Sublayer"].head(4)
-        piv = (subs.filter(pl.col("Sublayer").is_in(top.implode())).group_by(["Layer", "Sublayer"]).agg(dur.sum())
-               .pivot(on="Sublayer", index="Layer", values="Duration (ns)"))
+        piv = (
+            subs.filter(pl.col("Sublayer").is_in(top.implode()))
+            .group_by(["Layer", "Sublayer"])
+            .agg(dur.sum())
+            .pivot(on="Sublayer", index="Layer", values="Duration (ns)")
+        )
         piv = piv.rename({c: f"{c} (ns)" for c in piv.columns if c != "Layer"})
         g = g.join(piv, on="Layer", how="left")
     idx = pl.col("Layer").str.extract(r"(\d+)$", 1).cast(pl.Int64)
@@ -86,8 +101,12 @@ def _phase_labels(trace: Trace) -> list[str]:
     if not trace.has("NVTX_EVENTS"):
         return []
     users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library")).select("name_code", "label")
-    r = (nv.projection_ranges(trace).filter(pl.col("style") == "PushPop")
-         .join(users, on="name_code", how="inner").select("id", "start", "end", "global_tid", "label"))
+    r = (
+        nv.projection_ranges(trace)
+        .filter(pl.col("style") == "PushPop")
+        .join(users, on="name_code", how="inner")
+        .select("id", "start", "end", "global_tid", "label")
+    )
     if r.height == 0:
         return []
     tree = nv.nest(r)  # nesting among user ranges only: a marker in between never hides the top
@@ -111,8 +130,13 @@ def phase_times(trace: Trace) -> pl.DataFrame:
     return trace.memo("phase_times", lambda: _phase_times(trace))
 
 
-PHASE_SCHEMA = {"Phase": pl.String, "GPU Time (ns)": pl.Int64, "Kernels": pl.Int64, "Share (%)": pl.Float64,
-                "CPU Time (ns)": pl.Int64}
+PHASE_SCHEMA = {
+    "Phase": pl.String,
+    "GPU Time (ns)": pl.Int64,
+    "Kernels": pl.Int64,
+    "Share (%)": pl.Float64,
+    "CPU Time (ns)": pl.Int64,
+}
 
 
 def _phase_times(trace: Trace) -> pl.DataFrame:
@@ -126,7 +150,15 @@ def _phase_times(trace: Trace) -> pl.DataFrame:
     total = int(launch_timeline(trace)["dur"].sum() or 0)
     order = pl.DataFrame({"label": names}).with_row_index("_o")
     share = (pl.col("gpu") * 100.0 / total).round(1) if total else pl.lit(None, dtype=pl.Float64)
-    return t.join(order, on="label").sort("_o").select(
-        pl.col("label").alias("Phase"), pl.col("gpu").alias("GPU Time (ns)"), pl.col("ops").alias("Kernels"),
-        share.alias("Share (%)"), pl.col("cpu").alias("CPU Time (ns)")).cast(PHASE_SCHEMA)
-
+    return (
+        t.join(order, on="label")
+        .sort("_o")
+        .select(
+            pl.col("label").alias("Phase"),
+            pl.col("gpu").alias("GPU Time (ns)"),
+            pl.col("ops").alias("Kernels"),
+            share.alias("Share (%)"),
+            pl.col("cpu").alias("CPU Time (ns)"),
+        )
+        .cast(PHASE_SCHEMA)
+    )

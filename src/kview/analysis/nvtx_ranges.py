@@ -10,6 +10,7 @@ sorted searches; its parent is the nearest earlier range one level up, found wit
 Start/end ranges may overlap arbitrarily and are matched against calls by an explicit
 per-thread interval join instead.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,9 +23,14 @@ from kview.trace import Trace
 PID_ONLY = 0x0000FFFFFF000000
 
 STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
-STYLE = (pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP])).then(pl.lit("PushPop"))
-         .when(pl.col("event_type").is_in([NVTX_STARTEND, NVTXT_STARTEND])).then(pl.lit("StartEnd"))
-         .otherwise(pl.lit("Unknown")).cast(STYLES))
+STYLE = (
+    pl.when(pl.col("event_type").is_in([NVTX_PUSHPOP, NVTXT_PUSHPOP]))
+    .then(pl.lit("PushPop"))
+    .when(pl.col("event_type").is_in([NVTX_STARTEND, NVTXT_STARTEND]))
+    .then(pl.lit("StartEnd"))
+    .otherwise(pl.lit("Unknown"))
+    .cast(STYLES)
+)
 
 
 # PyTorch's own ranges (emit_nvtx ops and autograd nodes, torch-internal record_functions named
@@ -35,8 +41,20 @@ OP_MARKER_RE = r", op_id = |, seq = |#[A-Za-z_]\w*\.|::|^\{'"
 # Ranges libraries open around their own calls: never phases. NCCL's domain (its ranges keep
 # their `nccl` names even where the export lost the domain's name), c10d's collectives in
 # torch.profiler traces (`nccl:all_reduce`, `gloo:barrier`), and other library domains.
-LIBRARY_DOMAINS = ("NCCL", "RCCL", "CCCL", "cuDNN", "cuBLAS", "cuBLASLt", "cuFFT", "cuSPARSE", "cuSOLVER", "NVSHMEM",
-                   "cudaProfilerApi", "NVTX3")
+LIBRARY_DOMAINS = (
+    "NCCL",
+    "RCCL",
+    "CCCL",
+    "cuDNN",
+    "cuBLAS",
+    "cuBLASLt",
+    "cuFFT",
+    "cuSPARSE",
+    "cuSOLVER",
+    "NVSHMEM",
+    "cudaProfilerApi",
+    "NVTX3",
+)
 LIBRARY_LABEL_RE = r"^(nccl|rccl)[A-Z]|^(nccl|rccl|gloo|hccl|mpi|ucc|xccl|mccl):|^cudaProfilerApi$"
 
 
@@ -82,9 +100,12 @@ def names(trace: Trace) -> pl.DataFrame:
 
 def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ev = trace.nvtx_events.rename({"text": "text_cat"})
-    ev = ev.with_columns(pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
-                         (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
-                         pl.col("text_id").fill_null(-1), pl.col("domain_id").fill_null(-1))
+    ev = ev.with_columns(
+        pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
+        (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
+        pl.col("text_id").fill_null(-1),
+        pl.col("domain_id").fill_null(-1),
+    )
     key = ["domain_id", "pid_key", "text_id", "text_code"]
 
     def label_of(frame: pl.DataFrame) -> pl.DataFrame:
@@ -93,33 +114,48 @@ def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         return f.with_columns(pl.coalesce("sid_value", pl.col("text_cat").cast(pl.String)).alias("label"))
 
     doms = ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
-    dom = (label_of(doms).sort("start", maintain_order=True)
-           .group_by(["domain_id", "global_tid"], maintain_order=True)
-           .agg(pl.col("label").first().alias("domain"), pl.col("pid_key").first()))
+    dom = (
+        label_of(doms)
+        .sort("start", maintain_order=True)
+        .group_by(["domain_id", "global_tid"], maintain_order=True)
+        .agg(pl.col("label").first().alias("domain"), pl.col("pid_key").first())
+    )
     r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
     keys = label_of(r.group_by(key).agg(pl.col("text_cat").first()))
     keys = keys.join(dom.select("domain_id", "pid_key", "domain"), on=["domain_id", "pid_key"], how="left")
     keys = keys.with_columns(
-        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name"))
+        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name")
+    )
     table = keys.select("name").unique().sort("name").with_row_index("name_code")
     keys = keys.join(table, on="name", how="left").select(*key, pl.col("name_code").cast(pl.Int64))
     r = r.join(keys, on=key, how="left")
-    labelled_ = r.select("id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code",
-                         STYLE.alias("style"))
+    labelled_ = r.select(
+        "id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code", STYLE.alias("style")
+    )
     return labelled_, table.select(pl.col("name_code").cast(pl.Int64), "name")
 
 
 def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
     and whether a library opened it (`library`)."""
+
     def build() -> pl.DataFrame:
         parts = pl.col("name").str.splitn(":", 2)
-        return names(trace).with_columns(
-            parts.struct.field("field_1").fill_null("").alias("label"),
-            parts.struct.field("field_0").fill_null("").alias("domain")).with_columns(
-            is_op_marker_expr(pl.col("label")).alias("marker"),
-            (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE))
-            .alias("library")).drop("domain")
+        return (
+            names(trace)
+            .with_columns(
+                parts.struct.field("field_1").fill_null("").alias("label"),
+                parts.struct.field("field_0").fill_null("").alias("domain"),
+            )
+            .with_columns(
+                is_op_marker_expr(pl.col("label")).alias("marker"),
+                (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
+                    "library"
+                ),
+            )
+            .drop("domain")
+        )
+
     return trace.memo("nvtx.labels", build)
 
 
@@ -150,31 +186,57 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
     Valid for families that nest (push/pop on one thread). Ties of identical intervals
     become a chain in id order.
     """
-    r = (ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False])
-         .with_columns(pl.int_range(pl.len()).over("global_tid").alias("pos")))
+    r = ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False]).with_columns(
+        pl.int_range(pl.len()).over("global_tid").alias("pos")
+    )
     # Ranges that ended before this one (end < own end, end <= own start) are all earlier in
     # start order except zero-length ones at our own start, which sort after a longer range.
-    ends = r.select("global_tid", "end").sort(["global_tid", "end"]).with_columns(
-        pl.int_range(1, pl.len() + 1).over("global_tid").alias("n_le"))
+    ends = (
+        r.select("global_tid", "end")
+        .sort(["global_tid", "end"])
+        .with_columns(pl.int_range(1, pl.len() + 1).over("global_tid").alias("n_le"))
+    )
     key = r.with_columns(
-        pl.when(pl.col("end") > pl.col("start")).then(pl.col("start")).otherwise(pl.col("start") - 1).alias("key"))
-    closed = key.sort("key").join_asof(
-        ends.rename({"end": "key"}).sort("key"), on="key", by="global_tid", strategy="backward", check_sortedness=False
-    ).select("id", pl.col("n_le").fill_null(0))
-    zero = (r.filter(pl.col("end") == pl.col("start")).group_by(["global_tid", "start"])
-            .agg(pl.len().alias("n_zero")))
-    r = (r.join(closed, on="id", how="left")
-         .join(zero, on=["global_tid", "start"], how="left")
-         .with_columns(
-             pl.when(pl.col("end") > pl.col("start")).then(pl.col("n_le") - pl.col("n_zero").fill_null(0))
-             .otherwise(pl.col("n_le")).alias("n_closed"))
-         .with_columns((pl.col("pos") - pl.col("n_closed")).alias("depth"))
-         .drop("n_le", "n_zero", "n_closed"))
+        pl.when(pl.col("end") > pl.col("start")).then(pl.col("start")).otherwise(pl.col("start") - 1).alias("key")
+    )
+    closed = (
+        key.sort("key")
+        .join_asof(
+            ends.rename({"end": "key"}).sort("key"),
+            on="key",
+            by="global_tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .select("id", pl.col("n_le").fill_null(0))
+    )
+    zero = r.filter(pl.col("end") == pl.col("start")).group_by(["global_tid", "start"]).agg(pl.len().alias("n_zero"))
+    r = (
+        r.join(closed, on="id", how="left")
+        .join(zero, on=["global_tid", "start"], how="left")
+        .with_columns(
+            pl.when(pl.col("end") > pl.col("start"))
+            .then(pl.col("n_le") - pl.col("n_zero").fill_null(0))
+            .otherwise(pl.col("n_le"))
+            .alias("n_closed")
+        )
+        .with_columns((pl.col("pos") - pl.col("n_closed")).alias("depth"))
+        .drop("n_le", "n_zero", "n_closed")
+    )
     parents = r.select("global_tid", pl.col("depth") + 1, pl.col("pos").alias("ppos"), pl.col("id").alias("parent"))
-    r = r.sort("pos").join_asof(
-        parents.sort("ppos"), left_on="pos", right_on="ppos", by=["global_tid", "depth"],
-        strategy="backward", allow_exact_matches=False, check_sortedness=False,
-    ).drop("ppos")
+    r = (
+        r.sort("pos")
+        .join_asof(
+            parents.sort("ppos"),
+            left_on="pos",
+            right_on="ppos",
+            by=["global_tid", "depth"],
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .drop("ppos")
+    )
     return r.sort(["global_tid", "pos"]).drop("pos")
 
 
@@ -200,11 +262,16 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | No
 def _enclosing_nested(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     # Innermost candidate: the last range (in start order) starting at or before the call.
     t = tree.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False]).with_columns(
-        pl.int_range(pl.len()).alias("order"))
+        pl.int_range(pl.len()).alias("order")
+    )
     c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
     cand = c.sort("c_start").join_asof(
         t.select("global_tid", pl.col("start").alias("c_start"), pl.col("order")).sort("c_start"),
-        on="c_start", by="global_tid", strategy="backward", check_sortedness=False)
+        on="c_start",
+        by="global_tid",
+        strategy="backward",
+        check_sortedness=False,
+    )
     # The candidate may have closed before the call; climb parents until one encloses it.
     info = t.select("order", "id", "start", "end", "parent")
     by_id = t.select(pl.col("id").alias("parent"), pl.col("order").alias("porder"))
@@ -215,7 +282,8 @@ def _enclosing_nested(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         ok = (pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))
         found.append(cur.filter(ok).select("call_id", "order"))
         nxt = cur.filter(~ok & pl.col("porder").is_not_null()).select(
-            "call_id", "global_tid", "c_start", "c_end", pl.col("porder").alias("order"))
+            "call_id", "global_tid", "c_start", "c_end", pl.col("porder").alias("order")
+        )
         cur = nxt.join(info, on="order", how="left")
     inner = pl.concat(found) if found else pl.DataFrame(schema={"call_id": pl.Int64, "order": pl.Int64})
     # Every ancestor of the innermost enclosing range encloses the call as well.
@@ -223,14 +291,15 @@ def _enclosing_nested(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     cur = inner.join(info.select("order", "id", "porder"), on="order", how="left")
     while cur.height:
         pairs.append(cur.select("call_id", "id"))
-        cur = (cur.filter(pl.col("porder").is_not_null())
-               .select("call_id", pl.col("porder").alias("order"))
-               .join(info.select("order", "id", "porder"), on="order", how="left"))
+        cur = (
+            cur.filter(pl.col("porder").is_not_null())
+            .select("call_id", pl.col("porder").alias("order"))
+            .join(info.select("order", "id", "porder"), on="order", how="left")
+        )
     return pl.concat(pairs) if pairs else pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
 
 
 def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
     j = c.join(ranges.select("id", "global_tid", "start", "end"), on="global_tid", how="inner")
-    return j.filter((pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))).select(
-        "call_id", "id")
+    return j.filter((pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))).select("call_id", "id")

@@ -6,6 +6,7 @@ PyTorch op markers are kept, named by their op only (`aten::linear`, not its seq
 so millions of unique marker strings collapse into a few thousand paths. Paths get integer ids
 level by level (parent path id, label code), so no per-range path string is ever built.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -14,8 +15,17 @@ from kview.analysis import nvtx_ranges as nv
 from kview.analysis.gpu_time import gpu_time_in
 from kview.trace import Trace
 
-SCHEMA = {"path_id": pl.Int64, "parent_id": pl.Int64, "Depth": pl.Int64, "Name": pl.String, "Path": pl.String,
-          "Instances": pl.UInt32, "CPU (ns)": pl.Int64, "GPU (ns)": pl.Int64, "Kernels": pl.Int64}
+SCHEMA = {
+    "path_id": pl.Int64,
+    "parent_id": pl.Int64,
+    "Depth": pl.Int64,
+    "Name": pl.String,
+    "Path": pl.String,
+    "Instances": pl.UInt32,
+    "CPU (ns)": pl.Int64,
+    "GPU (ns)": pl.Int64,
+    "Kernels": pl.Int64,
+}
 
 
 def path_table(trace: Trace) -> pl.DataFrame:
@@ -28,9 +38,12 @@ def _build(trace: Trace) -> pl.DataFrame:
     tree = nv.projection_tree(trace)
     if tree.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    names = nv.labels(trace).with_columns(pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
-                               .then(pl.col("label").str.extract(r"^([^,]*)", 1)).otherwise(pl.col("label"))
-                               .alias("short"))
+    names = nv.labels(trace).with_columns(
+        pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
+        .then(pl.col("label").str.extract(r"^([^,]*)", 1))
+        .otherwise(pl.col("label"))
+        .alias("short")
+    )
     codes = names.select("short").unique().sort("short").with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
     names = names.join(codes, on="short", how="left").select("name_code", "lc")
     r = tree.select("id", "parent", "depth", "start", "end", "name_code").join(names, on="name_code", how="left")
@@ -45,8 +58,9 @@ def _build(trace: Trace) -> pl.DataFrame:
         if prev is None:
             level = level.with_columns(pl.lit(None, dtype=pl.Int64).alias("parent_pid"))
         else:
-            level = level.join(prev.select(pl.col("id").alias("parent"), pl.col("pid").alias("parent_pid")),
-                               on="parent", how="left")
+            level = level.join(
+                prev.select(pl.col("id").alias("parent"), pl.col("pid").alias("parent_pid")), on="parent", how="left"
+            )
         keys = level.select("parent_pid", "lc").unique().sort(["parent_pid", "lc"], nulls_last=False)
         keys = keys.with_row_index("pid", offset=next_id).with_columns(pl.col("pid").cast(pl.Int64))
         next_id += keys.height
@@ -56,16 +70,29 @@ def _build(trace: Trace) -> pl.DataFrame:
     r = pl.concat(assigned)
     gpu, kern = gpu_time_in(trace, r["start"].to_numpy(), r["end"].to_numpy())
     r = r.with_columns(pl.Series("gpu", gpu), pl.Series("kern", kern))
-    g = r.group_by("pid").agg(pl.col("parent_pid").first(), pl.col("lc").first(), pl.col("depth").first(),
-                              pl.len().alias("Instances"), (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
-                              pl.col("gpu").sum().cast(pl.Int64).alias("GPU (ns)"),
-                              pl.col("kern").sum().cast(pl.Int64).alias("Kernels"))
+    g = r.group_by("pid").agg(
+        pl.col("parent_pid").first(),
+        pl.col("lc").first(),
+        pl.col("depth").first(),
+        pl.len().alias("Instances"),
+        (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
+        pl.col("gpu").sum().cast(pl.Int64).alias("GPU (ns)"),
+        pl.col("kern").sum().cast(pl.Int64).alias("Kernels"),
+    )
     g = g.join(codes.rename({"short": "Name"}), on="lc", how="left").sort("pid")
     # path strings for the (few) distinct paths
     text: dict[int, str] = {}
     for pid, parent, name in g.select("pid", "parent_pid", "Name").iter_rows():
         text[pid] = name if parent is None else f"{text.get(parent, '?')} > {name}"
     g = g.with_columns(pl.Series("Path", [text[p] for p in g["pid"].to_list()], dtype=pl.String))
-    return g.select(pl.col("pid").alias("path_id"), pl.col("parent_pid").alias("parent_id"),
-                    pl.col("depth").cast(pl.Int64).alias("Depth"), "Name", "Path", "Instances", "CPU (ns)", "GPU (ns)",
-                    "Kernels")
+    return g.select(
+        pl.col("pid").alias("path_id"),
+        pl.col("parent_pid").alias("parent_id"),
+        pl.col("depth").cast(pl.Int64).alias("Depth"),
+        "Name",
+        "Path",
+        "Instances",
+        "CPU (ns)",
+        "GPU (ns)",
+        "Kernels",
+    )

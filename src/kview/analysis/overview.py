@@ -1,6 +1,7 @@
 """The facts and findings of the Overview: what the trace is, how busy the GPU was, where
 the time went, and what a user would act on. All column-wise; the TUI and `kview overview`
 render the same result."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,19 +15,32 @@ from kview.analysis.layers import phase_times
 from kview.output.format import fmt_ns
 from kview.trace import Trace
 
-SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-             "cuStreamSynchronize", "cuEventSynchronize")
-SYNC_MEMCPY_APIS = ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cuMemcpyHtoD_v2",
-                    "cuMemcpyDtoH_v2", "cudaMemset")
+SYNC_APIS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+)
+SYNC_MEMCPY_APIS = (
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyToSymbol",
+    "cudaMemcpyFromSymbol",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cudaMemset",
+)
 
 
 @dataclass
 class Overview:
     facts: list[tuple[str, str]]
-    busy: pl.DataFrame           # per device: busy ns, span ns, busy %
-    gaps: pl.DataFrame           # largest idle gaps
-    categories: pl.DataFrame     # time by category
-    phases: pl.DataFrame         # time by phase
+    busy: pl.DataFrame  # per device: busy ns, span ns, busy %
+    gaps: pl.DataFrame  # largest idle gaps
+    categories: pl.DataFrame  # time by category
+    phases: pl.DataFrame  # time by phase
     top_kernels: pl.DataFrame
     findings: list[str] = field(default_factory=list)
     cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
@@ -42,17 +56,39 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if dev.height and "name" in dev.columns:
         facts.append(("GPU", ", ".join(str(n) for n in dev["name"].drop_nulls().unique(maintain_order=True).to_list())))
     if "CAPTURE_MODEL" in meta:
-        facts.append(("Workload", " ".join(f"{k[8:].lower()}={v}" for k, v in meta.items() if k.startswith("CAPTURE_")
-                                           and k not in ("CAPTURE_COMMAND", "CAPTURE_BACKEND"))))
-    ops = a.select(pl.col("Device").alias("device"), pl.col("Start (ns)").alias("start"),
-                   (pl.col("Start (ns)") + pl.col("Duration (ns)")).alias("end"), "Kernel", "Category", "Stream")
+        facts.append(
+            (
+                "Workload",
+                " ".join(
+                    f"{k[8:].lower()}={v}"
+                    for k, v in meta.items()
+                    if k.startswith("CAPTURE_") and k not in ("CAPTURE_COMMAND", "CAPTURE_BACKEND")
+                ),
+            )
+        )
+    ops = a.select(
+        pl.col("Device").alias("device"),
+        pl.col("Start (ns)").alias("start"),
+        (pl.col("Start (ns)") + pl.col("Duration (ns)")).alias("end"),
+        "Kernel",
+        "Category",
+        "Stream",
+    )
     if ops.height:
         span = int(ops["end"].max() - ops["start"].min())
-        facts += [("GPU span", fmt_ns(span)), ("Devices", str(ops["device"].n_unique())),
-                  ("Streams", str(ops["Stream"].n_unique())), ("GPU ops", f"{ops.height:,}")]
+        facts += [
+            ("GPU span", fmt_ns(span)),
+            ("Devices", str(ops["device"].n_unique())),
+            ("Streams", str(ops["Stream"].n_unique())),
+            ("GPU ops", f"{ops.height:,}"),
+        ]
     procs = trace.processes
     if procs.height and ops.height:
-        gp = trace.columns("kernels", ["global_pid"])["global_pid"].unique() if trace.has("CUPTI_ACTIVITY_KIND_KERNEL") else None
+        gp = (
+            trace.columns("kernels", ["global_pid"])["global_pid"].unique()
+            if trace.has("CUPTI_ACTIVITY_KIND_KERNEL")
+            else None
+        )
         if gp is not None:
             names = procs.filter(pl.col("global_pid").is_in(gp.implode()))
             if names.height:
@@ -69,69 +105,115 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if not ops.height:
         cpu_ops = cpu_op_summary(trace).head(10)
         note = no_gpu_work_note(trace)
-        findings.append(note[0].upper() + note[1:] + "."
-                        + (" The top CPU ops by self time are listed instead of kernels." if cpu_ops.height else ""))
+        findings.append(
+            note[0].upper()
+            + note[1:]
+            + "."
+            + (" The top CPU ops by self time are listed instead of kernels." if cpu_ops.height else "")
+        )
     if ops.height:
         seg = merge_intervals(ops, ["device"]).sort(["device", "start"])  # where at least one op runs
-        per = seg.group_by("device").agg((pl.col("end") - pl.col("start")).sum().alias("busy"),
-                                         pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
-        busy = per.select(pl.col("device").alias("Device"), pl.col("busy").alias("Busy (ns)"),
-                          (pl.col("e") - pl.col("s")).alias("Span (ns)"),
-                          (pl.col("busy") * 100.0 / (pl.col("e") - pl.col("s"))).round(1).alias("Busy (%)")).sort("Device")
+        per = seg.group_by("device").agg(
+            (pl.col("end") - pl.col("start")).sum().alias("busy"),
+            pl.col("start").min().alias("s"),
+            pl.col("end").max().alias("e"),
+        )
+        busy = per.select(
+            pl.col("device").alias("Device"),
+            pl.col("busy").alias("Busy (ns)"),
+            (pl.col("e") - pl.col("s")).alias("Span (ns)"),
+            (pl.col("busy") * 100.0 / (pl.col("e") - pl.col("s"))).round(1).alias("Busy (%)"),
+        ).sort("Device")
         g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
         g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
         nxt = ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel")).unique(
-            ["device", "next"], keep="first")
-        gaps = (g.sort("gap", descending=True).head(5).join(nxt, on=["device", "next"], how="left")
-                .select(pl.col("device").alias("Device"), pl.col("gap").alias("Idle (ns)"),
-                        (pl.col("end") - trace.origin).alias("From (ns)"), "Next kernel"))
+            ["device", "next"], keep="first"
+        )
+        gaps = (
+            g.sort("gap", descending=True)
+            .head(5)
+            .join(nxt, on=["device", "next"], how="left")
+            .select(
+                pl.col("device").alias("Device"),
+                pl.col("gap").alias("Idle (ns)"),
+                (pl.col("end") - trace.origin).alias("From (ns)"),
+                "Next kernel",
+            )
+        )
         # launch-bound stretches: runs of kernels, on one stream, each shorter than the idle gap before it
         k = ops.filter(pl.col("Category").is_in(["memcpy", "memset"]).not_()).sort(["device", "Stream", "start"])
         k = k.with_columns((pl.col("start") - pl.col("end").shift(1).over(["device", "Stream"])).alias("gap_before"))
         k = k.with_columns(((pl.col("end") - pl.col("start")) < pl.col("gap_before")).fill_null(False).alias("lb"))
-        k = k.with_columns((pl.col("lb") != pl.col("lb").shift(1).over(["device", "Stream"])).fill_null(True)
-                           .cum_sum().over(["device", "Stream"]).alias("run"))
-        runs = (k.filter("lb").group_by(["device", "Stream", "run"])
-                .agg(pl.len().alias("n"), pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
-                .filter(pl.col("n") >= launch_bound_run))
+        k = k.with_columns(
+            (pl.col("lb") != pl.col("lb").shift(1).over(["device", "Stream"]))
+            .fill_null(True)
+            .cum_sum()
+            .over(["device", "Stream"])
+            .alias("run")
+        )
+        runs = (
+            k.filter("lb")
+            .group_by(["device", "Stream", "run"])
+            .agg(pl.len().alias("n"), pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
+            .filter(pl.col("n") >= launch_bound_run)
+        )
         if runs.height:
             worst = runs.sort("n", descending=True).row(0, named=True)
-            findings.append(f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
-                            f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
-                            f"{fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
-                            f"{worst['n']} kernels on stream {worst['Stream']}. Fuse ops, use CUDA graphs or "
-                            f"torch.compile.")
-    cats = a.group_by("Category").agg(pl.col("Duration (ns)").sum().alias("Time (ns)"), pl.len().alias("Ops")).sort(
-        "Time (ns)", descending=True)
+            findings.append(
+                f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
+                f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
+                f"{fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
+                f"{worst['n']} kernels on stream {worst['Stream']}. Fuse ops, use CUDA graphs or "
+                f"torch.compile."
+            )
+    cats = (
+        a.group_by("Category")
+        .agg(pl.col("Duration (ns)").sum().alias("Time (ns)"), pl.len().alias("Ops"))
+        .sort("Time (ns)", descending=True)
+    )
     if cats.height:
         cats = cats.with_columns((pl.col("Time (ns)") * 100.0 / pl.col("Time (ns)").sum()).round(1).alias("Share (%)"))
     phases = phase_times(trace)
-    top = (a.filter(~pl.col("Category").is_in(["memcpy", "memset"])).group_by("Kernel")
-           .agg(pl.col("Duration (ns)").sum().alias("Total (ns)"), pl.len().alias("Instances"),
-                pl.col("Category").first()).sort("Total (ns)", descending=True).head(10))
+    top = (
+        a.filter(~pl.col("Category").is_in(["memcpy", "memset"]))
+        .group_by("Kernel")
+        .agg(pl.col("Duration (ns)").sum().alias("Total (ns)"), pl.len().alias("Instances"), pl.col("Category").first())
+        .sort("Total (ns)", descending=True)
+        .head(10)
+    )
     if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         m = trace.columns("memcpy", ["start", "end", "src_kind", "dst_kind", "bytes"])
         pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
         if pageable.height:
-            findings.append(f"Pageable memcpy: {pageable.height:,} copies ({pageable['bytes'].sum() / 1e6:,.1f} MB, "
-                            f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
-                            f"pin it (pin_memory=True) to copy asynchronously at full speed.")
+            findings.append(
+                f"Pageable memcpy: {pageable.height:,} copies ({pageable['bytes'].sum() / 1e6:,.1f} MB, "
+                f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
+                f"pin it (pin_memory=True) to copy asynchronously at full speed."
+            )
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         r = trace.with_strings(trace.columns("runtime", ["start", "end", "name_id"]), "name_id", "api")
-        r = r.with_columns(pl.col("api").str.replace(r"_v\d+$", "").alias("api"), (pl.col("end") - pl.col("start")).alias("d"))
+        r = r.with_columns(
+            pl.col("api").str.replace(r"_v\d+$", "").alias("api"), (pl.col("end") - pl.col("start")).alias("d")
+        )
         sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
         if sync.height:
             worst = sync.sort("d", descending=True).row(0, named=True)
-            findings.append(f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
-                            f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
-                            f"instead of queueing work.")
+            findings.append(
+                f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
+                f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
+                f"instead of queueing work."
+            )
         sm = r.filter(pl.col("api").is_in(list(SYNC_MEMCPY_APIS)))
         if sm.height:
-            findings.append(f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
-                            f"host; prefer the Async variants on a stream.")
+            findings.append(
+                f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
+                f"host; prefer the Async variants on a stream."
+            )
     if busy.height and busy["Busy (%)"].min() < 50:
-        findings.append(f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
-                        f"{busy['Busy (%)'].min()}% of its span; see the largest idle gaps.")
+        findings.append(
+            f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
+            f"{busy['Busy (%)'].min()}% of its span; see the largest idle gaps."
+        )
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
     return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops)

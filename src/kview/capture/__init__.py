@@ -4,6 +4,7 @@ Public API for programs (imports torch only when used, so `kview capture --help`
     kview.capture.annotate(model, ...)   a range per submodule, named by its qualified path
     kview.capture.step()                 mark the end of a training step under `kview capture`
 """
+
 from __future__ import annotations
 
 __all__ = ["annotate", "step"]

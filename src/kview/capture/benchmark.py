@@ -5,6 +5,7 @@ time --steps steps (synchronizing the GPU after each), and report the mean and s
 deviation of one step and the peak GPU memory. Passes: forward, forward+backward (`backward`),
 and a full training step with AdamW (`train`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,25 +27,38 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kview bench",
         description="Time forward, forward+backward and training steps of a built-in workload: mean and "
-                    "standard deviation of one step over --steps timed steps after --warmup warm-up steps, "
-                    "and peak GPU memory, with sweeps over context length, dtype and warm-up. Runs on the GPU "
-                    "when CUDA is available, else on the CPU (and says so).",
-        epilog="example: kview bench lm --size small --ctx 256,512 --dtype fp32,bf16 --warmup 0,1,5")
+        "standard deviation of one step over --steps timed steps after --warmup warm-up steps, "
+        "and peak GPU memory, with sweeps over context length, dtype and warm-up. Runs on the GPU "
+        "when CUDA is available, else on the CPU (and says so).",
+        epilog="example: kview bench lm --size small --ctx 256,512 --dtype fp32,bf16 --warmup 0,1,5",
+    )
     p.add_argument("model", choices=MODELS, metavar="MODEL", help=f"the workload: {', '.join(MODELS)}")
     p.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
     p.add_argument("--ctx", default=None, help="context length, or a comma list to sweep (default: LM 512, BERT 128)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)")
+    p.add_argument(
+        "--batch", type=int, default=None, help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)"
+    )
     p.add_argument("--layers", type=int, default=None, help="number of layers (default: LM by size, BERT 2)")
-    p.add_argument("--modes", default="forward,backward,train",
-                   help="passes to time, a comma list of forward, backward (forward+backward), train "
-                        "(adds AdamW) (default: forward,backward,train)")
-    p.add_argument("--dtype", default="fp32",
-                   help=f"{', '.join(DTYPE_NAMES)} (bf16/fp16 under autocast), or a comma list (default: fp32)")
+    p.add_argument(
+        "--modes",
+        default="forward,backward,train",
+        help="passes to time, a comma list of forward, backward (forward+backward), train "
+        "(adds AdamW) (default: forward,backward,train)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        help=f"{', '.join(DTYPE_NAMES)} (bf16/fp16 under autocast), or a comma list (default: fp32)",
+    )
     p.add_argument("--warmup", default="5", help="warm-up steps, or a comma list to sweep, e.g. 0,1,2,5 (default: 5)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per row (default: 10)")
-    p.add_argument("--memory-snapshot", default=None, metavar="PICKLE",
-                   help="record the allocator history of the last pass into PICKLE and list its largest "
-                        "allocations (GPU only; default: off)")
+    p.add_argument(
+        "--memory-snapshot",
+        default=None,
+        metavar="PICKLE",
+        help="record the allocator history of the last pass into PICKLE and list its largest "
+        "allocations (GPU only; default: off)",
+    )
     p.add_argument("-f", "--format", default="table", choices=FORMATS, help="output format (default: table)")
     return p
 
@@ -88,10 +102,17 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     del model, opt
     if device == "cuda":
         torch.cuda.empty_cache()
-    return {"Model": model_name if model_name != "lm" else f"lm-{a.size}", "Device": _device_name(device),
-            "Ctx": ns.ctx, "Dtype": dtype,
-            "Pass": mode, "Warmup": warmup, "Mean (s)": statistics.fmean(times),
-            "Std (s)": statistics.stdev(times) if len(times) > 1 else 0.0, "Peak Mem (GiB)": peak}
+    return {
+        "Model": model_name if model_name != "lm" else f"lm-{a.size}",
+        "Device": _device_name(device),
+        "Ctx": ns.ctx,
+        "Dtype": dtype,
+        "Pass": mode,
+        "Warmup": warmup,
+        "Mean (s)": statistics.fmean(times),
+        "Std (s)": statistics.stdev(times) if len(times) > 1 else 0.0,
+        "Peak Mem (GiB)": peak,
+    }
 
 
 def _device_name(device: str) -> str:
@@ -115,13 +136,23 @@ def largest_allocations(snapshot: str, n: int = 10):
             if ev.get("action") != "alloc":
                 continue
             frames = [fr for fr in (ev.get("frames") or []) if str(fr.get("filename", "")).endswith(".py")]
-            user = next((fr for fr in frames if "/torch/" not in str(fr.get("filename", ""))), frames[0] if frames else None)
-            where = (f"{user['filename'].rsplit('/', 2)[-1]}:{user.get('line', '')} {user.get('name', '')}" if user
-                     else "(no Python frame: autograd engine or C++)")
+            user = next(
+                (fr for fr in frames if "/torch/" not in str(fr.get("filename", ""))), frames[0] if frames else None
+            )
+            where = (
+                f"{user['filename'].rsplit('/', 2)[-1]}:{user.get('line', '')} {user.get('name', '')}"
+                if user
+                else "(no Python frame: autograd engine or C++)"
+            )
             rows.append({"Size (MiB)": ev.get("size", 0) / 2**20, "Where": where})
     df = pl.DataFrame(rows, schema={"Size (MiB)": pl.Float64, "Where": pl.String})
-    return (df.group_by(["Size (MiB)", "Where"]).agg(pl.len().alias("Count"))
-            .sort(["Size (MiB)", "Count"], descending=True).head(n).with_columns(pl.col("Size (MiB)").round(2)))
+    return (
+        df.group_by(["Size (MiB)", "Where"])
+        .agg(pl.len().alias("Count"))
+        .sort(["Size (MiB)", "Count"], descending=True)
+        .head(n)
+        .with_columns(pl.col("Size (MiB)").round(2))
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -153,8 +184,9 @@ def main(argv: list[str]) -> int:
 
     from kview.output import render
 
-    df = pl.DataFrame(rows).with_columns(pl.col("Mean (s)").round(6), pl.col("Std (s)").round(6),
-                                         pl.col("Peak Mem (GiB)").cast(pl.Float64).round(3))
+    df = pl.DataFrame(rows).with_columns(
+        pl.col("Mean (s)").round(6), pl.col("Std (s)").round(6), pl.col("Peak Mem (GiB)").cast(pl.Float64).round(3)
+    )
     sys.stdout.write(render.render(df, a.format))
     if a.memory_snapshot:
         try:

@@ -6,6 +6,7 @@ trace in the nsys SQLite schema.
 
 Nsight Systems is used when `nsys` is on PATH, torch.profiler otherwise (--backend chooses).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,50 +49,109 @@ def _pos(s: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kview capture", usage=USAGE, epilog=EPILOG,
-                                description="Profile a program or a built-in workload into an nsys-schema SQLite trace.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", nargs="?", choices=MODELS, metavar="MODEL",
-                   help=f"a built-in workload ({', '.join(MODELS)}) instead of a COMMAND")
+    p = argparse.ArgumentParser(
+        prog="kview capture",
+        usage=USAGE,
+        epilog=EPILOG,
+        description="Profile a program or a built-in workload into an nsys-schema SQLite trace.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        choices=MODELS,
+        metavar="MODEL",
+        help=f"a built-in workload ({', '.join(MODELS)}) instead of a COMMAND",
+    )
     p.add_argument("-o", "--output", required=True, help="trace to write (.sqlite); per rank TRACE.rank{R}.sqlite")
-    p.add_argument("--backend", default="auto", choices=["auto", "nsys", "torch"],
-                   help="auto: nsys when on PATH, else torch.profiler (default: auto)")
-    p.add_argument("--shapes", action="store_true",
-                   help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx; default: off)")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite the traces of an earlier capture (default: refuse before running)")
-    p.add_argument("--steps", type=_pos, default=None,
-                   help="steps to profile (default: COMMAND: all, to the end of the run; MODEL: 1)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "nsys", "torch"],
+        help="auto: nsys when on PATH, else torch.profiler (default: auto)",
+    )
+    p.add_argument(
+        "--shapes",
+        action="store_true",
+        help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx; default: off)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite the traces of an earlier capture (default: refuse before running)",
+    )
+    p.add_argument(
+        "--steps",
+        type=_pos,
+        default=None,
+        help="steps to profile (default: COMMAND: all, to the end of the run; MODEL: 1)",
+    )
     g = p.add_argument_group("COMMAND form")
     g.add_argument("--skip", type=_nonneg, default=None, help="steps to run before profiling starts (default: 0)")
-    g.add_argument("--annotate", action="store_true",
-                   help="a range per module call named by its path (layers.3.mlp), through global module hooks")
-    g.add_argument("--annotate-depth", type=_nonneg, default=None, metavar="D",
-                   help="with --annotate: only modules at most D levels below the model (default: all)")
-    g.add_argument("--annotate-include", default=None, metavar="REGEX",
-                   help="with --annotate: only modules whose path or class name matches (default: all)")
-    g.add_argument("--annotate-exclude", default=None, metavar="REGEX",
-                   help="with --annotate: skip modules whose path or class name matches (default: none)")
-    g.add_argument("--one-file", action="store_true",
-                   help="torchrun under nsys: one report holding every rank instead of one per rank")
-    g.add_argument("--keep-json", action="store_true",
-                   help="torch backend: also keep the torch.profiler trace as TRACE[.rank{R}].json.gz")
+    g.add_argument(
+        "--annotate",
+        action="store_true",
+        help="a range per module call named by its path (layers.3.mlp), through global module hooks",
+    )
+    g.add_argument(
+        "--annotate-depth",
+        type=_nonneg,
+        default=None,
+        metavar="D",
+        help="with --annotate: only modules at most D levels below the model (default: all)",
+    )
+    g.add_argument(
+        "--annotate-include",
+        default=None,
+        metavar="REGEX",
+        help="with --annotate: only modules whose path or class name matches (default: all)",
+    )
+    g.add_argument(
+        "--annotate-exclude",
+        default=None,
+        metavar="REGEX",
+        help="with --annotate: skip modules whose path or class name matches (default: none)",
+    )
+    g.add_argument(
+        "--one-file",
+        action="store_true",
+        help="torchrun under nsys: one report holding every rank instead of one per rank",
+    )
+    g.add_argument(
+        "--keep-json",
+        action="store_true",
+        help="torch backend: also keep the torch.profiler trace as TRACE[.rank{R}].json.gz",
+    )
     g = p.add_argument_group("MODEL form")
     g.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
     g.add_argument("--ctx", type=_pos, default=None, help="context / sequence length (default: LM 512, BERT 128)")
-    g.add_argument("--batch", type=_pos, default=None,
-                   help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)")
+    g.add_argument(
+        "--batch", type=_pos, default=None, help="batch size (default: LM 4, BERT 4, DLRM 32768, NCF 1048576)"
+    )
     g.add_argument("--layers", type=_pos, default=None, help="number of layers (default: LM by size, BERT 2)")
-    g.add_argument("--mode", default="train", choices=MODES,
-                   help="backward = forward+backward; train adds AdamW (default: train)")
+    g.add_argument(
+        "--mode", default="train", choices=MODES, help="backward = forward+backward; train adds AdamW (default: train)"
+    )
     g.add_argument("--dtype", default="fp32", choices=DTYPE_NAMES, help="bf16/fp16 run under autocast (default: fp32)")
     g.add_argument("--warmup", type=_nonneg, default=2, help="warm-up steps before the profiled ones (default: 2)")
     return p
 
 
 def workload_args(a) -> list[str]:
-    out = ["--model", a.model, "--size", a.size, "--mode", a.mode, "--dtype", a.dtype,
-           "--warmup", str(a.warmup), "--steps", str(a.steps)]
+    out = [
+        "--model",
+        a.model,
+        "--size",
+        a.size,
+        "--mode",
+        a.mode,
+        "--dtype",
+        a.dtype,
+        "--warmup",
+        str(a.warmup),
+        "--steps",
+        str(a.steps),
+    ]
     for flag, v in (("--ctx", a.ctx), ("--batch", a.batch), ("--layers", a.layers)):
         if v is not None:
             out += [flag, str(v)]
@@ -101,15 +161,31 @@ def workload_args(a) -> list[str]:
 def capture_nsys(a, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         rep = Path(tmp) / "trace"
-        cmd = ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
-               f"--pytorch={'autograd-shapes-nvtx' if a.shapes else 'autograd-nvtx'}",
-               "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--force-overwrite", "true",
-               "-o", str(rep), sys.executable, "-m", "kview.capture.workload", *workload_args(a)]
+        cmd = [
+            "nsys",
+            "profile",
+            "--trace=cuda,nvtx,osrt",
+            "--sample=none",
+            "--cpuctxsw=none",
+            f"--pytorch={'autograd-shapes-nvtx' if a.shapes else 'autograd-nvtx'}",
+            "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop",
+            "--force-overwrite",
+            "true",
+            "-o",
+            str(rep),
+            sys.executable,
+            "-m",
+            "kview.capture.workload",
+            *workload_args(a),
+        ]
         print(f"kview capture: profiling under nsys ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run(cmd, capture=True)
         print("kview capture: exporting to SQLite", file=sys.stderr)
-        run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
-            capture=True)
+        run(
+            ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
+            capture=True,
+        )
         return _workload_info(r.stderr)
 
 
@@ -138,12 +214,26 @@ def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
     from kview.capture import nsys_schema_writer
 
     k = read(js)
-    meta = {**k.metadata, "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
-            "EXPORT_SCHEMA_VERSION": "kview-1", "CAPTURE_BACKEND": "torch",
-            **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()}, "CAPTURE_COMMAND": command}
-    return nsys_schema_writer.write(out, strings=k.strings, kernels=k.kernels, runtime=k.runtime, memcpy=k.memcpy,
-                                    memset=k.memset, nvtx_events=k.nvtx_events, processes=k.processes,
-                                    devices=k.devices, metadata=meta)
+    meta = {
+        **k.metadata,
+        "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
+        "EXPORT_SCHEMA_VERSION": "kview-1",
+        "CAPTURE_BACKEND": "torch",
+        **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()},
+        "CAPTURE_COMMAND": command,
+    }
+    return nsys_schema_writer.write(
+        out,
+        strings=k.strings,
+        kernels=k.kernels,
+        runtime=k.runtime,
+        memcpy=k.memcpy,
+        memset=k.memset,
+        nvtx_events=k.nvtx_events,
+        processes=k.processes,
+        devices=k.devices,
+        metadata=meta,
+    )
 
 
 def run(cmd: list[str], capture: bool = False) -> subprocess.CompletedProcess:
@@ -160,7 +250,7 @@ CPU_NOTE = "ran on the CPU: no CUDA device was used, so the trace holds CPU ops 
 def main(argv: list[str]) -> int:
     if "--" in argv:
         at = argv.index("--")
-        opts, command = argv[:at], argv[at + 1:]
+        opts, command = argv[:at], argv[at + 1 :]
     else:
         opts, command = argv, None
     p = parser()
@@ -169,8 +259,11 @@ def main(argv: list[str]) -> int:
     if out.suffix != ".sqlite":
         p.error("the output must end in .sqlite")
     if (command is None) == (a.model is None):
-        p.error("give either MODEL or `-- COMMAND [ARGS...]`, not both" if command is not None
-                else "give a MODEL or `-- COMMAND [ARGS...]`")
+        p.error(
+            "give either MODEL or `-- COMMAND [ARGS...]`, not both"
+            if command is not None
+            else "give a MODEL or `-- COMMAND [ARGS...]`"
+        )
     if not out.resolve().parent.is_dir():
         p.error(f"output folder {out.parent} does not exist")
     backend = a.backend
@@ -207,8 +300,18 @@ def _main_command(a, command: list[str], out: Path, backend: str) -> int:
         print("kview capture: --annotate-depth/-include/-exclude need --annotate", file=sys.stderr)
         return 2
     try:
-        o = cmd.run(command, out, backend=backend, skip=a.skip, steps=a.steps, shapes=a.shapes, annotate=annotate,
-                    one_file=a.one_file, keep_json=a.keep_json, force=a.force)
+        o = cmd.run(
+            command,
+            out,
+            backend=backend,
+            skip=a.skip,
+            steps=a.steps,
+            shapes=a.shapes,
+            annotate=annotate,
+            one_file=a.one_file,
+            keep_json=a.keep_json,
+            force=a.force,
+        )
     except cmd.CommandFailed as e:
         print(f"kview capture: {e}", file=sys.stderr)
         return e.code

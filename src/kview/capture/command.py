@@ -8,6 +8,7 @@ with the torch backend each rank exports its torch.profiler trace. Reports, expo
 files go to a temporary folder and only finished traces are moved to the output path, so a failed
 program leaves nothing behind, and nothing is ever written beside the user's script.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -35,7 +36,8 @@ class CommandError(Exception):
 @dataclass
 class Program:
     """A Python program to run: `python [OPTS] [-m] TARGET ARGS` or `torchrun [OPTS] [-m] TARGET ARGS`."""
-    launcher: list[str]           # python [opts]  |  torchrun  |  python -m torch.distributed.run
+
+    launcher: list[str]  # python [opts]  |  torchrun  |  python -m torch.distributed.run
     module: bool
     target: str
     args: list[str]
@@ -78,8 +80,9 @@ def parse(cmd: list[str]) -> Program:
     if Path(head).name == "torchrun":
         return _torchrun([head], cmd[1:], _shebang_python(head))
     if not _is_python(head):
-        raise CommandError(f"cannot profile `{head}`: give `python SCRIPT`, `python -m MODULE`, a .py script, "
-                           f"or `torchrun ...`")
+        raise CommandError(
+            f"cannot profile `{head}`: give `python SCRIPT`, `python -m MODULE`, a .py script, or `torchrun ...`"
+        )
     i, opts = 1, []
     while i < len(cmd) and cmd[i].startswith("-") and cmd[i] != "-m":
         if cmd[i] in ("-c", "-"):
@@ -113,7 +116,7 @@ def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
     if ns.no_python:
         raise CommandError("torchrun --no-python runs no Python program: kview can profile only Python programs")
     script, args = ns.training_script, list(ns.training_script_args)
-    at = next((i for i in range(len(rest)) if rest[i] == script and rest[i + 1:] == args), None)
+    at = next((i for i in range(len(rest)) if rest[i] == script and rest[i + 1 :] == args), None)
     if at is None:
         raise CommandError(f"cannot find the training script in `torchrun {shlex.join(rest)}`")
     opts = [o for o in rest[:at] if o not in ("-m", "--module")]
@@ -121,9 +124,14 @@ def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
 
 
 def nsys_options(shapes: bool, window: bool) -> list[str]:
-    return (["--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
-             f"--pytorch={'autograd-shapes-nvtx' if shapes else 'autograd-nvtx'}", "--force-overwrite", "true"]
-            + (["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if window else []))
+    return [
+        "--trace=cuda,nvtx,osrt",
+        "--sample=none",
+        "--cpuctxsw=none",
+        f"--pytorch={'autograd-shapes-nvtx' if shapes else 'autograd-nvtx'}",
+        "--force-overwrite",
+        "true",
+    ] + (["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if window else [])
 
 
 def build(prog: Program, backend: str, tmp: Path, *, shapes: bool, window: bool, one_file: bool) -> list[str]:
@@ -134,8 +142,17 @@ def build(prog: Program, backend: str, tmp: Path, *, shapes: bool, window: bool,
         return [*prog.launcher, *prog.launched()]
     nsys = ["nsys", "profile", *nsys_options(shapes, window)]
     if prog.distributed and not one_file:  # one nsys per rank, each writing its own report
-        return [*prog.launcher, *prog.torchrun_opts, "--no-python", *nsys, "-o", str(tmp / "trace.rank%q{RANK}"),
-                prog.worker_python, "-u", *prog.launched()]
+        return [
+            *prog.launcher,
+            *prog.torchrun_opts,
+            "--no-python",
+            *nsys,
+            "-o",
+            str(tmp / "trace.rank%q{RANK}"),
+            prog.worker_python,
+            "-u",
+            *prog.launched(),
+        ]
     if prog.distributed:
         return [*nsys, "-o", str(tmp / "trace"), *prog.launcher, *prog.torchrun_opts, *prog.launched()]
     return [*nsys, "-o", str(tmp / "trace"), *prog.launcher, *prog.launched()]
@@ -182,8 +199,19 @@ def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool) -> Non
         raise OutputError(existing[0], "exists (give --force to overwrite it)")
 
 
-def run(cmd: list[str], out: Path, *, backend: str, skip: int | None, steps: int | None, shapes: bool,
-        annotate: dict | None, one_file: bool, keep_json: bool, force: bool = False) -> Outcome:
+def run(
+    cmd: list[str],
+    out: Path,
+    *,
+    backend: str,
+    skip: int | None,
+    steps: int | None,
+    shapes: bool,
+    annotate: dict | None,
+    one_file: bool,
+    keep_json: bool,
+    force: bool = False,
+) -> Outcome:
     prog = parse(cmd)
     check_outputs(out, prog, keep_json, force)
     window = skip is not None or steps is not None
@@ -191,8 +219,17 @@ def run(cmd: list[str], out: Path, *, backend: str, skip: int | None, steps: int
         tmp = Path(t)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(_package_link(tmp)), *filter(None, [env.get("PYTHONPATH")])])
-        env["KVIEW_CAPTURE"] = json.dumps({"backend": backend, "dir": str(tmp), "window": window, "skip": skip or 0,
-                                           "steps": steps, "shapes": shapes, "annotate": annotate})
+        env["KVIEW_CAPTURE"] = json.dumps(
+            {
+                "backend": backend,
+                "dir": str(tmp),
+                "window": window,
+                "skip": skip or 0,
+                "steps": steps,
+                "shapes": shapes,
+                "annotate": annotate,
+            }
+        )
         full = build(prog, backend, tmp, shapes=shapes, window=window, one_file=one_file)
         where = "Nsight Systems" if backend == "nsys" else "torch.profiler"
         print(f"kview capture: running `{shlex.join(cmd)}` under {where}", file=sys.stderr)
@@ -206,14 +243,15 @@ def run(cmd: list[str], out: Path, *, backend: str, skip: int | None, steps: int
         statuses = [json.loads(p.read_text()) for p in sorted(tmp.glob("status.*.json"))]
         if window and statuses and not any(s["profiled"] for s in statuses):
             done = max(s["steps"] for s in statuses)
-            raise CommandError(f"the program completed {done} step(s), so --skip {skip or 0} left nothing to "
-                               f"profile; no trace written")
+            raise CommandError(
+                f"the program completed {done} step(s), so --skip {skip or 0} left nothing to profile; no trace written"
+            )
         made = _nsys_exports(tmp) if backend == "nsys" else _torch_exports(tmp, statuses, " ".join(sys.argv))
         if not made:
             raise CommandError("the program ran but no trace was recorded; no trace written")
         tails = {_tag(s): s["tail"] for s in statuses if s.get("tail")}
         for tag, db, _ in made:
-            for n in ([tails[tag]] if tag in tails else list(tails.values()) if tag is None else []):
+            for n in [tails[tag]] if tag in tails else list(tails.values()) if tag is None else []:
                 drop_range(db, f"step_{n}")
         single = len(made) == 1 and not prog.distributed
         plan = [(src, output_name(out, None if single else tag), js) for tag, src, js in made]
@@ -242,8 +280,11 @@ def drop_range(db: Path, name: str) -> None:
 
     con = sqlite3.connect(db)
     try:
-        con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (text = ? OR textId IN "
-                    "(SELECT id FROM StringIds WHERE value = ?))", (name, name))
+        con.execute(
+            "DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (text = ? OR textId IN "
+            "(SELECT id FROM StringIds WHERE value = ?))",
+            (name, name),
+        )
         con.commit()
     finally:
         con.close()
@@ -254,8 +295,11 @@ def _nsys_exports(tmp: Path) -> list[tuple[str | None, Path, None]]:
     for rep in sorted(tmp.glob("trace*.nsys-rep")):
         m = re.fullmatch(r"trace\.(rank\d+)\.nsys-rep", rep.name)
         db = rep.with_suffix(".sqlite")
-        r = subprocess.run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(rep)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(rep)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0 or not db.exists():
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
             raise TraceError(rep, f"nsys export failed (exit {r.returncode}): {tail[0]}")
@@ -269,11 +313,17 @@ def _torch_exports(tmp: Path, statuses: list[dict], command: str) -> list[tuple[
     by_tag = {_tag(s): s for s in statuses}
     made = []
     for js in sorted(tmp.glob("kineto.*.json")):
-        tag = js.name[len("kineto."):-len(".json")]
+        tag = js.name[len("kineto.") : -len(".json")]
         s = by_tag.get(tag, {})
-        info = {"backend_command": command, "rank": s.get("rank"), "steps": s.get("steps"),
-                "step_source": s.get("source"), "profiled_steps": ",".join(map(str, s.get("profiled", []))),
-                "device": s.get("device"), "torch": s.get("torch")}
+        info = {
+            "backend_command": command,
+            "rank": s.get("rank"),
+            "steps": s.get("steps"),
+            "step_source": s.get("source"),
+            "profiled_steps": ",".join(map(str, s.get("profiled", []))),
+            "device": s.get("device"),
+            "torch": s.get("torch"),
+        }
         db = tmp / f"{tag}.sqlite"
         convert_kineto(js, db, {k: v for k, v in info.items() if v is not None}, command)
         made.append((tag if tag.startswith("rank") else None, db, js))
@@ -292,7 +342,10 @@ def _notes(statuses: list[dict], steps: int | None) -> list[str]:
     if statuses:
         s = statuses[0]
         if s["profiled"]:
-            notes.append(f"steps {s['profiled'][0]}-{s['profiled'][-1]} as ranges step_N (counted at each "
-                         f"{'optimizer step' if s['source'] == 'optimizer' else s['source'] + ' step mark'})"
-                         if s["source"] != "none" else "no step was counted (no optimizer step or step mark)")
+            notes.append(
+                f"steps {s['profiled'][0]}-{s['profiled'][-1]} as ranges step_N (counted at each "
+                f"{'optimizer step' if s['source'] == 'optimizer' else s['source'] + ' step mark'})"
+                if s["source"] != "none"
+                else "no step was counted (no optimizer step or step mark)"
+            )
     return notes

@@ -3,6 +3,7 @@ as `python TARGET ARGS` (or `python -m TARGET ARGS`) would, with the same sys.ar
 and `__main__`, inside the capture session that `kview capture` described in KVIEW_CAPTURE
 (see session.py). `kview capture -- python train.py` runs `python -m kview.capture.launch
 train.py`; under torchrun every rank runs it."""
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ A module first seen outside any named model is a root: its range is its class na
 `named_modules()` spells it. Hooks return None: a forward pre-hook that returned the push's
 value would replace the module's input.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,6 +27,7 @@ from torch import nn
 class Selection:
     """Which modules get a range: depth 0 is the root, 1 its children ...; include/exclude are
     regular expressions searched in the qualified path and the class name; types are class names."""
+
     depth: int | None = None
     include: str | None = None
     exclude: str | None = None
@@ -72,8 +74,13 @@ def default_ranges() -> tuple[Callable[[str], object], Callable[[object], None]]
 class ModuleRanges:
     """Names modules on first sight and opens/closes their ranges from forward hooks."""
 
-    def __init__(self, select: Selection, ranges=None, active: Callable[[], bool] | None = None,
-                 first: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        select: Selection,
+        ranges=None,
+        active: Callable[[], bool] | None = None,
+        first: Callable[[], None] | None = None,
+    ):
         self.select = select
         self.push, self.pop = ranges or default_ranges()
         self.active = active or (lambda: True)
@@ -117,13 +124,18 @@ class ModuleRanges:
     def install_global(self) -> "ModuleRanges":
         from torch.nn.modules import module as M
 
-        self.handles = [M.register_module_forward_pre_hook(self.pre),
-                        M.register_module_forward_hook(self.post, always_call=True)]
+        self.handles = [
+            M.register_module_forward_pre_hook(self.pre),
+            M.register_module_forward_hook(self.post, always_call=True),
+        ]
         return self
 
     def install_on(self, modules: Iterable[nn.Module]) -> "ModuleRanges":
         for m in modules:
-            self.handles += [m.register_forward_pre_hook(self.pre), m.register_forward_hook(self.post, always_call=True)]
+            self.handles += [
+                m.register_forward_pre_hook(self.pre),
+                m.register_forward_hook(self.post, always_call=True),
+            ]
         return self
 
     def remove(self) -> None:
@@ -132,9 +144,16 @@ class ModuleRanges:
         self.handles = []
 
 
-def annotate(model: nn.Module, *, depth: int | None = None, include: str | None = None,
-             exclude: str | None = None, types: Iterable[str] = (), name: str | None = None,
-             ranges=None) -> ModuleRanges:
+def annotate(
+    model: nn.Module,
+    *,
+    depth: int | None = None,
+    include: str | None = None,
+    exclude: str | None = None,
+    types: Iterable[str] = (),
+    name: str | None = None,
+    ranges=None,
+) -> ModuleRanges:
     """Give every submodule of `model` a range named by its qualified path while it runs forward.
 
     `depth` limits how deep (0: the model only, 1: its children, ...); `include`/`exclude` are

@@ -5,6 +5,7 @@ Only the tables kview reads are written: StringIds, CUPTI_ACTIVITY_KIND_{KERNEL,
 MEMCPY,MEMSET}, NVTX_EVENTS, ThreadNames, PROCESSES, TARGET_INFO_GPU, ENUM_CUDA_MEMCPY_OPER
 and META_DATA_EXPORT (EXPORT_SCHEMA_VERSION marks the file as kview-made).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,14 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.io.nsys_reader import (KERNEL_COLUMNS, MEMCPY_COLUMNS, MEMCPY_KIND_LABELS, MEMSET_COLUMNS,
-                               NVTX_COLUMNS, RUNTIME_COLUMNS)
+from kview.io.nsys_reader import (
+    KERNEL_COLUMNS,
+    MEMCPY_COLUMNS,
+    MEMCPY_KIND_LABELS,
+    MEMSET_COLUMNS,
+    NVTX_COLUMNS,
+    RUNTIME_COLUMNS,
+)
 
 SCHEMA = """
 CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
@@ -57,13 +64,23 @@ def _insert(con: sqlite3.Connection, table: str, frame: pl.DataFrame, spec: dict
         pairs = [(raw, name) for raw, (name, _) in spec.items() if name in frame.columns and raw != "rowid"]
         frame = frame.select([pl.col(name).alias(raw) for raw, name in pairs])
     cols = frame.columns
-    sql = f'INSERT INTO {table} ({", ".join(cols)}) VALUES ({", ".join("?" * len(cols))})'
+    sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
     con.executemany(sql, frame.iter_rows())
 
 
-def write(path: str | os.PathLike, *, strings: pl.DataFrame, kernels: pl.DataFrame, runtime: pl.DataFrame,
-          memcpy: pl.DataFrame, memset: pl.DataFrame, nvtx_events: pl.DataFrame, processes: pl.DataFrame,
-          devices: pl.DataFrame, metadata: dict[str, str]) -> Path:
+def write(
+    path: str | os.PathLike,
+    *,
+    strings: pl.DataFrame,
+    kernels: pl.DataFrame,
+    runtime: pl.DataFrame,
+    memcpy: pl.DataFrame,
+    memset: pl.DataFrame,
+    nvtx_events: pl.DataFrame,
+    processes: pl.DataFrame,
+    devices: pl.DataFrame,
+    metadata: dict[str, str],
+) -> Path:
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     tmp.unlink(missing_ok=True)
@@ -73,20 +90,38 @@ def write(path: str | os.PathLike, *, strings: pl.DataFrame, kernels: pl.DataFra
         _insert(con, "StringIds", strings.select("id", "value"))
         _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", kernels, KERNEL_COLUMNS)
         rt = runtime.with_columns(pl.lit(0).alias("returnValue"))
-        _insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", rt.select(
-            [pl.col(n).alias(raw) for raw, (n, _) in RUNTIME_COLUMNS.items()] + ["returnValue"]))
+        _insert(
+            con,
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            rt.select([pl.col(n).alias(raw) for raw, (n, _) in RUNTIME_COLUMNS.items()] + ["returnValue"]),
+        )
         _insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", memcpy, MEMCPY_COLUMNS)
         _insert(con, "CUPTI_ACTIVITY_KIND_MEMSET", memset, MEMSET_COLUMNS)
         _insert(con, "NVTX_EVENTS", nvtx_events.with_columns(pl.col("text").cast(pl.String)), NVTX_COLUMNS)
         _insert(con, "PROCESSES", processes.select(pl.col("global_pid").alias("globalPid"), "pid", "name"))
         if devices.height:
-            _insert(con, "TARGET_INFO_GPU", devices.select(
-                pl.lit(1 << 48).alias("vmId"), *[c for c in devices.columns]))
-        _insert(con, "ENUM_CUDA_MEMCPY_OPER", pl.DataFrame(
-            {"id": list(MEMCPY_KIND_LABELS), "name": [f"CUDA_MEMCPY_OPER_{k}" for k in MEMCPY_KIND_LABELS],
-             "label": list(MEMCPY_KIND_LABELS.values())}))
-        _insert(con, "META_DATA_EXPORT", pl.DataFrame({"name": list(metadata), "value": list(metadata.values())},
-                                                       schema={"name": pl.String, "value": pl.String}))
+            _insert(
+                con, "TARGET_INFO_GPU", devices.select(pl.lit(1 << 48).alias("vmId"), *[c for c in devices.columns])
+            )
+        _insert(
+            con,
+            "ENUM_CUDA_MEMCPY_OPER",
+            pl.DataFrame(
+                {
+                    "id": list(MEMCPY_KIND_LABELS),
+                    "name": [f"CUDA_MEMCPY_OPER_{k}" for k in MEMCPY_KIND_LABELS],
+                    "label": list(MEMCPY_KIND_LABELS.values()),
+                }
+            ),
+        )
+        _insert(
+            con,
+            "META_DATA_EXPORT",
+            pl.DataFrame(
+                {"name": list(metadata), "value": list(metadata.values())},
+                schema={"name": pl.String, "value": pl.String},
+            ),
+        )
         con.commit()
     finally:
         con.close()

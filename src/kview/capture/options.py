@@ -1,5 +1,6 @@
 """Names of the built-in workloads, passes and dtypes, importable without torch (so `kview
 capture --help` and `kview bench --help` work on a machine that has no torch)."""
+
 from __future__ import annotations
 
 MODELS = ("bert", "dlrm", "lm", "ncf")

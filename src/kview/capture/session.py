@@ -20,6 +20,7 @@ torch.profiler by starting and stopping it. The program always runs to its end.
 
 Imports only the standard library and torch (kview's core is not needed in the profiled process).
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,17 +61,17 @@ class Session:
         self.pid = os.getpid()
         self.rank = os.environ.get("RANK")
         self.source: str | None = None
-        self.done = 0                      # steps completed (of the winning source)
+        self.done = 0  # steps completed (of the winning source)
         self.open: tuple[int, object] | None = None
-        self.armed = False                 # the next step opens at the next activity
-        self.pending = False               # the open step has ended; it closes at the next activity
+        self.armed = False  # the next step opens at the next activity
+        self.pending = False  # the open step has ended; it closes at the next activity
         self.profiling = False
         self.window_over = False
-        self.profiled: list[int] = []     # completed steps that were profiled
-        self.tail: int | None = None      # the step open when the run ended unfinished (dropped)
+        self.profiled: list[int] = []  # completed steps that were profiled
+        self.tail: int | None = None  # the step open when the run ended unfinished (dropped)
         self.prof = None
         self.dist_at_start = False
-        self.local = threading.local()     # per thread: optimizer call depth, program range depth
+        self.local = threading.local()  # per thread: optimizer call depth, program range depth
         self.module_ranges = None
         self._module_hook = None
         if self.backend == "nsys":
@@ -340,9 +341,17 @@ class Session:
             except Exception:
                 pass
         used = torch.cuda.is_initialized()
-        status = {"pid": self.pid, "rank": self.rank, "steps": self.done, "source": self.source or "none",
-                  "profiled": self.profiled, "tail": self.tail, "cuda": used,
-                  "device": torch.cuda.get_device_name() if used else "cpu", "torch": torch.__version__}
+        status = {
+            "pid": self.pid,
+            "rank": self.rank,
+            "steps": self.done,
+            "source": self.source or "none",
+            "profiled": self.profiled,
+            "tail": self.tail,
+            "cuda": used,
+            "device": torch.cuda.get_device_name() if used else "cpu",
+            "torch": torch.__version__,
+        }
         (self.dir / f"status.{self.tag}.json").write_text(json.dumps(status))
 
 

@@ -5,6 +5,7 @@ only the profiled steps are recorded (torch.cuda.profiler.start/stop bracket the
 ``--kineto-json PATH`` the profiled steps run under torch.profiler and the Chrome trace is saved.
 Imports only torch and kview.models, so it runs on a GPU box without kview's core dependencies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -117,9 +118,16 @@ def main(argv=None) -> int:
             sync()
         if device == "cuda":
             torch.cuda.profiler.stop()
-    info = {"model": args.model, "size": args.size, "ctx": args.ctx, "mode": args.mode,
-            "dtype": args.dtype, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+    info = {
+        "model": args.model,
+        "size": args.size,
+        "ctx": args.ctx,
+        "mode": args.mode,
+        "dtype": args.dtype,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+    }
     print("KVIEW_CAPTURE " + json.dumps(info), file=sys.stderr)
     return 0
 

@@ -12,6 +12,7 @@ gets a new entry. Every file of an entry carries that fingerprint in its Parquet
 checked against it when read, so a file copied in from another trace's entry is never served.
 Files are written to a temporary and renamed into place; temporaries of killed runs are removed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +53,11 @@ def content_fingerprint(path: Path, size: int) -> str:
         if head.startswith(SQLITE_MAGIC) and len(head) == 100:
             page = int.from_bytes(head[16:18], "big")
             page = 65536 if page == 1 else max(page, 512)
-            offsets = [0, *(size * i // (SAMPLES + 1) // page * page for i in range(1, SAMPLES + 1)),
-                       max(size - page, 0)]
+            offsets = [
+                0,
+                *(size * i // (SAMPLES + 1) // page * page for i in range(1, SAMPLES + 1)),
+                max(size - page, 0),
+            ]
             reads = [(o, page) for o in offsets]  # the header's change counter is in page 1
         else:
             reads = [(0, JSON_EDGE), (max(size - JSON_EDGE, 0), JSON_EDGE)]
@@ -87,8 +91,10 @@ _broken: set[Path] = set()  # cache folders that cannot be used: not tried again
 def _unusable(e: BaseException) -> None:
     _broken.add(cache_root())
     why = getattr(e, "strerror", None) or str(e).splitlines()[0][:120] or type(e).__name__
-    warn_once(f"the cache under {cache_root()} cannot be used ({why}); kview builds what it needs from the trace "
-              f"in memory on every run")
+    warn_once(
+        f"the cache under {cache_root()} cannot be used ({why}); kview builds what it needs from the trace "
+        f"in memory on every run"
+    )
 
 
 def _entry(trace_path: Path) -> tuple[Path, str, str] | None:
@@ -117,8 +123,10 @@ def load(trace_path: Path, key: str) -> pl.DataFrame | None:
     try:
         meta = pl.read_parquet_metadata(f)
         if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
-            warn_once("a cache entry that belongs to another trace or frame was ignored; the frames are "
-                      "rebuilt from the trace")
+            warn_once(
+                "a cache entry that belongs to another trace or frame was ignored; the frames are "
+                "rebuilt from the trace"
+            )
             _drop(f)
             return None
         return pl.read_parquet(f)
@@ -182,8 +190,9 @@ def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
             _new_entry(d, resolved)
         _sweep_temporaries(d)
         with atomic_write.replacing(d / f"{key}.parquet") as tmp:
-            frame.write_parquet(tmp, compression="lz4", statistics=False,
-                                metadata={META_FINGERPRINT: digest, META_KEY: key})
+            frame.write_parquet(
+                tmp, compression="lz4", statistics=False, metadata={META_FINGERPRINT: digest, META_KEY: key}
+            )
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # OSError, polars' ComputeError on a full disk, a folder in the way

@@ -12,6 +12,7 @@ CPU-only runs. Timestamps are microseconds with up to three decimals; `ts` and `
 converted from their decimal text to integer nanoseconds exactly (a float of epoch
 microseconds is off by up to a few hundred ns), and end = start + duration.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -28,8 +29,18 @@ from kview.io import memory_budget
 
 VM = 1 << 48  # nsys packs globalTid as VM id << 48 | pid << 24 | tid; kview captures use VM 1
 
-MEMCPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, "DtoA": 7, "DtoD": 8,
-                "HtoH": 9, "PtoP": 10}
+MEMCPY_KINDS = {
+    "HtoD": 1,
+    "DtoH": 2,
+    "HtoA": 3,
+    "AtoH": 4,
+    "AtoA": 5,
+    "AtoD": 6,
+    "DtoA": 7,
+    "DtoD": 8,
+    "HtoH": 9,
+    "PtoP": 10,
+}
 
 
 def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
@@ -38,8 +49,15 @@ def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
 
 MAX_DEFLATE_RATIO = 1032  # deflate never inflates more than this: smaller files need no counting
 _WS = re.compile(r"[\s,]*")
-HEADER_KEYS = ("schemaVersion", "deviceProperties", "record_shapes", "cuda_runtime_version", "cuda_driver_version",
-               "distributedInfo", "baseTimeNanoseconds")
+HEADER_KEYS = (
+    "schemaVersion",
+    "deviceProperties",
+    "record_shapes",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "distributedInfo",
+    "baseTimeNanoseconds",
+)
 # Floats stay as their decimal text, so timestamps convert to nanoseconds exactly.
 _DECODER = json.JSONDecoder(parse_float=str)
 
@@ -94,8 +112,11 @@ def _text(path: Path) -> str:
 # JSON files that are not torch.profiler traces but are often mistaken for one: what they are.
 OTHER_JSON = (
     (re.compile(r'"rocprofiler-sdk-tool"\s*:'), "is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet"),
-    (re.compile(r'"nodes"\s*:\s*\['), "is a PyTorch execution trace (ExecutionTraceObserver): it holds no timings; "
-                                        "open the torch.profiler trace of the same run"),
+    (
+        re.compile(r'"nodes"\s*:\s*\['),
+        "is a PyTorch execution trace (ExecutionTraceObserver): it holds no timings; "
+        "open the torch.profiler trace of the same run",
+    ),
     (re.compile(r'"displayTimeUnit"|"systemTraceEvents"'), None),  # Chrome traces: judged by traceEvents below
 )
 
@@ -112,12 +133,12 @@ def events_start(path: Path, text: str) -> tuple[int, bool]:
         raise TraceError(path, "is not a torch.profiler trace (neither a JSON object nor a list of events)")
     m = re.compile(r'"traceEvents"\s*:\s*').search(text)
     if not m:
-        head = text[:1 << 16]
+        head = text[: 1 << 16]
         for rx, what in OTHER_JSON:
             if what and rx.search(head):
                 raise TraceError(path, what)
         raise TraceError(path, "is JSON but not a torch.profiler trace (no traceEvents list)")
-    if text[m.end():m.end() + 1] != "[":
+    if text[m.end() : m.end() + 1] != "[":
         raise TraceError(path, "is not valid trace JSON (traceEvents is not a list)")
     if text.rstrip()[-1:] != "}":
         raise TraceError(path, "is truncated trace JSON (it does not end with a closing brace)")
@@ -169,13 +190,16 @@ def ns_from_us_text(c: pl.Expr) -> pl.Expr:
     body = c.str.strip_chars().str.strip_prefix("-")
     whole = body.str.extract(r"^(\d+)", 1).cast(pl.Int64).fill_null(0)
     frac = body.str.extract(r"^\d*\.(\d+)$", 1).fill_null("")
-    ns = (whole * 1000 + (frac + "000").str.slice(0, 3).cast(pl.Int64)
-          + (frac.str.slice(3, 1) >= "5").cast(pl.Int64))
+    ns = whole * 1000 + (frac + "000").str.slice(0, 3).cast(pl.Int64) + (frac.str.slice(3, 1) >= "5").cast(pl.Int64)
     ns = pl.when(c.str.strip_chars().str.starts_with("-")).then(-ns).otherwise(ns)
     sci = c.str.contains("[eE]")
-    return (pl.when(c.is_null()).then(None)
-            .when(sci).then((c.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64))
-            .otherwise(ns))
+    return (
+        pl.when(c.is_null())
+        .then(None)
+        .when(sci)
+        .then((c.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64))
+        .otherwise(ns)
+    )
 
 
 def _int(v) -> int | None:
@@ -216,9 +240,20 @@ def op_text(e: dict) -> str:
 # `Memcpy`, `Memset` and `Operator` (record_function ranges included); later versions
 # `kernel`, `cuda_runtime`, `cuda_driver`, `gpu_memcpy`, `gpu_memset`, `cpu_op`, `user_annotation`.
 KERNEL, RUNTIME, DRIVER, MEMCPY, MEMSET, CPU_OP, USER = "kernel", "runtime", "driver", "memcpy", "memset", "op", "user"
-CATEGORIES = {"kernel": KERNEL, "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": DRIVER, "driver": DRIVER,
-              "gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET, "memset": MEMSET,
-              "cpu_op": CPU_OP, "operator": CPU_OP, "user_annotation": USER}
+CATEGORIES = {
+    "kernel": KERNEL,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "cuda_driver": DRIVER,
+    "driver": DRIVER,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cpu_op": CPU_OP,
+    "operator": CPU_OP,
+    "user_annotation": USER,
+}
 # Complete events kview does not read, counted so a view can say what else the trace holds.
 NOT_READ_SILENTLY = {"trace", "python_function", "gpu_user_annotation", "overhead", "cpu_instant_event"}
 
@@ -226,8 +261,11 @@ NOT_READ_SILENTLY = {"trace", "python_function", "gpu_user_annotation", "overhea
 def _is_legacy_user_range(name: str, a: dict) -> bool:
     """PyTorch <= 1.9 filed record_function ranges (ProfilerStep#5, user labels) as `Operator`:
     they are the ones without a namespace, autograd sequence number or input tensors."""
-    return ("::" not in name and a.get("Sequence number") is None
-            and not any(a.get("Input Dims", a.get("Input dims")) or []))
+    return (
+        "::" not in name
+        and a.get("Sequence number") is None
+        and not any(a.get("Input Dims", a.get("Input dims")) or [])
+    )
 
 
 class KinetoFrames:
@@ -259,20 +297,57 @@ class KinetoFrames:
             name = str(e.get("name", ""))
             if cat == KERNEL:
                 grid, block = a.get("grid") or [None] * 3, a.get("block") or [None] * 3
-                kern.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("context")),
-                             _int(a.get("stream", e.get("tid"))), _int(a.get("correlation")), name,
-                             *[_int(g) for g in grid[:3]], *[_int(b) for b in block[:3]],
-                             _int(a.get("registers per thread")), _int(a.get("shared memory"))))
+                kern.append(
+                    (
+                        ts,
+                        dur,
+                        _int(a.get("device", e.get("pid"))),
+                        _int(a.get("context")),
+                        _int(a.get("stream", e.get("tid"))),
+                        _int(a.get("correlation")),
+                        name,
+                        *[_int(g) for g in grid[:3]],
+                        *[_int(b) for b in block[:3]],
+                        _int(a.get("registers per thread")),
+                        _int(a.get("shared memory")),
+                    )
+                )
             elif cat in (RUNTIME, DRIVER):
-                rt.append((ts, dur, 1 if cat == DRIVER else 0, _int(e.get("pid")), _int(e.get("tid")),
-                           _int(a.get("correlation")), name))
+                rt.append(
+                    (
+                        ts,
+                        dur,
+                        1 if cat == DRIVER else 0,
+                        _int(e.get("pid")),
+                        _int(e.get("tid")),
+                        _int(a.get("correlation")),
+                        name,
+                    )
+                )
             elif cat == MEMCPY:
                 kind = next((v for k, v in MEMCPY_KINDS.items() if f" {k} " in f" {name} "), 0)
-                cpy.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("stream", e.get("tid"))),
-                            _int(a.get("correlation")), _int(a.get("bytes")), kind))
+                cpy.append(
+                    (
+                        ts,
+                        dur,
+                        _int(a.get("device", e.get("pid"))),
+                        _int(a.get("stream", e.get("tid"))),
+                        _int(a.get("correlation")),
+                        _int(a.get("bytes")),
+                        kind,
+                    )
+                )
             elif cat == MEMSET:
-                mset.append((ts, dur, _int(a.get("device", e.get("pid"))), _int(a.get("stream", e.get("tid"))),
-                             _int(a.get("correlation")), _int(a.get("bytes"))))
+                mset.append(
+                    (
+                        ts,
+                        dur,
+                        _int(a.get("device", e.get("pid"))),
+                        _int(a.get("stream", e.get("tid"))),
+                        _int(a.get("correlation")),
+                        _int(a.get("bytes")),
+                    )
+                )
             elif cat in (USER, CPU_OP) and _int(e.get("tid")) is not None:
                 user = cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(name, a))
                 ranges.append((ts, dur, _int(e.get("pid")), _int(e.get("tid")), name if user else op_text(e)))
@@ -280,69 +355,137 @@ class KinetoFrames:
                 unread[raw_cat] = unread.get(raw_cat, 0) + 1
         self.unread = unread
         i64 = pl.Int64
-        self.runtime_raw = _timed(rt, {"event_class": i64, "pid": i64, "tid": i64, "correlation": i64,
-                                       "name": pl.String})
-        names = pl.concat([pl.DataFrame({"value": [k[6] for k in kern]}, schema={"value": pl.String}),
-                           self.runtime_raw.select(pl.col("name").alias("value"))]).unique(maintain_order=True)
+        self.runtime_raw = _timed(
+            rt, {"event_class": i64, "pid": i64, "tid": i64, "correlation": i64, "name": pl.String}
+        )
+        names = pl.concat(
+            [
+                pl.DataFrame({"value": [k[6] for k in kern]}, schema={"value": pl.String}),
+                self.runtime_raw.select(pl.col("name").alias("value")),
+            ]
+        ).unique(maintain_order=True)
         self.strings = names.with_row_index("id", offset=1).with_columns(pl.col("id").cast(pl.Int64))
         sid = self.strings.rename({"value": "name", "id": "name_id"})
         # The launching process of each correlation id: GPU events carry the device as pid.
         launch_pid = self.runtime_raw.group_by("correlation").agg(pl.col("pid").first())
+
         def with_pid(df):
-            return (df.join(launch_pid, on="correlation", how="left")
-                    .with_columns(global_tid(pl.col("pid"), pl.lit(0)).alias("global_pid")).drop("pid"))
-        k = _timed(kern, {"device": i64, "context": i64, "stream": i64, "correlation": i64,
-                          "name": pl.String, "grid_x": i64, "grid_y": i64, "grid_z": i64, "block_x": i64, "block_y": i64,
-                          "block_z": i64, "registers": i64, "smem": i64})
-        k = with_pid(k).join(sid, on="name", how="left").with_columns(
-            pl.col("name_id").alias("short_name_id"), pl.col("smem").alias("static_smem"),
-            pl.lit(0, dtype=i64).alias("dynamic_smem"), pl.lit(None, dtype=i64).alias("graph_node"))
+            return (
+                df.join(launch_pid, on="correlation", how="left")
+                .with_columns(global_tid(pl.col("pid"), pl.lit(0)).alias("global_pid"))
+                .drop("pid")
+            )
+
+        k = _timed(
+            kern,
+            {
+                "device": i64,
+                "context": i64,
+                "stream": i64,
+                "correlation": i64,
+                "name": pl.String,
+                "grid_x": i64,
+                "grid_y": i64,
+                "grid_z": i64,
+                "block_x": i64,
+                "block_y": i64,
+                "block_z": i64,
+                "registers": i64,
+                "smem": i64,
+            },
+        )
+        k = (
+            with_pid(k)
+            .join(sid, on="name", how="left")
+            .with_columns(
+                pl.col("name_id").alias("short_name_id"),
+                pl.col("smem").alias("static_smem"),
+                pl.lit(0, dtype=i64).alias("dynamic_smem"),
+                pl.lit(None, dtype=i64).alias("graph_node"),
+            )
+        )
         self.kernels = k.drop("name", "smem")
         self.runtime = self.runtime_raw.join(sid, on="name", how="left").select(
-            "start", "end", global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"), "correlation",
-            "name_id", "event_class")
-        self.memcpy = with_pid(_timed(cpy, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64,
-                                            "copy_kind": i64})).with_columns(pl.lit(None, dtype=i64).alias("src_kind"),
-                                             pl.lit(None, dtype=i64).alias("dst_kind"))
-        self.memset = with_pid(_timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
-                               ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
+            "start",
+            "end",
+            global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
+            "correlation",
+            "name_id",
+            "event_class",
+        )
+        self.memcpy = with_pid(
+            _timed(cpy, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64, "copy_kind": i64})
+        ).with_columns(pl.lit(None, dtype=i64).alias("src_kind"), pl.lit(None, dtype=i64).alias("dst_kind"))
+        self.memset = with_pid(
+            _timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
+        ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
         r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String})
         # Chrome traces list events in no particular order: order ranges by thread and start,
         # outer before inner, as a push/pop stack would have emitted them.
         r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
         self.nvtx_events = r.with_row_index("id", offset=1).select(
-            pl.col("id").cast(i64), "start", "end", pl.lit(59, dtype=i64).alias("event_type"),
-            pl.col("text").cast(pl.Categorical), pl.lit(None, dtype=i64).alias("text_id"),
+            pl.col("id").cast(i64),
+            "start",
+            "end",
+            pl.lit(59, dtype=i64).alias("event_type"),
+            pl.col("text").cast(pl.Categorical),
+            pl.lit(None, dtype=i64).alias("text_id"),
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
-            pl.lit(None, dtype=i64).alias("end_global_tid"), pl.lit(0, dtype=i64).alias("domain_id"))
+            pl.lit(None, dtype=i64).alias("end_global_tid"),
+            pl.lit(0, dtype=i64).alias("domain_id"),
+        )
         # Processes that ran host code: GPU devices get a process_name row too (device 0 is pid 0)
         host = set(self.runtime_raw["pid"].drop_nulls().to_list()) | set(r["pid"].drop_nulls().to_list())
         procs = {p: n for p, n in procs.items() if p in host}
         self.processes = pl.DataFrame(
-            {"global_pid": [VM + (p % 0x1000000) * 0x1000000 for p in procs], "pid": list(procs),
-             "name": list(procs.values())}, schema={"global_pid": i64, "pid": i64, "name": pl.String})
+            {
+                "global_pid": [VM + (p % 0x1000000) * 0x1000000 for p in procs],
+                "pid": list(procs),
+                "name": list(procs.values()),
+            },
+            schema={"global_pid": i64, "pid": i64, "name": pl.String},
+        )
         props = doc.get("deviceProperties") or []
         self.devices = pl.DataFrame(
-            [{"id": d.get("id"), "name": d.get("name"), "totalMemory": d.get("totalGlobalMem"),
-              "smCount": d.get("numSms"), "computeMajor": d.get("computeMajor"),
-              "computeMinor": d.get("computeMinor")} for d in props if isinstance(d, dict)],
-            schema={"id": i64, "name": pl.String, "totalMemory": i64, "smCount": i64, "computeMajor": i64,
-                    "computeMinor": i64}, strict=False)
-        self.metadata = {"EXPORT_PRODUCT_NAME": "torch.profiler (Kineto)",
-                         "KINETO_SCHEMA_VERSION": str(doc.get("schemaVersion", "")),
-                         "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
-                         "RECORD_SHAPES": str(doc.get("record_shapes", ""))}
+            [
+                {
+                    "id": d.get("id"),
+                    "name": d.get("name"),
+                    "totalMemory": d.get("totalGlobalMem"),
+                    "smCount": d.get("numSms"),
+                    "computeMajor": d.get("computeMajor"),
+                    "computeMinor": d.get("computeMinor"),
+                }
+                for d in props
+                if isinstance(d, dict)
+            ],
+            schema={
+                "id": i64,
+                "name": pl.String,
+                "totalMemory": i64,
+                "smCount": i64,
+                "computeMajor": i64,
+                "computeMinor": i64,
+            },
+            strict=False,
+        )
+        self.metadata = {
+            "EXPORT_PRODUCT_NAME": "torch.profiler (Kineto)",
+            "KINETO_SCHEMA_VERSION": str(doc.get("schemaVersion", "")),
+            "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
+            "RECORD_SHAPES": str(doc.get("record_shapes", "")),
+        }
         if unread:  # e.g. MTIA device events: the trace holds them, kview does not read them
             self.metadata["KINETO_EVENTS_NOT_READ"] = ", ".join(
-                f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+                f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1])
+            )
 
 
 def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
     """Rows (ts, dur, *columns) -> a frame with integer-ns start/end and the other columns."""
     raw = pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)
     start = ns_from_us_text(pl.col("ts"))
-    return raw.select(start.alias("start"), (start + ns_from_us_text(pl.col("dur")).fill_null(0)).alias("end"),
-                      *schema)
+    return raw.select(start.alias("start"), (start + ns_from_us_text(pl.col("dur")).fill_null(0)).alias("end"), *schema)
 
 
 def read(path: str | Path) -> KinetoFrames:

@@ -8,6 +8,7 @@ text while its events are decoded into columns; the peak measured on tiled trace
 keeping anything (constant memory, about 4 s per GiB for a bomb) and refused as soon as it
 passes the bound, so a 4 MB gzip bomb never takes many GB.
 """
+
 from __future__ import annotations
 
 import os
@@ -79,7 +80,14 @@ def human(n: int) -> str:
 def too_large(limit: int, why: str) -> str:
     """The problem text of a TraceError for JSON over `limit`."""
     total = limit * PEAK_PER_TEXT_BYTE
-    source = f"--max-memory {human(total)}" if why == "--max-memory" else \
-        f"{ENV}={human(total)}" if why == ENV else f"the {human(total)} of memory available"
-    return (f"inflates to more than {human(limit)} of JSON, more than kview can decode within {source}; "
-            f"give --max-memory SIZE (or set {ENV}) to allow more")
+    source = (
+        f"--max-memory {human(total)}"
+        if why == "--max-memory"
+        else f"{ENV}={human(total)}"
+        if why == ENV
+        else f"the {human(total)} of memory available"
+    )
+    return (
+        f"inflates to more than {human(limit)} of JSON, more than kview can decode within {source}; "
+        f"give --max-memory SIZE (or set {ENV}) to allow more"
+    )

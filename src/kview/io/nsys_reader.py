@@ -5,6 +5,7 @@ version did not create (tables are created lazily), and returns frames with stab
 names and int64 nanosecond timestamps. Strings stay as StringIds ids until a report needs the
 text, so grouping a million kernels never hashes a million strings.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -26,22 +27,41 @@ NVTX_DOMAIN_CREATE = 75
 
 # ENUM_CUDA_MEMCPY_OPER labels, for exports that predate the ENUM tables (2022.1).
 MEMCPY_KIND_LABELS = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
-    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
-    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device",
-    12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+    11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
 }
 
-NSYS_MARKER_TABLES = ("StringIds", KERNEL, RUNTIME, NVTX, "EXPORT_META_DATA", "META_DATA_EXPORT",
-                      "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS")
+NSYS_MARKER_TABLES = (
+    "StringIds",
+    KERNEL,
+    RUNTIME,
+    NVTX,
+    "EXPORT_META_DATA",
+    "META_DATA_EXPORT",
+    "TARGET_INFO_SESSION_START_TIME",
+    "ANALYSIS_DETAILS",
+)
 
 PID_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid (VM id and PID kept)
 
 
 def check_nsys(src: SqliteSource) -> None:
     if not any(src.has(t) for t in NSYS_MARKER_TABLES):
-        raise TraceError(src.path, "is a SQLite database but not an Nsight Systems export "
-                                   "(no StringIds, CUPTI or NVTX tables)")
+        raise TraceError(
+            src.path, "is a SQLite database but not an Nsight Systems export (no StringIds, CUPTI or NVTX tables)"
+        )
 
 
 def metadata(src: SqliteSource) -> dict[str, str]:
@@ -62,40 +82,73 @@ def strings(src: SqliteSource) -> pl.DataFrame:
 
 
 KERNEL_COLUMNS = {
-    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
-    "contextId": ("context", pl.Int64), "streamId": ("stream", pl.Int64),
-    "correlationId": ("correlation", pl.Int64), "globalPid": ("global_pid", pl.Int64),
-    "demangledName": ("name_id", pl.Int64), "shortName": ("short_name_id", pl.Int64),
-    "gridX": ("grid_x", pl.Int64), "gridY": ("grid_y", pl.Int64), "gridZ": ("grid_z", pl.Int64),
-    "blockX": ("block_x", pl.Int64), "blockY": ("block_y", pl.Int64), "blockZ": ("block_z", pl.Int64),
-    "registersPerThread": ("registers", pl.Int64), "staticSharedMemory": ("static_smem", pl.Int64),
-    "dynamicSharedMemory": ("dynamic_smem", pl.Int64), "graphNodeId": ("graph_node", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "contextId": ("context", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "demangledName": ("name_id", pl.Int64),
+    "shortName": ("short_name_id", pl.Int64),
+    "gridX": ("grid_x", pl.Int64),
+    "gridY": ("grid_y", pl.Int64),
+    "gridZ": ("grid_z", pl.Int64),
+    "blockX": ("block_x", pl.Int64),
+    "blockY": ("block_y", pl.Int64),
+    "blockZ": ("block_z", pl.Int64),
+    "registersPerThread": ("registers", pl.Int64),
+    "staticSharedMemory": ("static_smem", pl.Int64),
+    "dynamicSharedMemory": ("dynamic_smem", pl.Int64),
+    "graphNodeId": ("graph_node", pl.Int64),
 }
 RUNTIME_COLUMNS = {
-    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "globalTid": ("global_tid", pl.Int64),
-    "correlationId": ("correlation", pl.Int64), "nameId": ("name_id", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "nameId": ("name_id", pl.Int64),
     "eventClass": ("event_class", pl.Int64),
 }
 MEMCPY_COLUMNS = {
-    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
-    "streamId": ("stream", pl.Int64), "correlationId": ("correlation", pl.Int64),
-    "globalPid": ("global_pid", pl.Int64), "bytes": ("bytes", pl.Int64),
-    "copyKind": ("copy_kind", pl.Int64), "srcKind": ("src_kind", pl.Int64), "dstKind": ("dst_kind", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "bytes": ("bytes", pl.Int64),
+    "copyKind": ("copy_kind", pl.Int64),
+    "srcKind": ("src_kind", pl.Int64),
+    "dstKind": ("dst_kind", pl.Int64),
 }
 MEMSET_COLUMNS = {
-    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "deviceId": ("device", pl.Int64),
-    "streamId": ("stream", pl.Int64), "correlationId": ("correlation", pl.Int64),
-    "globalPid": ("global_pid", pl.Int64), "bytes": ("bytes", pl.Int64), "memKind": ("mem_kind", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "bytes": ("bytes", pl.Int64),
+    "memKind": ("mem_kind", pl.Int64),
 }
 NVTX_COLUMNS = {
-    "rowid": ("id", pl.Int64), "start": ("start", pl.Int64), "end": ("end", pl.Int64),
-    "eventType": ("event_type", pl.Int64), "text": ("text", pl.String), "textId": ("text_id", pl.Int64),
-    "globalTid": ("global_tid", pl.Int64), "endGlobalTid": ("end_global_tid", pl.Int64),
+    "rowid": ("id", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "eventType": ("event_type", pl.Int64),
+    "text": ("text", pl.String),
+    "textId": ("text_id", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "endGlobalTid": ("end_global_tid", pl.Int64),
     "domainId": ("domain_id", pl.Int64),
 }
 OSRT_COLUMNS = {
-    "start": ("start", pl.Int64), "end": ("end", pl.Int64), "globalTid": ("global_tid", pl.Int64),
-    "nameId": ("name_id", pl.Int64), "eventClass": ("event_class", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "nameId": ("name_id", pl.Int64),
+    "eventClass": ("event_class", pl.Int64),
 }
 
 
@@ -138,8 +191,11 @@ def _cast(src: SqliteSource, table: str, col: pl.Series, dtype) -> pl.Series:
     try:
         return col.cast(dtype)
     except (pl.exceptions.PolarsError, ValueError, TypeError) as e:
-        raise TraceError(src.path, f"has values of the wrong type in {table}.{col.name} "
-                                   f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
+        raise TraceError(
+            src.path,
+            f"has values of the wrong type in {table}.{col.name} "
+            f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})",
+        ) from None
 
 
 def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
@@ -158,20 +214,32 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
     hi = src.scalar(f"SELECT max(rowid) FROM {NVTX}") or 0
     parts = []
     for lo in range(0, hi + 1, chunk_rows):
-        df = src.query("SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
-                       f" AND rowid >= {lo} AND rowid < {lo + chunk_rows}")
+        df = src.query(
+            "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
+            f" AND rowid >= {lo} AND rowid < {lo + chunk_rows}"
+        )
         if df.width == 0 or df.height == 0:
             continue
         exprs = []
         for raw, (name, t) in NVTX_COLUMNS.items():
             t = pl.Categorical if name == "text" else t
-            exprs.append((pl.col(raw).cast(pl.String).cast(t) if name == "text" and raw in df.columns else
-                          pl.col(raw).cast(t) if raw in df.columns else pl.lit(None, dtype=t)).alias(name))
+            exprs.append(
+                (
+                    pl.col(raw).cast(pl.String).cast(t)
+                    if name == "text" and raw in df.columns
+                    else pl.col(raw).cast(t)
+                    if raw in df.columns
+                    else pl.lit(None, dtype=t)
+                ).alias(name)
+            )
         try:
             parts.append(df.select(exprs))
         except (pl.exceptions.PolarsError, ValueError, TypeError) as e:
-            raise TraceError(src.path, f"has values of the wrong type in {NVTX} "
-                                       f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
+            raise TraceError(
+                src.path,
+                f"has values of the wrong type in {NVTX} "
+                f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})",
+            ) from None
         del df
     if not parts:
         return pl.DataFrame(schema=schema)
@@ -197,20 +265,33 @@ def threads(src) -> pl.DataFrame:
     if not src.has("ThreadNames"):
         return pl.DataFrame(schema={"global_tid": pl.Int64, "name_id": pl.Int64})
     return src.read("ThreadNames", ["globalTid", "nameId"]).select(
-        pl.col("globalTid").cast(pl.Int64).alias("global_tid"), pl.col("nameId").cast(pl.Int64).alias("name_id"))
+        pl.col("globalTid").cast(pl.Int64).alias("global_tid"), pl.col("nameId").cast(pl.Int64).alias("name_id")
+    )
 
 
 def processes(src) -> pl.DataFrame:
     if not src.has("PROCESSES"):
         return pl.DataFrame(schema={"global_pid": pl.Int64, "pid": pl.Int64, "name": pl.String})
     return src.read("PROCESSES", ["globalPid", "pid", "name"]).select(
-        pl.col("globalPid").cast(pl.Int64).alias("global_pid"), pl.col("pid").cast(pl.Int64),
-        pl.col("name").cast(pl.String))
+        pl.col("globalPid").cast(pl.Int64).alias("global_pid"),
+        pl.col("pid").cast(pl.Int64),
+        pl.col("name").cast(pl.String),
+    )
 
 
 def devices(src) -> pl.DataFrame:
     if not src.has("TARGET_INFO_GPU"):
         return pl.DataFrame(schema={"id": pl.Int64, "name": pl.String})
-    want = ["id", "name", "busLocation", "totalMemory", "smCount", "clockRate", "memoryBandwidth",
-            "computeMajor", "computeMinor", "chipName"]
+    want = [
+        "id",
+        "name",
+        "busLocation",
+        "totalMemory",
+        "smCount",
+        "clockRate",
+        "memoryBandwidth",
+        "computeMajor",
+        "computeMinor",
+        "chipName",
+    ]
     return src.read("TARGET_INFO_GPU", want)

@@ -9,6 +9,7 @@ stdlib's for schema look-ups, opens the same `file:` URI with `mode=ro&immutable
 path percent-encoded, so SQLite opens the file O_RDONLY, takes no locks and never creates,
 reads or deletes a `-journal`, `-wal` or `-shm` beside it.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,11 @@ def check_sqlite_file(path: Path) -> None:
         raise TraceError(path, "has a corrupt SQLite header")
     side = leftover_write(path)
     if side:
-        raise TraceError(path, f"has a leftover {side} beside it (an interrupted write): open a copy, "
-                               f"or run `sqlite3 {shlex.quote(path.name)} .recover`")
+        raise TraceError(
+            path,
+            f"has a leftover {side} beside it (an interrupted write): open a copy, "
+            f"or run `sqlite3 {shlex.quote(path.name)} .recover`",
+        )
 
 
 class SqliteSource:
@@ -168,8 +172,10 @@ class SqliteSource:
             # would read the bounds through a path that does not decode the file: URI).
             step = (hi - lo) // parts + 1
             cond = f" AND ({where})" if where else ""
-            sql = [f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}" WHERE rowid >= {a} AND rowid < {a + step}{cond}'
-                   for a in range(lo, hi + 1, step)]
+            sql = [
+                f'SELECT rowid AS "_kv_rid", {sel} FROM "{table}" WHERE rowid >= {a} AND rowid < {a + step}{cond}'
+                for a in range(lo, hi + 1, step)
+            ]
             df = self.query(sql)
             if not df["_kv_rid"].is_sorted():  # partitions usually arrive in order; sort only if not
                 df = df.sort("_kv_rid")

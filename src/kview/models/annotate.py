@@ -10,12 +10,14 @@ NVTX goes through ``torch.cuda.nvtx`` (plain ASCII ``text`` ranges in the defaul
 in the seed reports, shipped with every CUDA build of torch). The ``nvtx`` package is used
 instead when torch's NVTX binding is unavailable.
 """
+
 from __future__ import annotations
 
 import contextlib
 from typing import Callable, Iterator
 
 import torch
+
 
 def _profiler_is_kineto() -> bool:
     try:

@@ -4,6 +4,7 @@ Post-LN encoder layers (hidden 1024, 16 heads, intermediate 4096, tanh-GELU, dro
 number of layers a parameter (2, as in the kernel catalogue seed). NVTX ranges nest like the
 seed's layer names: Enc_0 > Attn > SelfAttn > Q_Proj, and so on.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,7 @@ from kview.models.annotate import annotate
 
 @dataclass(frozen=True)
 class BertConfig:
-    vocab_size: int = 30528          # 30522 padded to a multiple of 8, as run_pretraining.py does
+    vocab_size: int = 30528  # 30522 padded to a multiple of 8, as run_pretraining.py does
     hidden: int = 1024
     layers: int = 2
     heads: int = 16

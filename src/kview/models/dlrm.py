@@ -4,6 +4,7 @@ Bottom MLP 13-512-256-128 (ReLU after every layer), 26 embedding tables of 10000
 (dim 128), dot interaction by bmm keeping the strict lower triangle (351 values), padded to
 480, top MLP 1024-1024-512-256-1, BCE-with-logits loss.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ class DLRM(nn.Module):
         self.top = _mlp([n_inter + self.pad, *TOP], last_relu=False)
         with torch.no_grad():
             if self.pad:
-                self.top[0].weight[:, -self.pad:] = 0
+                self.top[0].weight[:, -self.pad :] = 0
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         with annotate("Bottom_MLP"):

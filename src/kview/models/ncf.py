@@ -4,6 +4,7 @@ MF branch: user and item embeddings of 64, elementwise product. MLP branch: embe
 128 each, concatenated, Linear 256-256-128-64 with ReLU and dropout. Final Linear(128 -> 1)
 over cat(mf, mlp); BCE-with-logits loss. 138493 users and 26744 items (ML-20m).
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,5 +74,8 @@ def build(batch: int = 1_048_576, device="cpu", users: int = USERS, items: int =
 def parameter_count(users: int = USERS, items: int = ITEMS) -> dict[str, int]:
     """Closed-form parameter counts of NeuMF: embeddings, MLP tower, final layer."""
     mlp = sum(a * b + b for a, b in zip(MLP_LAYERS[:-1], MLP_LAYERS[1:]))
-    return {"embeddings": (users + items) * (MF_DIM + MLP_LAYERS[0] // 2), "mlp": mlp,
-            "final": MF_DIM + MLP_LAYERS[-1] + 1}
+    return {
+        "embeddings": (users + items) * (MF_DIM + MLP_LAYERS[0] // 2),
+        "mlp": mlp,
+        "final": MF_DIM + MLP_LAYERS[-1] + 1,
+    }

@@ -4,6 +4,7 @@ Pre-norm blocks with RMSNorm, RoPE on Q and K, causal softmax attention written 
 SwiGLU feed-forward, untied LM head. Bias-free linears with truncated-normal init. Every part
 runs inside an NVTX range named as in the seed reports, so `kview` tables line up with them.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """Output files of `-o`: never over an existing file without --force, never over an input,
 written atomically (all files or none), and every failure named as the output's."""
+
 from __future__ import annotations
 
 import os

@@ -4,13 +4,14 @@ Bars are polars expressions over a whole column (no loop over rows), drawn in bl
 that every terminal font has: a share bar at 1/8-cell resolution, and a stacked bar whose
 segments (forward, backward, ...) take different shades of whole cells.
 """
+
 from __future__ import annotations
 
 import polars as pl
 
 FULL = "█"
-EIGHTHS = ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")   # 0/8 .. 7/8 of a cell
-SHADES = "█▓▒░"                                      # the segments of a stacked bar, in order
+EIGHTHS = ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")  # 0/8 .. 7/8 of a cell
+SHADES = "█▓▒░"  # the segments of a stacked bar, in order
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -28,8 +29,12 @@ def bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
     """A bar `frac` (0..1) of `width` cells long, rounded to the nearest 1/8 cell; empty for a
     missing or undefined fraction (0/0)."""
     cells = (frac.fill_nan(0).fill_null(0) * width * 8).round(0).cast(pl.Int64)
-    return pl.concat_str([pl.lit(FULL).repeat_by((cells // 8).cast(pl.UInt32)).list.join(""),
-                          (cells % 8).replace_strict(list(range(8)), list(EIGHTHS), default="")])
+    return pl.concat_str(
+        [
+            pl.lit(FULL).repeat_by((cells // 8).cast(pl.UInt32)).list.join(""),
+            (cells % 8).replace_strict(list(range(8)), list(EIGHTHS), default=""),
+        ]
+    )
 
 
 def stacked_bar(parts: list[str], width: int = 30, glyphs: str = SHADES) -> pl.Expr:
@@ -59,8 +64,11 @@ def short_names(names: pl.Series) -> pl.Series:
         s = s.str.replace_all(r"<[^<>]*>", "\x01").str.replace_all(r"\([^()]*\)", "\x02")
     s = s.str.replace_all("\x02+$", "").str.replace_all("\x01", "<…>").str.replace_all("\x02", "(…)")
     mapping = pl.DataFrame({"full": uniq, "short": s})
-    return (pl.DataFrame({"full": names}).join(mapping, on="full", how="left", maintain_order="left")["short"]
-            .alias(names.name))
+    return (
+        pl.DataFrame({"full": names})
+        .join(mapping, on="full", how="left", maintain_order="left")["short"]
+        .alias(names.name)
+    )
 
 
 def fit_header(text: str, width: int) -> str:
@@ -71,18 +79,18 @@ def fit_header(text: str, width: int) -> str:
     if width < 5:
         return text[:width]
     head = (width - 1 + 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-def shrink_headers(widths: list[int], values: list[int], headers: list[str], numeric: list[bool], avail: int,
-                   long: int = 20) -> None:
+def shrink_headers(
+    widths: list[int], values: list[int], headers: list[str], numeric: list[bool], avail: int, long: int = 20
+) -> None:
     """Narrow number columns under a long header (a trace name in compare), the widest first,
     down to their values, until the row (each column plus two cells of gap) fits `avail`:
     they give way before the text columns (range and kernel names) do. Short headers such as
     `Total Time (ns)` keep their width."""
     while sum(w + 2 for w in widths) > avail:
-        cand = [i for i, n in enumerate(numeric)
-                if n and len(headers[i]) > long and widths[i] > max(values[i], 10)]
+        cand = [i for i, n in enumerate(numeric) if n and len(headers[i]) > long and widths[i] > max(values[i], 10)]
         if not cand:
             return
         i = max(cand, key=lambda j: widths[j])

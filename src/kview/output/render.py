@@ -3,6 +3,7 @@
 CSV is byte-compatible with `nsys stats --format csv`: Python's csv quoting, integers as
 integers, rounded floats as Python prints them, empty cells for NULL, MB with 3 decimals.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,14 @@ def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) ->
         c = pl.col(name)
         if name in decimals:
             d = decimals[name]
-            exprs.append(c.map_batches(lambda s, d=d: pl.Series([None if v is None else f"{v:.{d}f}" for v in s.to_list()],
-                                                               dtype=pl.String), return_dtype=pl.String).alias(name))
+            exprs.append(
+                c.map_batches(
+                    lambda s, d=d: pl.Series(
+                        [None if v is None else f"{v:.{d}f}" for v in s.to_list()], dtype=pl.String
+                    ),
+                    return_dtype=pl.String,
+                ).alias(name)
+            )
         elif dtype == pl.String:
             exprs.append(c)
         else:
@@ -42,8 +49,11 @@ def to_csv(frame: pl.DataFrame, decimals=None, sep: str = ",") -> str:
     def quote(e: pl.Expr) -> pl.Expr:
         e = e.fill_null("")
         needs = e.str.contains(sep, literal=True) | e.str.contains("\n", literal=True)
-        return pl.when(needs).then(pl.concat_str([pl.lit('"'), e.str.replace_all('"', '""', literal=True),
-                                                   pl.lit('"')])).otherwise(e)
+        return (
+            pl.when(needs)
+            .then(pl.concat_str([pl.lit('"'), e.str.replace_all('"', '""', literal=True), pl.lit('"')]))
+            .otherwise(e)
+        )
 
     lines = text.select(pl.concat_str([quote(pl.col(c)) for c in text.columns], separator=sep).alias("l"))
     header = sep.join(f'"{c}"' if sep in c else c for c in frame.columns)
@@ -95,8 +105,10 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     width = width or shutil.get_terminal_size((200, 24)).columns
     text = cell_strings(frame, decimals)
     numeric = [dt.is_numeric() for dt in frame.dtypes]
-    rows = [[("" if v is None else (_group_digits(v) if numeric[i] else v)) for i, v in enumerate(r)]
-            for r in text.iter_rows()]
+    rows = [
+        [("" if v is None else (_group_digits(v) if numeric[i] else v)) for i, v in enumerate(r)]
+        for r in text.iter_rows()
+    ]
     values = [max([0] + [len(r[i]) for r in rows]) for i in range(len(frame.columns))]
     widths = [max(len(c), v) for c, v in zip(frame.columns, values)]
     # Numbers under a long header (a trace name in compare) give up the header first, then
@@ -119,8 +131,10 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
             out.append(c.rjust(w) if numeric[i] else c.ljust(w))
         return "  ".join(out).rstrip()
 
-    head = "  ".join((fit_header(c, w).rjust(w) if numeric[i] else fit_header(c, w).ljust(w))
-                     for i, (c, w) in enumerate(zip(frame.columns, widths))).rstrip()
+    head = "  ".join(
+        (fit_header(c, w).rjust(w) if numeric[i] else fit_header(c, w).ljust(w))
+        for i, (c, w) in enumerate(zip(frame.columns, widths))
+    ).rstrip()
     lines = [head, "  ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in rows]
     return "\n".join(lines) + "\n"
@@ -130,8 +144,13 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
 MULTI_TABLE_FORMATS = ("table", "md", "json")
 
 
-def render_sections(sections: dict[str, pl.DataFrame], fmt: str, suffix: str = "", empty: str | None = None,
-                    texts: dict[str, str] | None = None) -> str:
+def render_sections(
+    sections: dict[str, pl.DataFrame],
+    fmt: str,
+    suffix: str = "",
+    empty: str | None = None,
+    texts: dict[str, str] | None = None,
+) -> str:
     """Several titled tables as one document: JSON, one object keyed by title (every table
     there, empty ones as []); Markdown, a `### Title` heading per table; a terminal table,
     `** Title:` blocks. Empty tables print `empty` (or are left out when it is None); `texts`

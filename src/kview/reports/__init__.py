@@ -1,4 +1,5 @@
 """nsys-compatible reports: each takes a Trace and returns a Report equal to `nsys stats`."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -26,7 +27,13 @@ REPORTS: dict[str, Callable[[Trace], Report]] = {
 }
 
 # What `nsys stats` runs when no report is named (nsys 2023.2 and later).
-DEFAULT_REPORTS = ["nvtx_sum", "osrt_sum", "cuda_api_sum", "cuda_gpu_kern_sum",
-                   "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum"]
+DEFAULT_REPORTS = [
+    "nvtx_sum",
+    "osrt_sum",
+    "cuda_api_sum",
+    "cuda_gpu_kern_sum",
+    "cuda_gpu_mem_time_sum",
+    "cuda_gpu_mem_size_sum",
+]
 
 __all__ = ["REPORTS", "DEFAULT_REPORTS", "Report"]

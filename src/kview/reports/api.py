@@ -1,4 +1,5 @@
 """cuda_api_sum and osrt_sum: host API calls summarized per name id."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -7,8 +8,15 @@ from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sql
 from kview.trace import Trace
 from kview.reports.base import Report, empty
 
-HEADERS = {"total": "Total Time (ns)", "num": "Num Calls", "avg": "Avg (ns)", "med": "Med (ns)",
-           "min": "Min (ns)", "max": "Max (ns)", "stddev": "StdDev (ns)"}
+HEADERS = {
+    "total": "Total Time (ns)",
+    "num": "Num Calls",
+    "avg": "Avg (ns)",
+    "med": "Med (ns)",
+    "min": "Min (ns)",
+    "max": "Max (ns)",
+    "stddev": "StdDev (ns)",
+}
 
 
 def strip_version_suffix(s: pl.Expr) -> pl.Expr:
@@ -17,8 +25,7 @@ def strip_version_suffix(s: pl.Expr) -> pl.Expr:
 
 
 def _api_summary(trace: Trace, frame: pl.DataFrame, name: str, title: str, strip: bool) -> Report:
-    g = (frame.with_columns((pl.col("end") - pl.col("start")).alias("dur"))
-         .group_by("name_id").agg(stats_aggs("dur")))
+    g = frame.with_columns((pl.col("end") - pl.col("start")).alias("dur")).group_by("name_id").agg(stats_aggs("dur"))
     g = trace.with_strings(g, "name_id", "Name")
     if strip:
         g = g.with_columns(strip_version_suffix(pl.col("Name")).alias("Name"))

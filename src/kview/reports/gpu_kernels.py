@@ -1,4 +1,5 @@
 """cuda_gpu_kern_sum, cuda_gpu_kern_gb_sum and cuda_kern_exec_sum."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -9,8 +10,15 @@ from kview.trace import Trace
 from kview.reports.api import strip_version_suffix
 from kview.reports.base import Report, empty
 
-STAT_HEADERS = {"total": "Total Time (ns)", "num": "Instances", "avg": "Avg (ns)", "med": "Med (ns)",
-                "min": "Min (ns)", "max": "Max (ns)", "stddev": "StdDev (ns)"}
+STAT_HEADERS = {
+    "total": "Total Time (ns)",
+    "num": "Instances",
+    "avg": "Avg (ns)",
+    "med": "Med (ns)",
+    "min": "Min (ns)",
+    "max": "Max (ns)",
+    "stddev": "StdDev (ns)",
+}
 
 
 def _named_kernels(trace: Trace, extra: list[str] = ()) -> pl.DataFrame:
@@ -58,9 +66,13 @@ def cuda_kern_exec_sum(trace: Trace) -> Report:
         return empty(name, title, "does not contain CUDA API data")
     k = trace.columns("kernels", ["start", "end", "device", "correlation", "global_pid", "name_id"])
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation", "name_id"]).select(
-        pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
+        pl.col("start").alias("r_start"),
+        pl.col("end").alias("r_end"),
+        "global_tid",
+        "correlation",
         pl.col("name_id").alias("api_id"),
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"))
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
+    )
     j = k.join(r, on=["correlation", "global_pid"], how="inner")
     j = j.with_columns(
         ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
@@ -83,8 +95,12 @@ def cuda_kern_exec_sum(trace: Trace) -> Report:
     g = order_like_sqlite(g, keys, ["Tavg"], [True])
     cols = [pl.col("PID"), pl.col("TID"), pl.col("device").alias("DevId"), pl.col("Count"), pl.col("QCount")]
     for p in "TAQK":
-        cols += [pl.col(f"{p}avg").alias(f"{p}Avg (ns)"), pl.col(f"{p}med").alias(f"{p}Med (ns)"),
-                 pl.col(f"{p}min").alias(f"{p}Min (ns)"), pl.col(f"{p}max").alias(f"{p}Max (ns)"),
-                 pl.col(f"{p}stddev").alias(f"{p}StdDev (ns)")]
+        cols += [
+            pl.col(f"{p}avg").alias(f"{p}Avg (ns)"),
+            pl.col(f"{p}med").alias(f"{p}Med (ns)"),
+            pl.col(f"{p}min").alias(f"{p}Min (ns)"),
+            pl.col(f"{p}max").alias(f"{p}Max (ns)"),
+            pl.col(f"{p}stddev").alias(f"{p}StdDev (ns)"),
+        ]
     cols += [pl.col("API Name"), pl.col("Kernel Name")]
     return Report(name, title, g.select(cols))

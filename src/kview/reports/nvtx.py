@@ -1,4 +1,5 @@
 """nvtx_sum, nvtx_pushpop_sum, nvtx_startend_sum, nvtx_kern_sum and nvtx_gpu_proj_sum."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -10,8 +11,15 @@ from kview.trace import Trace
 from kview.reports.base import Report, empty
 
 NO_NVTX = "does not contain NV Tools Extension (NVTX) data"
-HEADERS = {"total": "Total Time (ns)", "num": "Instances", "avg": "Avg (ns)", "med": "Med (ns)",
-           "min": "Min (ns)", "max": "Max (ns)", "stddev": "StdDev (ns)"}
+HEADERS = {
+    "total": "Total Time (ns)",
+    "num": "Instances",
+    "avg": "Avg (ns)",
+    "med": "Med (ns)",
+    "min": "Min (ns)",
+    "max": "Max (ns)",
+    "stddev": "StdDev (ns)",
+}
 
 
 def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...], with_style: bool) -> Report:
@@ -19,7 +27,9 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
         return empty(name, title, NO_NVTX)
     hi = trace.nvtx_max_timestamp
     r = nv.labelled(trace).filter(pl.col("style").is_in(list(styles)))
-    r = r.select("name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur"))
+    r = r.select(
+        "name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur")
+    )
     g = r.group_by(["name_code", "style"] if with_style else ["name_code"]).agg(stats_aggs("dur"))
     g = nv.with_names(trace, g)
     keys = ["name", "style"] if with_style else ["name"]
@@ -48,48 +58,76 @@ def nvtx_startend_sum(trace: Trace) -> Report:
 def _api_of(trace: Trace, ops: pl.DataFrame, how: str) -> pl.DataFrame:
     """Join GPU ops to the runtime call that launched them (same correlation id and process)."""
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
-        pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid", "correlation",
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"))
+        pl.col("start").alias("r_start"),
+        pl.col("end").alias("r_end"),
+        "global_tid",
+        "correlation",
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
+    )
     return ops.join(r, on=["correlation", "global_pid"], how=how)
 
 
 def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
     calls = joined.filter(pl.col("r_start").is_not_null()).select(
-        "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end"))
+        "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
+    )
     return nv.enclosing(nv.projection_ranges(trace), calls, nv.projection_tree(trace))
 
 
 def nvtx_kern_sum(trace: Trace) -> Report:
     name, title = "nvtx_kern_sum", "NVTX Range Kernel Summary"
-    for table, why in (("NVTX_EVENTS", NO_NVTX), ("CUPTI_ACTIVITY_KIND_KERNEL", "does not contain CUDA kernel data"),
-                       ("CUPTI_ACTIVITY_KIND_RUNTIME", "does not contain CUDA API data")):
+    for table, why in (
+        ("NVTX_EVENTS", NO_NVTX),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "does not contain CUDA kernel data"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "does not contain CUDA API data"),
+    ):
         if not trace.has(table):
             return empty(name, title, why)
     k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
     j = _api_of(trace, k, "left").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
     pairs = _ranges_over_calls(trace, j)
-    combo = (j.join(pairs, on="call_id", how="left")
-             .join(ranges.select("id", "name_code", "style"), on="id", how="left")
-             .with_columns(
-                 ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
-                 (pl.col("global_tid") % 0x1000000).alias("TID"),
-                 (pl.col("end") - pl.col("start")).alias("kdur")))
+    combo = (
+        j.join(pairs, on="call_id", how="left")
+        .join(ranges.select("id", "name_code", "style"), on="id", how="left")
+        .with_columns(
+            ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
+            (pl.col("global_tid") % 0x1000000).alias("TID"),
+            (pl.col("end") - pl.col("start")).alias("kdur"),
+        )
+    )
     gkeys = ["PID", "TID", "name_code", "style", "name_id"]
     g = combo.group_by(gkeys).agg(
-        pl.col("id").n_unique().alias("nvtx_inst_u"), pl.col("id").null_count().alias("nvtx_nulls"),
-        pl.col("kern_id").n_unique().alias("Kern Inst"), *stats_aggs("kdur"))
+        pl.col("id").n_unique().alias("nvtx_inst_u"),
+        pl.col("id").null_count().alias("nvtx_nulls"),
+        pl.col("kern_id").n_unique().alias("Kern Inst"),
+        *stats_aggs("kdur"),
+    )
     # count(DISTINCT x) ignores NULL; polars' n_unique counts it as a value.
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
     g = trace.with_strings(nv.with_names(trace, g), "name_id", "Kernel Name")
     keys = ["PID", "TID", "name", "style", "Kernel Name"]
     g = sqlite_round(g, ["avg", "med", "stddev"])
     g = order_like_sqlite(g, keys, ["name", "PID", "TID", "total"], [False, False, False, True])
-    return Report(name, title, g.select(
-        pl.col("name").alias("NVTX Range"), pl.col("style").alias("Style"), "PID", "TID", "NVTX Inst", "Kern Inst",
-        pl.col("total").alias("Total Time (ns)"), pl.col("avg").alias("Avg (ns)"), pl.col("med").alias("Med (ns)"),
-        pl.col("min").alias("Min (ns)"), pl.col("max").alias("Max (ns)"), pl.col("stddev").alias("StdDev (ns)"),
-        "Kernel Name"))
+    return Report(
+        name,
+        title,
+        g.select(
+            pl.col("name").alias("NVTX Range"),
+            pl.col("style").alias("Style"),
+            "PID",
+            "TID",
+            "NVTX Inst",
+            "Kern Inst",
+            pl.col("total").alias("Total Time (ns)"),
+            pl.col("avg").alias("Avg (ns)"),
+            pl.col("med").alias("Med (ns)"),
+            pl.col("min").alias("Min (ns)"),
+            pl.col("max").alias("Max (ns)"),
+            pl.col("stddev").alias("StdDev (ns)"),
+            "Kernel Name",
+        ),
+    )
 
 
 def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -112,21 +150,29 @@ def _parents_pairwise(r: pl.DataFrame) -> pl.DataFrame:
     """Tightest enclosing range by explicit pairs, for threads where ranges may overlap."""
     c = r.select("id", "global_tid", "start", "end")
     p = c.rename({"id": "pid_", "start": "ps", "end": "pe"})
-    j = (c.join(p, on="global_tid").filter(
-        (pl.col("pid_") != pl.col("id")) & (pl.col("ps") <= pl.col("start")) & (pl.col("pe") >= pl.col("end")))
-         .with_columns(((pl.col("start") - pl.col("ps")) + (pl.col("pe") - pl.col("end"))).alias("tight"))
-         .sort(["id", "tight", "pid_"]).group_by("id", maintain_order=True).first()
-         .select("id", pl.col("pid_").alias("parent")))
+    j = (
+        c.join(p, on="global_tid")
+        .filter((pl.col("pid_") != pl.col("id")) & (pl.col("ps") <= pl.col("start")) & (pl.col("pe") >= pl.col("end")))
+        .with_columns(((pl.col("start") - pl.col("ps")) + (pl.col("pe") - pl.col("end"))).alias("tight"))
+        .sort(["id", "tight", "pid_"])
+        .group_by("id", maintain_order=True)
+        .first()
+        .select("id", pl.col("pid_").alias("parent"))
+    )
     out = c.select("id").join(j, on="id", how="left")
     # Level: walk up the chain (depth iterations, each a join).
     level = out.with_columns(pl.lit(0).alias("level"), pl.col("parent").alias("up"))
     for _ in range(r.height):
         if level["up"].null_count() == level.height:
             break
-        level = (level.join(out.rename({"id": "up", "parent": "up2"}), on="up", how="left")
-                 .with_columns(pl.when(pl.col("up").is_not_null()).then(pl.col("level") + 1)
-                               .otherwise(pl.col("level")).alias("level"))
-                 .drop("up").rename({"up2": "up"}))
+        level = (
+            level.join(out.rename({"id": "up", "parent": "up2"}), on="up", how="left")
+            .with_columns(
+                pl.when(pl.col("up").is_not_null()).then(pl.col("level") + 1).otherwise(pl.col("level")).alias("level")
+            )
+            .drop("up")
+            .rename({"up2": "up"})
+        )
     return level.select("id", "parent", "level")
 
 
@@ -136,25 +182,39 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         if not trace.has(table):
             return empty(name, title, why)
     cols = ["start", "end", "correlation", "global_pid"]
-    ops = [trace.columns(key, cols) for key, t in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
-                                                   ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
-                                                   ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")) if trace.has(t)]
+    ops = [
+        trace.columns(key, cols)
+        for key, t in (
+            ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
+            ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
+            ("memset", "CUPTI_ACTIVITY_KIND_MEMSET"),
+        )
+        if trace.has(t)
+    ]
     if not ops:
         return empty(name, title, "does not contain GPU operation data")
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
     pairs = _ranges_over_calls(trace, j)
-    proj = (j.join(pairs, on="call_id", how="inner")
-            .group_by("id").agg(
-                pl.col("start").min().alias("proj_start"),
-                (pl.col("end").max() - pl.col("start").min()).alias("proj_dur"),
-                pl.col("correlation").n_unique().alias("ops")))
+    proj = (
+        j.join(pairs, on="call_id", how="inner")
+        .group_by("id")
+        .agg(
+            pl.col("start").min().alias("proj_start"),
+            (pl.col("end").max() - pl.col("start").min()).alias("proj_dur"),
+            pl.col("correlation").n_unique().alias("ops"),
+        )
+    )
     tree = range_parents(trace, ranges)
-    proj = proj.join(ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
-                     on="id", how="left").join(tree, on="id", how="left")
+    proj = proj.join(
+        ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
+        on="id",
+        how="left",
+    ).join(tree, on="id", how="left")
     children = proj.filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.len().alias("child_nb"))
     proj = proj.join(children.rename({"parent": "id"}), on="id", how="left").with_columns(
-        pl.col("child_nb").fill_null(0))
+        pl.col("child_nb").fill_null(0)
+    )
     g = proj.group_by(["name_code", "style"]).agg(
         pl.col("proj_dur").sum().alias("Total Proj Time (ns)"),
         pl.col("range_dur").sum().alias("Total Range Time (ns)"),
@@ -169,9 +229,23 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     keys = ["name", "style"]
     g = sqlite_round(g, ["p_avg", "p_med", "p_stddev", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"])
     g = order_like_sqlite(g, keys, ["Total Proj Time (ns)"], [True])
-    return Report(name, title, g.select(
-        pl.col("name").alias("Range"), pl.col("style").alias("Style"), "Total Proj Time (ns)",
-        "Total Range Time (ns)", "Range Instances", pl.col("p_avg").alias("Proj Avg (ns)"),
-        pl.col("p_med").alias("Proj Med (ns)"), pl.col("p_min").alias("Proj Min (ns)"),
-        pl.col("p_max").alias("Proj Max (ns)"), pl.col("p_stddev").alias("Proj StdDev (ns)"),
-        "Total GPU Ops", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"))
+    return Report(
+        name,
+        title,
+        g.select(
+            pl.col("name").alias("Range"),
+            pl.col("style").alias("Style"),
+            "Total Proj Time (ns)",
+            "Total Range Time (ns)",
+            "Range Instances",
+            pl.col("p_avg").alias("Proj Avg (ns)"),
+            pl.col("p_med").alias("Proj Med (ns)"),
+            pl.col("p_min").alias("Proj Min (ns)"),
+            pl.col("p_max").alias("Proj Max (ns)"),
+            pl.col("p_stddev").alias("Proj StdDev (ns)"),
+            "Total GPU Ops",
+            "Avg GPU Ops",
+            "Avg Range Lvl",
+            "Avg Num Child",
+        ),
+    )

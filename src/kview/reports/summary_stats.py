@@ -7,6 +7,7 @@ value half away from zero, which differs from IEEE half-even and from naive x*10
 values such as 0.15; `sqlite_round` reproduces it: vectorized, with an exact Decimal fix-up
 only for the rare rows that sit on a tie.
 """
+
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
@@ -41,14 +42,19 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     the decimal, as SQLite's result is: polars computes `m / 10` as `m * 0.1`, which prints
     7866.2 as 7866.200000000001.
     """
-    scale = 10 ** digits
+    scale = 10**digits
     out = []
     for c in cols:
         x = pl.col(c).cast(pl.Float64)
         m = (x.abs() * scale + 0.5).floor().cast(pl.Int64)
-        text = pl.concat_str([pl.when(x < 0).then(pl.lit("-")).otherwise(pl.lit("")),
-                              (m // scale).cast(pl.String), pl.lit("."),
-                              (m % scale).cast(pl.String).str.pad_start(digits, "0")])
+        text = pl.concat_str(
+            [
+                pl.when(x < 0).then(pl.lit("-")).otherwise(pl.lit("")),
+                (m // scale).cast(pl.String),
+                pl.lit("."),
+                (m % scale).cast(pl.String).str.pad_start(digits, "0"),
+            ]
+        )
         out.append(pl.when(x.is_finite()).then(text.cast(pl.Float64)).otherwise(x).alias(c))
     rounded = df.with_columns(out)
     for c in cols:

@@ -5,6 +5,7 @@ message per thing that became ready (messages.py) straight to the view that show
 kernel summary appears while attribution still runs. Once every trace is in, a second worker
 makes the Compare table.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,8 @@ class KviewApp(App):
         self.paths = paths
         self.use_cache = use_cache
         self.note = note
-        self.views: dict[str, View] = {}             # by view id, made in compose
-        self.loaded: dict[int, TraceLoaded] = {}     # by the trace's place on the command line
+        self.views: dict[str, View] = {}  # by view id, made in compose
+        self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
         self.failed: set[int] = set()
         self.t0 = time.perf_counter()
 
@@ -152,8 +153,12 @@ class KviewApp(App):
         channels, path = copy(self, text, kind)
         where = f" → {path}" if path else ""
         size = "" if "terminal (OSC 52)" in channels else " (too large for the terminal clipboard)"
-        self.notify(f"copied {frame.height:,} rows as {'Markdown' if kind == 'md' else 'TSV'} via "
-                    f"{', '.join(channels) or 'nothing'}{size}{where}", title="copy", timeout=6)
+        self.notify(
+            f"copied {frame.height:,} rows as {'Markdown' if kind == 'md' else 'TSV'} via "
+            f"{', '.join(channels) or 'nothing'}{size}{where}",
+            title="copy",
+            timeout=6,
+        )
 
     def action_export(self) -> None:
         self.push_screen(ExportScreen(), self.export_as)

@@ -1,5 +1,6 @@
 """Copy text out of a terminal app over SSH: OSC 52 through Textual, pyperclip where a display
 exists, and always a file. Returns what was used, since no channel can confirm delivery."""
+
 from __future__ import annotations
 
 import os

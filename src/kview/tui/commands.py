@@ -1,4 +1,5 @@
 """The command palette (ctrl+p): views, groupings, copies and exports, and recent filters."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -20,10 +21,14 @@ class KviewCommands(Provider):
         matcher = self.matcher(query)
         commands = [(f"View: {v.title}", partial(app.action_show_view, v.view_id)) for v in VIEWS]
         commands += [(f"Kernels: group by {g}", partial(app.group_kernels, i)) for i, (g, _) in enumerate(GROUPINGS)]
-        commands += [("Copy table as Markdown", partial(app.action_copy, "md")),
-                     ("Copy table as TSV", partial(app.action_copy, "tsv"))]
+        commands += [
+            ("Copy table as Markdown", partial(app.action_copy, "md")),
+            ("Copy table as TSV", partial(app.action_copy, "tsv")),
+        ]
         commands += [(f"Export table as {f}", partial(app.export_as, f)) for f in EXPORT_FORMATS]
-        commands += [(f"Filter: {h}", partial(app.open_kernels_filtered, h)) for h in reversed(app.kernels.history[-10:])]
+        commands += [
+            (f"Filter: {h}", partial(app.open_kernels_filtered, h)) for h in reversed(app.kernels.history[-10:])
+        ]
         for text, callback in commands:
             score = matcher.match(text)
             if score > 0:

@@ -4,6 +4,7 @@
 worker posts each as it comes, so the kernel summary is on screen while attribution runs.
 `compare` makes the Compare table once every trace is loaded.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -11,8 +12,16 @@ from collections.abc import Iterator
 import polars as pl
 from textual.message import Message
 
-from kview.tui.messages import (AttributedKernels, CompareReady, KernelSummary, LayersReady, NvtxTree, OverviewReady,
-                                Stage, TraceLoaded)
+from kview.tui.messages import (
+    AttributedKernels,
+    CompareReady,
+    KernelSummary,
+    LayersReady,
+    NvtxTree,
+    OverviewReady,
+    Stage,
+    TraceLoaded,
+)
 
 # the filter line suggests at most this many kernel names
 SUGGESTED_NAMES = 5000
@@ -44,8 +53,9 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
-    table = table.with_columns(short_names(table["Kernel"]).alias("_short"),
-                               pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"))
+    table = table.with_columns(
+        short_names(table["Kernel"]).alias("_short"), pl.col("NVTX Path").str.split(" > ").list.last().alias("_range")
+    )
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
     yield AttributedKernels(table, names)
     yield Stage("overview")
@@ -68,14 +78,17 @@ def compare(first: TraceLoaded, others: list[TraceLoaded]) -> CompareReady:
         if len(traces) > 1:
             has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in traces)
             labels = distinct_labels([t.stem for t in traces])
-            windows = [root_window(t, "profiled_step" if has_root else None, label)
-                       for t, label in zip(traces, labels)]
+            windows = [root_window(t, "profiled_step" if has_root else None, label) for t, label in zip(traces, labels)]
             legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, traces) if label != t.stem)
-            return CompareReady(side_by_side(windows, "range"),
-                                f"{len(traces)} traces by range (GPU time)" + (f" · {legend}" if legend else ""))
+            return CompareReady(
+                side_by_side(windows, "range"),
+                f"{len(traces)} traces by range (GPU time)" + (f" · {legend}" if legend else ""),
+            )
         if len(first.phase_names) < 2:
             return CompareReady(None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.")
-        return CompareReady(side_by_side(phase_windows(first.trace, list(first.phase_names)), "category"),
-                            "phases of this trace by kernel category (GPU time)")
+        return CompareReady(
+            side_by_side(phase_windows(first.trace, list(first.phase_names)), "category"),
+            "phases of this trace by kernel category (GPU time)",
+        )
     except ValueError as e:
         return CompareReady(None, str(e))

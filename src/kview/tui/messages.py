@@ -5,6 +5,7 @@ is made, so a view may keep it as its data while the worker goes on. A view mess
 view that shows it (`view`); the worker posts it straight to that view, which handles it in its
 own `on_<message>` method. `Stage`, `TraceLoaded` and `LoadFailed` go to the app.
 """
+
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, dataclass

@@ -1,5 +1,6 @@
 """The explorer's views, one a module; each turns what the loader made ready into widgets and
 knows the table it shows (for copy and export)."""
+
 from __future__ import annotations
 
 from kview.tui.views.base import View

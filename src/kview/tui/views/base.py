@@ -1,4 +1,5 @@
 """The base of every view: a loading indicator and the loader's stage until its data arrives."""
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -17,7 +18,7 @@ class View(Vertical):
     `on_<message>` handler stores the message in a reactive attribute, whose watcher builds the
     widgets (`show`)."""
 
-    view_id: ClassVar[str] = ""   # the tab's id; the key that shows it is its place in VIEWS
+    view_id: ClassVar[str] = ""  # the tab's id; the key that shows it is its place in VIEWS
     title: ClassVar[str] = ""
 
     def compose(self) -> ComposeResult:
@@ -36,7 +37,7 @@ class View(Vertical):
 
     def focus_content(self) -> None:
         """Give the keys to the view's table or tree (when it has one yet)."""
-        for w in (self.query(FrameTable) or self.query(Tree)):
+        for w in self.query(FrameTable) or self.query(Tree):
             w.focus()
             break
 

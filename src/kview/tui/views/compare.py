@@ -1,4 +1,5 @@
 """Compare: several traces by range, or the phases of one trace by kernel category."""
+
 from __future__ import annotations
 
 from rich.text import Text

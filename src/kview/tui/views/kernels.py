@@ -1,4 +1,5 @@
 """Kernels: the kernel summary (exactly `cuda_gpu_kern_sum`), regrouped, filtered, or per kernel."""
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,15 @@ from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
 
 # (what the status line calls it, the column grouped by)
-GROUPINGS = [("name", "Kernel"), ("short name", "Short name"), ("category", "Category"), ("layer", "Layer"),
-             ("op", "Op"), ("direction", "Direction"), ("range", "Range")]
+GROUPINGS = [
+    ("name", "Kernel"),
+    ("short name", "Short name"),
+    ("category", "Category"),
+    ("layer", "Layer"),
+    ("op", "Op"),
+    ("direction", "Direction"),
+    ("range", "Range"),
+]
 # grouping keys the loader derived as columns of the attributed table
 DERIVED = {"Short name": "_short", "Range": "_range"}
 
@@ -33,10 +41,10 @@ class KernelsState:
     """What the Kernels view shows; one value, so a key that changes several parts (a group
     switch also leaves the drill-in) refreshes the table once."""
 
-    mode: str = "summary"                  # "summary": a row per group; "rows": a row per kernel
-    grouping: int = 0                      # index into GROUPINGS
+    mode: str = "summary"  # "summary": a row per group; "rows": a row per kernel
+    grouping: int = 0  # index into GROUPINGS
     filter_text: str = ""
-    pick: tuple[str, Any] | None = None    # (grouped-by column, key) of the group drilled into
+    pick: tuple[str, Any] | None = None  # (grouped-by column, key) of the group drilled into
 
 
 class KernelsView(View):
@@ -50,8 +58,8 @@ class KernelsView(View):
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.history: list[str] = []          # filters applied, oldest first (the filter line walks it)
-        self.shown_at: float | None = None    # perf_counter() when the first table was built
+        self.history: list[str] = []  # filters applied, oldest first (the filter line walks it)
+        self.shown_at: float | None = None  # perf_counter() when the first table was built
 
     # the parts of the state, read-only
     @property
@@ -78,14 +86,36 @@ class KernelsView(View):
         self.attributed = m
 
     def watch_kern_sum(self) -> None:
-        self.table = FrameTable(hidden=("_full", "_grid", "_block", "_key", "_short", "_range"), id="kernels-table",
-                                narrow=("Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Start (ns)", "Stream",
-                                        "Device", "Grid", "Block", "Correlation", "NVTX Path", "TC", "FLOPs", "Bytes",
-                                        "Params", "Category"))
+        self.table = FrameTable(
+            hidden=("_full", "_grid", "_block", "_key", "_short", "_range"),
+            id="kernels-table",
+            narrow=(
+                "Med (ns)",
+                "Min (ns)",
+                "Max (ns)",
+                "StdDev (ns)",
+                "Start (ns)",
+                "Stream",
+                "Device",
+                "Grid",
+                "Block",
+                "Correlation",
+                "NVTX Path",
+                "TC",
+                "FLOPs",
+                "Bytes",
+                "Params",
+                "Category",
+            ),
+        )
         self.status = Static("", id="kernels-status")
         self.detail = Static("", id="kernels-detail")
-        self.finput = FilterInput(self.history, placeholder="filter: gemm dir:bprop layer:layer_3 dur>50us -cat:memset",
-                                  suggester=self._suggester(), id="filter")
+        self.finput = FilterInput(
+            self.history,
+            placeholder="filter: gemm dir:bprop layer:layer_3 dur>50us -cat:memset",
+            suggester=self._suggester(),
+            id="filter",
+        )
         self.finput.display = False
         self.show(self.status, self.table, self.detail, self.finput)
         self.refresh_table()
@@ -130,12 +160,15 @@ class KernelsView(View):
             assert self.kern_sum is not None  # the table exists once the summary arrived
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             if k.width == 0:  # the report was skipped: no kernels, the same columns without rows
-                return pl.DataFrame(schema={**{c: pl.Float64 for c in STATS}, "Name": pl.String, "Share": pl.String,
-                                            "_full": pl.String})
+                return pl.DataFrame(
+                    schema={**{c: pl.Float64 for c in STATS}, "Name": pl.String, "Share": pl.String, "_full": pl.String}
+                )
             total = k["Total Time (ns)"].sum() or 1
-            return k.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"),
-                                  pl.col("Name").alias("_full"),
-                                  short_names(k["Name"]).alias("Name"))
+            return k.with_columns(
+                bar(pl.col("Total Time (ns)") / total).alias("Share"),
+                pl.col("Name").alias("_full"),
+                short_names(k["Name"]).alias("Name"),
+            )
         rows = self._rows()
         if label == "Kernel":
             rows = rows.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
@@ -143,9 +176,12 @@ class KernelsView(View):
         g = group_stats(rows, key)
         total = g["Total Time (ns)"].sum() or 1
         shown = short_names(g[key]) if label == "Kernel" else g[key]
-        return g.with_columns(bar(pl.col("Total Time (ns)") / total).alias("Share"), pl.col(key).alias("_full"),
-                              pl.col(key).alias("_key"), shown.alias(label)).select(
-            *STATS, label, "Share", *([] if label == "Category" else ["Category"]), "_full", "_key")
+        return g.with_columns(
+            bar(pl.col("Total Time (ns)") / total).alias("Share"),
+            pl.col(key).alias("_full"),
+            pl.col(key).alias("_key"),
+            shown.alias(label),
+        ).select(*STATS, label, "Share", *([] if label == "Category" else ["Category"]), "_full", "_key")
 
     def refresh_table(self) -> None:
         if self.kern_sum is not None and self.kern_sum.note:  # no GPU kernels: what there is instead
@@ -162,7 +198,11 @@ class KernelsView(View):
             frame = rows.with_columns(pl.col("Kernel").alias("_full"), short_names(rows["Kernel"]).alias("Kernel"))
         self.table.set_frame(frame)
         grouping = GROUPINGS[self.grouping][0]
-        what = f"per-kernel rows ({frame.height:,})" if self.mode == "rows" else f"summary by {grouping} ({frame.height:,} groups)"
+        what = (
+            f"per-kernel rows ({frame.height:,})"
+            if self.mode == "rows"
+            else f"summary by {grouping} ({frame.height:,} groups)"
+        )
         parts = [what]
         if self.filter_text:
             parts.append(f"filter: {self.filter_text}")

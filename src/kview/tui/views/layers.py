@@ -1,4 +1,5 @@
 """Layers: forward and backward time per repeated layer range, as bars."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -19,7 +20,7 @@ class LayersView(View):
     BINDINGS = bindings(VIEW_KEYS["layers"])
 
     data: var[LayersReady | None] = var(None, init=False)
-    by_time: var[bool] = var(False, init=False)   # order: by layer index, or by total time
+    by_time: var[bool] = var(False, init=False)  # order: by layer index, or by total time
 
     def on_layers_ready(self, m: LayersReady) -> None:
         self.data = m
@@ -51,8 +52,9 @@ class LayersView(View):
             extra = [stacked_bar(subs, width=width).alias(names)]
         df = df.select("Layer", bar, *extra, pl.all().exclude("Layer"))
         self.table.set_frame(df)
-        self.status.update(Text(f"{df.height} layers · ordered by {'time' if self.by_time else 'index'} (o)",
-                                style="bold"))
+        self.status.update(
+            Text(f"{df.height} layers · ordered by {'time' if self.by_time else 'index'} (o)", style="bold")
+        )
 
     def action_toggle_order(self) -> None:
         self.by_time = not self.by_time

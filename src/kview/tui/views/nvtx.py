@@ -1,4 +1,5 @@
 """NVTX: the range tree, GPU and CPU time per path; enter opens Kernels filtered to a range."""
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,12 @@ class NvtxView(View):
             return
         total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
         paths = paths.with_columns(bar(pl.col("GPU (ns)") / total).alias("_bar"))  # share of all ranges' GPU time
-        self.children_of = {k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by(
-            "parent_id", maintain_order=True)}
-        self.range_tree: Tree[dict] = Tree(f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree")
+        self.children_of = {
+            k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by("parent_id", maintain_order=True)
+        }
+        self.range_tree: Tree[dict] = Tree(
+            f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree"
+        )
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
         self._add_ranges(self.range_tree.root, None)
@@ -45,8 +49,10 @@ class NvtxView(View):
     def _label(r: dict) -> Text:
         t = Text(f"{r['Name'][:60]}  ", style="bold" if r["Depth"] < 2 else "")
         n = r["Kernels"]
-        t.append(f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  "
-                 f"{n:,} kernel{'' if n == 1 else 's'}  ")
+        t.append(
+            f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  "
+            f"{n:,} kernel{'' if n == 1 else 's'}  "
+        )
         t.append(r["_bar"], style="cyan")
         return t
 

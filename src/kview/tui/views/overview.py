@@ -1,4 +1,5 @@
 """Overview: what the trace is, how busy the GPU was, where the time went, and the findings."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -32,14 +33,23 @@ class OverviewView(View):
         if o.busy.height:
             parts.append(Static(self._table("GPU busy", o.busy)))
         if o.gaps.height:
-            parts.append(Static(self._table("Largest idle gaps", o.gaps.with_columns(short_names(o.gaps["Next kernel"])))))
+            parts.append(
+                Static(self._table("Largest idle gaps", o.gaps.with_columns(short_names(o.gaps["Next kernel"]))))
+            )
         if o.categories.height:
             parts.append(Static(self._table("Time by category", o.categories, colour="Category")))
         if o.phases.height:
             parts.append(Static(self._table("Time by phase", o.phases)))
         if o.top_kernels.height:
-            parts.append(Static(self._table("Top kernels", o.top_kernels.with_columns(
-                short_names(o.top_kernels["Kernel"])), colour="Category")))
+            parts.append(
+                Static(
+                    self._table(
+                        "Top kernels",
+                        o.top_kernels.with_columns(short_names(o.top_kernels["Kernel"])),
+                        colour="Category",
+                    )
+                )
+            )
         if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
             parts.append(Static(self._table("Top CPU ops (self time)", o.cpu_ops)))
         findings = Text("Findings\n", style="bold")
@@ -52,12 +62,14 @@ class OverviewView(View):
     def _table(title, df: pl.DataFrame, colour: str | None = None) -> Table:
         t = Table(title=title, title_justify="left", title_style="bold", expand=False)
         for c, dt in df.schema.items():
-            t.add_column(c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=60,
-                         no_wrap=True)
+            t.add_column(
+                c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=60, no_wrap=True
+            )
         for row in df.iter_rows(named=True):
             style = CATEGORY_COLOURS.get(str(row.get(colour))) if colour else None
-            t.add_row(*[("" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row.values()],
-                      style=style)
+            t.add_row(
+                *[("" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row.values()], style=style
+            )
         return t
 
     def table_for_copy(self) -> tuple[pl.DataFrame, str]:

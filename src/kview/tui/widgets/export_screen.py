@@ -1,4 +1,5 @@
 """The `e` dialog: pick the format of the exported file."""
+
 from __future__ import annotations
 
 from textual import on

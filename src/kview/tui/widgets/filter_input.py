@@ -1,4 +1,5 @@
 """The Kernels view's filter line."""
+
 from __future__ import annotations
 
 from textual.widgets import Input

@@ -4,6 +4,7 @@ The frame stays in polars; a screen of rows is formatted on demand, so a million
 scrolls, sorts and filters at the speed of polars, not of a widget per cell. Cursor row and
 column, sorting by the column under the cursor, category colours, and share bars.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -20,9 +21,17 @@ from kview.tui.keymap import TABLE_KEYS, bindings
 
 # 16-colour safe: named ANSI colours only, consistent across views.
 CATEGORY_COLOURS = {
-    "gemm": "green", "attention": "bright_green", "elementwise": "cyan", "reduction": "blue",
-    "normalization": "magenta", "softmax": "bright_magenta", "embedding/index": "yellow",
-    "memcpy": "red", "memset": "bright_red", "communication": "bright_yellow", "optimizer": "bright_blue",
+    "gemm": "green",
+    "attention": "bright_green",
+    "elementwise": "cyan",
+    "reduction": "blue",
+    "normalization": "magenta",
+    "softmax": "bright_magenta",
+    "embedding/index": "yellow",
+    "memcpy": "red",
+    "memset": "bright_red",
+    "communication": "bright_yellow",
+    "optimizer": "bright_blue",
     "other": "white",
 }
 DIRECTION_COLOURS = {"fprop": "green", "bprop": "yellow", "optim": "bright_blue"}
@@ -57,11 +66,18 @@ class FrameTable(ScrollView, can_focus=True):
             super().__init__()
             self.table, self.row = table, row
 
-    def __init__(self, frame: pl.DataFrame | None = None, *, hidden: tuple[str, ...] = (),
-                 narrow: tuple[str, ...] = (), narrow_below: int = 120, id=None):
+    def __init__(
+        self,
+        frame: pl.DataFrame | None = None,
+        *,
+        hidden: tuple[str, ...] = (),
+        narrow: tuple[str, ...] = (),
+        narrow_below: int = 120,
+        id=None,
+    ):
         super().__init__(id=id)
         self.hidden = set(hidden)
-        self.narrow = set(narrow)          # columns dropped when the terminal is narrower than narrow_below
+        self.narrow = set(narrow)  # columns dropped when the terminal is narrower than narrow_below
         self.narrow_below = narrow_below
         self.natural: list[int] = []
         self.frame = pl.DataFrame()
@@ -109,8 +125,9 @@ class FrameTable(ScrollView, can_focus=True):
         avail = self.size.width - 1
         if avail > 20:
             # numbers under a long header (a trace name in Compare) give up the header first
-            shrink_headers(self.widths, values, self.columns, [self.frame.schema[c].is_numeric() for c in self.columns],
-                           avail)
+            shrink_headers(
+                self.widths, values, self.columns, [self.frame.schema[c].is_numeric() for c in self.columns], avail
+            )
             text = [i for i, c in enumerate(self.columns) if not self.frame.schema[c].is_numeric()]
             while sum(w + 2 for w in self.widths) > avail:
                 cand = [i for i in text if self.widths[i] > 14]

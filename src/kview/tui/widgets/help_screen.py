@@ -1,4 +1,5 @@
 """The `?` dialog: every key of the view in front, read from the keymap."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -9,8 +10,9 @@ from textual.widgets import Static
 
 from kview.tui.keymap import HELP_SCREEN_KEYS, bindings, help_rows
 
-FILTER_EXAMPLES = ("gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  stream:7  dur>50us  "
-                   "grid>1024  -cat:memset")
+FILTER_EXAMPLES = (
+    "gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  stream:7  dur>50us  grid>1024  -cat:memset"
+)
 
 
 class HelpScreen(ModalScreen):
