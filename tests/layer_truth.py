@@ -53,7 +53,7 @@ def truth(path) -> list[tuple[int, str, str | None]]:
         return [(st, -ne, n) for st, ne, n in rs[:hi] if -ne >= e]  # outer to inner (start order)
 
     fwd_by_seq: dict[int, list[tuple[int, int]]] = {}
-    for s, e, tid, name in rows:
+    for s, _e, tid, name in rows:
         m = re.match(r"^([^,]+), seq = (\d+)", name or "")
         if m and not re.search(r"Backward\d*$", m[1]) and not m[1].startswith("autograd::"):
             fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))

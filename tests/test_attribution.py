@@ -107,7 +107,7 @@ def _truth(path):
         return [(int(st[i]), int(en[i]), names[i]) for i in idx]  # outer to inner
 
     fwd_by_seq: dict[int, list] = {}
-    for s, e, tid, text in nv:
+    for s, _e, tid, text in nv:
         m = re.match(r"^([^,]+), seq = (\d+)", text or "")
         if m and "Backward" not in m[1] and not m[1].startswith("autograd::"):
             fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))

@@ -58,7 +58,7 @@ def test_layer_names_the_module_once(traces):
     for lay in layers:
         parts = lay.split(":")
         assert not any(b.startswith(a_ + ".") for a_, b in zip(parts, parts[1:])), lay
-    q = a.filter((pl.col("Layer") == "LlamaForCausalLM:model.layers.3.self_attn.q_proj"))
+    q = a.filter(pl.col("Layer") == "LlamaForCausalLM:model.layers.3.self_attn.q_proj")
     assert set(q["Direction"]) == {"fprop", "bprop"} and set(q["Op"]) == {"linear"}
     r = attribute(open_trace(traces["resnet50_torch"], use_cache=False))
     conv = r.filter(pl.col("Layer") == "ResNet:layer4.2.conv3")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import polars as pl
-import pytest
 
 from kview.analysis.compare import diff, phase_windows, root_window, side_by_side
 from kview.trace import open_trace

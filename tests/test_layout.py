@@ -97,6 +97,7 @@ INDIRECT = {
 
 def test_every_declared_dependency_is_imported():
     import re
+
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -13,9 +13,8 @@ import textwrap
 
 import pytest
 
-from fswatch import Untouched
-
 from conftest import SAMPLES
+from fswatch import Untouched
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 OTHER = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
@@ -233,9 +232,9 @@ async def test_tui_leaves_the_trace_and_its_folder_untouched(tmp_path):
 def test_large_tables_read_in_parallel_through_the_escaped_uri(tmp_path):
     """Tables past PARTITION_ROWS are read as several rowid ranges at once, through the same
     read-only URI (a name with `?` and `%20` included)."""
-    from deep_nvtx import make
-
     from kview.io.sqlite_source import PARTITION_ROWS
+
+    from deep_nvtx import make
 
     folder = tmp_path / "traces"
     folder.mkdir()

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from kview.io import cache
-from kview.reports import REPORTS
 from kview.output.render import to_csv
+from kview.reports import REPORTS
 from kview.trace import open_trace
 
 from conftest import LM_TRACES

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from textual.worker import WorkerCancelled  # noqa: E402
 
 from kview.reports import cuda_gpu_kern_sum  # noqa: E402
 from kview.trace import open_trace  # noqa: E402
 from kview.tui.app import KviewApp  # noqa: E402
-from textual.worker import WorkerCancelled  # noqa: E402
 
 from conftest import KINETO_TRACES, PUBLIC, PUBLIC_TRACES, ROOT, SAMPLES  # noqa: E402
 

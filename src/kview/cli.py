@@ -238,21 +238,21 @@ def cmd_stats(args) -> int:
         out.write(json.dumps({r.name: r.frame.to_dicts() for r in reports}, ensure_ascii=False, indent=1) + "\n")
         return 0
     sections = {f"{r.title} ({r.name})": r.frame for r in reports}
-    texts = {f"{r.title} ({r.name})": f"SKIPPED: {trace.name} {r.skipped}.\n" for r in reports if r.skipped}
-    out.write(render.render_sections(sections, args.format, empty="(no rows)\n", texts=texts))
+    skipped = {f"{r.title} ({r.name})": f"SKIPPED: {trace.name} {r.skipped}.\n" for r in reports if r.skipped}
+    out.write(render.render_sections(sections, args.format, empty="(no rows)\n", texts=skipped))
     return 0
 
 
 def cmd_kernels(args) -> int:
     from kview.analysis import filters
-    from kview.output import render
     from kview.analysis.attribution import attribute, shown
+    from kview.output import render
     from kview.trace import open_trace
 
     try:
         pred = filters.parse(args.filter)
     except filters.FilterError as e:
-        raise UsageError(str(e), what="--filter")
+        raise UsageError(str(e), what="--filter") from None
     trace = open_trace(args.trace, use_cache=not args.no_cache)
     table = attribute(trace)
     if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
@@ -274,8 +274,8 @@ def _note(trace, text: str) -> None:
 
 
 def cmd_layers(args) -> int:
-    from kview.output import render
     from kview.analysis.layers import layer_times
+    from kview.output import render
     from kview.output.format import stacked_bar
     from kview.trace import open_trace
 
@@ -292,8 +292,8 @@ def cmd_layers(args) -> int:
 
 
 def cmd_overview(args) -> int:
-    from kview.output import render
     from kview.analysis.overview import build
+    from kview.output import render
     from kview.trace import open_trace
 
     _one_table_per_document(
@@ -319,10 +319,10 @@ def cmd_overview(args) -> int:
 
 
 def cmd_phases(args) -> int:
-    from kview.output import render
     import polars as pl
 
     from kview.analysis.layers import phase_times
+    from kview.output import render
     from kview.output.format import bar
     from kview.trace import open_trace
 
@@ -338,8 +338,8 @@ def cmd_phases(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from kview.output import render
     from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side
+    from kview.output import render
     from kview.trace import open_trace
 
     traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
@@ -358,8 +358,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from kview.output import render
     from kview.analysis.compare import diff
+    from kview.output import render
     from kview.trace import open_trace
 
     _one_table_per_document(args.format, "the diff's tables", "use -f json (one object keyed by table), md or table")
@@ -382,7 +382,9 @@ def cmd_external(args) -> int:
     try:
         module = importlib.import_module(EXTERNAL[args.command])
     except ImportError as e:
-        raise UsageError(f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}")
+        raise UsageError(
+            f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}"
+        ) from None
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     return module.main(rest)
 

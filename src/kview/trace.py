@@ -13,8 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.io import nsys_reader as nr
 from kview.errors import TraceError
+from kview.io import nsys_reader as nr
 from kview.io.sqlite_source import SqliteSource, check_sqlite_file
 
 
@@ -112,6 +112,7 @@ class Trace:
             new = pl.DataFrame([got[n] for n in missing])
             have = new if have is None or have.width == 0 else have.hstack(new)
             self._frames[key] = have
+        assert have is not None  # every name was loaded above
         return have.select(names)
 
     @property
@@ -187,13 +188,13 @@ class JsonTrace(Trace):
         self.path = Path(path).expanduser().absolute()
         self.use_cache = use_cache
         self._frames = {}
-        self.src = None
+        self.src = None  # type: ignore[assignment]  # no SQLite behind a JSON trace
         self._load()
 
     def _load(self) -> None:
         from kview.io import cache
 
-        frames = {}
+        frames: dict[str, pl.DataFrame] = {}
         if self.use_cache:
             for k in self.KEYS + ("_meta",):
                 f = cache.load(self.path, f"json.{k}")
@@ -258,14 +259,14 @@ class JsonTrace(Trace):
     def origin(self) -> int:
         """Time zero of the trace's timeline: its earliest event (torch.profiler timestamps are
         clock readings, not offsets)."""
-        firsts = [self._json[k]["start"].min() for k in ("kernels", "runtime", "memcpy", "memset", "nvtx_events")]
-        firsts = [int(v) for v in firsts if v is not None]
-        return min(firsts) if firsts else 0
+        keys = ("kernels", "runtime", "memcpy", "memset", "nvtx_events")
+        firsts = [v for k in keys if (v := self._json[k].select(pl.col("start").min()).item()) is not None]
+        return int(min(firsts)) if firsts else 0
 
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:
         ev = self._json["nvtx_events"]
-        found = [v for v in (ev["start"].max(), ev["end"].max()) if v is not None]
+        found = [v for v in ev.select(pl.col("start").max(), pl.col("end").max()).row(0) if v is not None]
         return int(max(found)) if found else None
 
     @cached_property

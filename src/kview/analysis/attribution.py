@@ -470,8 +470,7 @@ def _attribute(trace: Trace) -> pl.DataFrame:
     )
     for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
         cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
-    cat = cat.otherwise(pl.lit("other"))
-    ops = ops.with_columns(cat.alias("Category"))
+    ops = ops.with_columns(cat.otherwise(pl.lit("other")).alias("Category"))
     gemm = f("Category") == "gemm"
     dur = f("end") - f("start")
     flops = (

@@ -12,6 +12,8 @@ is computed once per distinct name.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 # Kernels named only by their wrapper: the rules also see the template arguments.
@@ -163,7 +165,7 @@ def _keys(names: pl.Series) -> pl.Series:
 
 
 def _rule_expr(key: pl.Expr) -> pl.Expr:
-    expr = pl.when(pl.lit(False)).then(pl.lit(None, dtype=pl.String))
+    expr: Any = pl.when(pl.lit(False)).then(pl.lit(None, dtype=pl.String))  # Then, then ChainedThen
     for category, rules in RULES:
         expr = expr.when(key.str.contains("|".join(f"(?:{r})" for r in rules.values()))).then(pl.lit(category))
     return expr.otherwise(pl.lit(None, dtype=pl.String))

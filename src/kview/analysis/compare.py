@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kview.errors import UsageError
-
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.gpu_time import launch_timeline, range_times
+from kview.errors import UsageError
 from kview.trace import Trace
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
@@ -125,8 +124,8 @@ def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu") 
         labels.append(label)
         cols.append(column(w, by, metric).rename({"v": label}))
     out = cols[0]
-    for c in cols[1:]:
-        out = out.join(c, on="item", how="full", coalesce=True)
+    for col in cols[1:]:
+        out = out.join(col, on="item", how="full", coalesce=True)
     out = out.with_columns([pl.col(c).cast(pl.Int64) for c in labels])
     exprs = []
     for c in labels[1:]:

@@ -13,7 +13,9 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.trace import Trace
 
-SCHEMA = {"Op": pl.String, "Calls": pl.UInt32, "Total (ns)": pl.Int64, "Self (ns)": pl.Int64, "Avg (ns)": pl.Float64}
+SCHEMA = pl.Schema(
+    {"Op": pl.String, "Calls": pl.UInt32, "Total (ns)": pl.Int64, "Self (ns)": pl.Int64, "Avg (ns)": pl.Float64}
+)
 
 
 def cpu_op_summary(trace: Trace) -> pl.DataFrame:

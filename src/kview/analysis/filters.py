@@ -90,7 +90,10 @@ def _regex(value: str, regexes: list[tuple[str, str]] | None) -> str:
 
 def tokens(expr: str) -> list[str]:
     """Whitespace-separated terms; quotes (' or ") group, backslashes are kept as typed."""
-    out, cur, quote, started = [], [], None, False
+    out: list[str] = []
+    cur: list[str] = []
+    quote: str | None = None
+    started = False
     for ch in expr:
         if quote:
             if ch == quote:

@@ -61,7 +61,7 @@ def range_times(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
 
     `ranges` has label, start, end, global_tid. Phases, compare's ranges and diff's phases all
     come from here, so they never disagree."""
-    schema = {"label": pl.String, "cpu": pl.Int64, "gpu": pl.Int64, "ops": pl.Int64}
+    schema = pl.Schema({"label": pl.String, "cpu": pl.Int64, "gpu": pl.Int64, "ops": pl.Int64})
     if ranges.height == 0:
         return pl.DataFrame(schema=schema)
     per_thread = merge_intervals(ranges, ["label", "global_tid"])

@@ -14,11 +14,10 @@ import re
 
 import polars as pl
 
-from kview.errors import UsageError
-from kview.analysis.filters import regex_problem
-
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
+from kview.analysis.filters import regex_problem
+from kview.errors import UsageError
 from kview.trace import Trace
 
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
@@ -130,13 +129,15 @@ def phase_times(trace: Trace) -> pl.DataFrame:
     return trace.memo("phase_times", lambda: _phase_times(trace))
 
 
-PHASE_SCHEMA = {
-    "Phase": pl.String,
-    "GPU Time (ns)": pl.Int64,
-    "Kernels": pl.Int64,
-    "Share (%)": pl.Float64,
-    "CPU Time (ns)": pl.Int64,
-}
+PHASE_SCHEMA = pl.Schema(
+    {
+        "Phase": pl.String,
+        "GPU Time (ns)": pl.Int64,
+        "Kernels": pl.Int64,
+        "Share (%)": pl.Float64,
+        "CPU Time (ns)": pl.Int64,
+    }
+)
 
 
 def _phase_times(trace: Trace) -> pl.DataFrame:

@@ -51,7 +51,7 @@ def _build(trace: Trace) -> pl.DataFrame:
     assigned = []
     prev = None
     next_id = 0
-    for d in range(int(r["depth"].max()) + 1):
+    for d in range(int(r.select(pl.col("depth").max()).item()) + 1):
         level = r.filter(pl.col("depth") == d)
         if level.height == 0:
             continue

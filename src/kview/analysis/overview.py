@@ -75,7 +75,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         "Stream",
     )
     if ops.height:
-        span = int(ops["end"].max() - ops["start"].min())
+        span = int(ops.select(pl.col("end").max() - pl.col("start").min()).item())
         facts += [
             ("GPU span", fmt_ns(span)),
             ("Devices", str(ops["device"].n_unique())),
@@ -186,7 +186,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
         if pageable.height:
             findings.append(
-                f"Pageable memcpy: {pageable.height:,} copies ({pageable['bytes'].sum() / 1e6:,.1f} MB, "
+                f"Pageable memcpy: {pageable.height:,} copies ({int(pageable['bytes'].sum()) / 1e6:,.1f} MB, "
                 f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
                 f"pin it (pin_memory=True) to copy asynchronously at full speed."
             )
@@ -209,10 +209,11 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                 f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
                 f"host; prefer the Async variants on a stream."
             )
-    if busy.height and busy["Busy (%)"].min() < 50:
+    least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
+    if least is not None and least < 50:
         findings.append(
             f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
-            f"{busy['Busy (%)'].min()}% of its span; see the largest idle gaps."
+            f"{least}% of its span; see the largest idle gaps."
         )
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")

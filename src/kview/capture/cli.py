@@ -209,9 +209,8 @@ def capture_torch(a, out: Path) -> dict:
 
 def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
     """A torch.profiler trace (JSON) -> an nsys-schema SQLite trace, with the capture facts."""
-    from kview.io.kineto_reader import read
-
     from kview.capture import nsys_schema_writer
+    from kview.io.kineto_reader import read
 
     k = read(js)
     meta = {

@@ -108,7 +108,7 @@ def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
     try:
         from torch.distributed.run import get_args_parser
     except ImportError as e:
-        raise CommandError(f"reading torchrun's options needs torch here ({e})")
+        raise CommandError(f"reading torchrun's options needs torch here ({e})") from None
     try:
         ns = get_args_parser().parse_args(rest)
     except SystemExit:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -121,7 +121,7 @@ class ModuleRanges:
                 self.pop(token)
         return None
 
-    def install_global(self) -> "ModuleRanges":
+    def install_global(self) -> ModuleRanges:
         from torch.nn.modules import module as M
 
         self.handles = [
@@ -130,7 +130,7 @@ class ModuleRanges:
         ]
         return self
 
-    def install_on(self, modules: Iterable[nn.Module]) -> "ModuleRanges":
+    def install_on(self, modules: Iterable[nn.Module]) -> ModuleRanges:
         for m in modules:
             self.handles += [
                 m.register_forward_pre_hook(self.pre),

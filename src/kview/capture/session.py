@@ -35,10 +35,10 @@ import torch
 ENV = "KVIEW_CAPTURE"
 SOURCES = ("optimizer", "profiler", "explicit")  # later = more explicit = wins
 
-_current: "Session | None" = None
+_current: Session | None = None
 
 
-def current() -> "Session | None":
+def current() -> Session | None:
     return _current
 
 

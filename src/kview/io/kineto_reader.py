@@ -156,7 +156,7 @@ def load_json(path: Path) -> dict:
     doc: dict = {}
     if not bare:
         for key in HEADER_KEYS:
-            m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
+            m = re.search(rf'"{re.escape(key)}"\s*:\s*', text)
             if m:
                 try:
                     doc[key] = _DECODER.raw_decode(text, m.end())[0]
@@ -169,7 +169,7 @@ def load_json(path: Path) -> dict:
 def _events(path: Path, text: str, i: int, bare: bool):
     n = len(text)
     while True:
-        i = _WS.match(text, i).end()
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]  # [\s,]* matches everywhere
         if i >= n:
             if bare:  # the Trace Event Format lets a bare array end without its bracket
                 return

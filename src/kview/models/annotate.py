@@ -14,7 +14,7 @@ instead when torch's NVTX binding is unavailable.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 

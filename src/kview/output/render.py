@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 
 import polars as pl
 
@@ -17,6 +18,11 @@ FORMATS = ("table", "csv", "tsv", "md", "json")
 EXTENSIONS = {"table": "txt", "csv": "csv", "tsv": "tsv", "md": "md", "json": "json"}
 
 
+def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
+    """Numbers as text with `d` decimals, as nsys prints them."""
+    return lambda s: pl.Series([None if v is None else f"{v:.{d}f}" for v in s.to_list()], dtype=pl.String)
+
+
 def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.DataFrame:
     """Every column as its nsys text form (vectorized; NULL stays NULL)."""
     decimals = decimals or {}
@@ -24,15 +30,7 @@ def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) ->
     for name, dtype in frame.schema.items():
         c = pl.col(name)
         if name in decimals:
-            d = decimals[name]
-            exprs.append(
-                c.map_batches(
-                    lambda s, d=d: pl.Series(
-                        [None if v is None else f"{v:.{d}f}" for v in s.to_list()], dtype=pl.String
-                    ),
-                    return_dtype=pl.String,
-                ).alias(name)
-            )
+            exprs.append(c.map_batches(_fixed(decimals[name]), return_dtype=pl.String).alias(name))
         elif dtype == pl.String:
             exprs.append(c)
         else:
@@ -163,7 +161,7 @@ def render_sections(
     for title, df in sections.items():
         if df.height == 0 and empty is None and title not in (texts or {}):
             continue
-        body = (texts or {}).get(title) or (render(df, fmt) if df.height else empty)
+        body = (texts or {}).get(title) or (render(df, fmt) if df.height else empty or "")
         head = f"### {title}{suffix}\n\n" if fmt == "md" else f"** {title}{suffix}:\n\n"
         blocks.append(head + body)
     return "\n".join(blocks)

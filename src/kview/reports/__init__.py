@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from kview.trace import Trace
 from kview.reports.api import cuda_api_sum, osrt_sum
 from kview.reports.base import Report
 from kview.reports.gpu_kernels import cuda_gpu_kern_gb_sum, cuda_gpu_kern_sum, cuda_kern_exec_sum
 from kview.reports.memops import cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum
 from kview.reports.nvtx import nvtx_gpu_proj_sum, nvtx_kern_sum, nvtx_pushpop_sum, nvtx_startend_sum, nvtx_sum
+from kview.trace import Trace
 
 REPORTS: dict[str, Callable[[Trace], Report]] = {
     "nvtx_sum": nvtx_sum,

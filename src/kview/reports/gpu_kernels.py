@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 
 from kview.io.nsys_reader import PID_MASK
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
-from kview.trace import Trace
 from kview.reports.api import strip_version_suffix
 from kview.reports.base import Report, empty
+from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
+from kview.trace import Trace
 
 STAT_HEADERS = {
     "total": "Total Time (ns)",
@@ -21,7 +21,7 @@ STAT_HEADERS = {
 }
 
 
-def _named_kernels(trace: Trace, extra: list[str] = ()) -> pl.DataFrame:
+def _named_kernels(trace: Trace, extra: tuple[str, ...] | list[str] = ()) -> pl.DataFrame:
     k = trace.columns("kernels", ["start", "end", "name_id", *extra])
     return k.with_columns((pl.col("end") - pl.col("start")).alias("dur"))
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.io.nsys_reader import PID_MASK
+from kview.reports.base import Report, empty
 from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
-from kview.reports.base import Report, empty
 
 NO_NVTX = "does not contain NV Tools Extension (NVTX) data"
 HEADERS = {
@@ -55,7 +57,7 @@ def nvtx_startend_sum(trace: Trace) -> Report:
     return _range_summary(trace, "nvtx_startend_sum", "NVTX Start/End Range Summary", ("StartEnd",), False)
 
 
-def _api_of(trace: Trace, ops: pl.DataFrame, how: str) -> pl.DataFrame:
+def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> pl.DataFrame:
     """Join GPU ops to the runtime call that launched them (same correlation id and process)."""
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
         pl.col("start").alias("r_start"),

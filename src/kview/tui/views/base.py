@@ -37,7 +37,8 @@ class View(Vertical):
 
     def focus_content(self) -> None:
         """Give the keys to the view's table or tree (when it has one yet)."""
-        for w in self.query(FrameTable) or self.query(Tree):
+        widgets: list[Widget] = [*self.query(FrameTable)] or [*self.query(Tree)]
+        for w in widgets:
             w.focus()
             break
 
