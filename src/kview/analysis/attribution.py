@@ -175,15 +175,79 @@ def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     return trace.memo("attribution.user_paths", lambda: _build_user_paths(trace, labels))
 
 
+# A path shows at most this many levels: the outermost PATH_HEAD, a marker saying how many
+# are left out, and the innermost PATH_TAIL (a push never popped in a loop nests 20,000 deep).
+PATH_HEAD, PATH_TAIL = 3, 28
+ELIDED = "…"
+
+
 def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
     ranges = nv.projection_ranges(trace)
-    users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
-    calls = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
-    pairs = nv.enclosing(users, calls)
+    users = ranges.join(
+        labels.filter(~pl.col("marker")).select("name_code", "label", "phase"), on="name_code", how="inner"
+    )
+    if users.height == 0:
+        return pl.DataFrame(
+            schema={
+                "uid": pl.Int64,
+                "path": pl.String,
+                "in_fwd": pl.Boolean,
+                "in_bwd": pl.Boolean,
+                "in_opt": pl.Boolean,
+                "layer": pl.String,
+            }
+        )
+    selves = users.select(pl.col("id").alias("call_id"), "global_tid", "start", "end")
+    parts = []
+    pp = users.filter(pl.col("style") == "PushPop")
+    if pp.height:
+        # the levels shown of each push/pop user range's chain of user ranges, one join_asof for all
+        tree = nv.nest(pp.select("id", "global_tid", "start", "end"))
+        inner = nv.innermost(tree, selves)
+        n = pl.col("idepth") + 1
+        levels = (
+            pl.when(n <= PATH_HEAD + PATH_TAIL)
+            .then(pl.int_ranges(0, n, dtype=pl.Int64))
+            .otherwise(
+                pl.concat_list(
+                    pl.int_ranges(0, PATH_HEAD, dtype=pl.Int64), pl.int_ranges(n - PATH_TAIL, n, dtype=pl.Int64)
+                )
+            )
+        )
+        rows = inner.select("call_id", "global_tid", "ipos", n.alias("n"), levels.alias("lvl")).explode("lvl")
+        parts.append(
+            nv.ancestor_at(tree, rows, "ipos", "lvl", {"id": "id"}).select(
+                "call_id",
+                "id",
+                pl.when((pl.col("n") > PATH_HEAD + PATH_TAIL) & (pl.col("lvl") == PATH_HEAD - 1))
+                .then(pl.col("n") - PATH_HEAD - PATH_TAIL)
+                .otherwise(0)
+                .alias("elided"),
+            )
+        )
+    se = users.filter(pl.col("style") != "PushPop")
+    if se.height:
+        parts.append(nv._enclosing_any(se, selves).with_columns(pl.lit(0, dtype=pl.Int64).alias("elided")))
+    p = pl.concat(parts).join(users.select("id", "start", "end", "name_code"), on="id", how="left")
+    # after the last outer level shown, one marker for the levels left out (sorted as integers,
+    # labelled after)
+    gap = p.filter(pl.col("elided") > 0).with_columns(pl.lit(-1, dtype=pl.Int64).alias("name_code"))
     p = (
-        pairs.join(users.select("id", "name_code", "start", "end"), on="id", how="left")
-        .join(labels.select("name_code", "label", "phase"), on="name_code", how="left")
-        .sort(["call_id", "start", "end"], descending=[False, False, True])
+        pl.concat(
+            [
+                p.with_columns(pl.lit(0).alias("_k"), pl.lit(0, dtype=pl.Int64).alias("elided")),
+                gap.with_columns(pl.lit(1).alias("_k")),
+            ]
+        )
+        .sort(["call_id", "start", "end", "_k"], descending=[False, False, True, False])
+        .join(labels.select("name_code", "label", "phase"), on="name_code", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(pl.col("_k") == 1)
+            .then(pl.format("{} {} levels", pl.lit(ELIDED), "elided"))
+            .otherwise(pl.col("label"))
+            .alias("label"),
+            pl.col("phase").fill_null(False),
+        )
     )
     # Layer: the non-phase labels, leaving out one that the next carries as its prefix
     # (`layers.3` > `layers.3.mlp` -> `layers.3.mlp`, `Enc_0` > `Enc_0:Attn` -> `Enc_0:Attn`)
@@ -192,40 +256,48 @@ def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
         pl.col("next").str.starts_with(pl.col("label") + ".") | pl.col("next").str.starts_with(pl.col("label") + ":")
     ).fill_null(False)
     layers = q.filter(~carried).group_by("call_id").agg(pl.col("label").str.join(":").alias("layer"))
-    out = p.group_by("call_id", maintain_order=True).agg(
-        pl.col("label").str.join(" > ").alias("path"),
-        (pl.col("label") == "forward_pass").any().alias("in_fwd"),
-        (pl.col("label") == "backward_pass").any().alias("in_bwd"),
-        (pl.col("label") == "optimizer_step").any().alias("in_opt"),
-    )
+    out = p.group_by("call_id", maintain_order=True).agg(pl.col("label").str.join(" > ").alias("path"))
+    # in a phase: any enclosing range of that name, shown or not
+    for flag, name in (("in_fwd", "forward_pass"), ("in_bwd", "backward_pass"), ("in_opt", "optimizer_step")):
+        hit = nv.around(users.filter(pl.col("label") == name), selves)
+        out = out.join(hit.select("call_id", pl.lit(True).alias(flag)), on="call_id", how="left").with_columns(
+            pl.col(flag).fill_null(False)
+        )
     out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
-    out = out.rename({"call_id": "uid"})
-    return out
+    return out.rename({"call_id": "uid"})
 
 
 def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
     """For each call (call_id, global_tid, start, end): its user path, layer, outermost forward op,
     innermost backward node (seq), and direction flags."""
-    ranges = nv.projection_ranges(trace)
-    pairs = nv.enclosing(ranges, calls, nv.projection_tree(trace))
-    p = pairs.join(ranges.select("id", "name_code", "start"), on="id", how="left").join(
-        labels.select("name_code", "marker", "fwd_op", "bwd_node", "bwd_eval", "optim_marker", "seq"),
-        on="name_code",
-        how="left",
-    )
-    per_call = (
-        p.sort("start")
-        .group_by("call_id")
-        .agg(
-            pl.col("id").filter(~pl.col("marker")).last().alias("uid"),
-            pl.col("name_code").filter(pl.col("fwd_op")).first().alias("fop_code"),
-            pl.col("seq").filter(pl.col("bwd_node")).last().alias("bseq"),
-            pl.col("start").filter(pl.col("bwd_node")).last().alias("bstart"),
-            pl.col("id").filter(pl.col("bwd_eval")).last().alias("eval_id"),
-            (pl.col("bwd_node") | pl.col("bwd_eval")).any().alias("any_bwd"),
-            pl.col("optim_marker").any().alias("any_opt"),
+    # Each question is the innermost (or outermost) range of one kind around the call, asked of
+    # that kind's own nesting: never a row per (call, enclosing range), whatever the depth.
+    ranges = nv.projection_ranges(trace).select("id", "global_tid", "start", "end", "name_code", "style")
+    seqs = labels.select("name_code", "seq")
+
+    def inner(kind: pl.Expr, outermost: bool = False) -> pl.DataFrame:
+        codes = labels.filter(kind)["name_code"].implode()
+        found = nv.around(ranges.filter(pl.col("name_code").is_in(codes)), calls, outermost)
+        return found.join(ranges.select("id", "name_code", "start"), on="id", how="left").join(
+            seqs, on="name_code", how="left"
         )
-    )
+
+    per_call = calls.select("call_id")
+    for found, cols in (
+        (inner(~pl.col("marker")), [pl.col("id").alias("uid")]),
+        (inner(pl.col("fwd_op"), outermost=True), [pl.col("name_code").alias("fop_code")]),
+        (
+            inner(pl.col("bwd_node")),
+            [pl.col("seq").alias("bseq"), pl.col("start").alias("bstart"), pl.lit(True).alias("_node")],
+        ),
+        (inner(pl.col("bwd_eval")), [pl.col("id").alias("eval_id")]),
+        (inner(pl.col("optim_marker")), [pl.lit(True).alias("any_opt")]),
+    ):
+        per_call = per_call.join(found.select("call_id", *cols), on="call_id", how="left")
+    per_call = per_call.with_columns(
+        (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
+        pl.col("any_opt").fill_null(False),
+    ).drop("_node")
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
     tree = nv.projection_tree(trace)
@@ -267,13 +339,7 @@ def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> p
             for t in threads
         ]
     )
-    pairs = nv.enclosing(users, probes)
-    inner = (
-        pairs.join(users.select("id", "start"), on="id", how="left")
-        .sort("start")
-        .group_by("call_id")
-        .agg(pl.col("id").last().alias("uid"))
-    )
+    inner = nv.around(users, probes).rename({"id": "uid"})
     paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
     return inner.join(paths, on="uid", how="left").select("call_id", "open_path")
 

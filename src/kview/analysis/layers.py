@@ -79,6 +79,7 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
             .agg(dur.sum())
             .pivot(on="Sublayer", index="Layer", values="Duration (ns)")
         )
+        piv = piv.select("Layer", *[c for c in top.to_list() if c in piv.columns])  # largest first, every run
         piv = piv.rename({c: f"{c} (ns)" for c in piv.columns if c != "Layer"})
         g = g.join(piv, on="Layer", how="left")
     idx = pl.col("Layer").str.extract(r"(\d+)$", 1).cast(pl.Int64)

@@ -7,8 +7,12 @@ process, and the default domain gives an empty prefix (":forward_pass").
 Enclosure is computed column-wise. Push/pop ranges on one thread nest (LIFO), so a range's
 depth is the number of earlier ranges (in start order) still open when it starts, found with
 sorted searches; its parent is the nearest earlier range one level up, found with join_asof.
-Start/end ranges may overlap arbitrarily and are matched against calls by an explicit
-per-thread interval join instead.
+In that start order (a preorder of the nesting) the ancestor of a range at depth d is the last
+range of depth d at or before it, one join_asof for any d, so no question about ancestors ever
+walks a chain level by level: the innermost range around a call is found by a binary search
+over depths (log2 of the deepest nesting rounds), and a push never popped inside a loop (depth
+20,000) costs 15 rounds, not 20,000. Start/end ranges may overlap arbitrarily and are matched
+against calls by an explicit per-thread interval join instead.
 """
 
 from __future__ import annotations
@@ -181,7 +185,8 @@ def projection_tree(trace: Trace) -> pl.DataFrame:
 
 
 def nest(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Add `depth` and `parent` (id of the tightest enclosing range on the same thread).
+    """Add `depth`, `parent` (id of the tightest enclosing range on the same thread) and `pos`
+    (the range's place in start order on its thread, a preorder of the nesting).
 
     Valid for families that nest (push/pop on one thread). Ties of identical intervals
     become a chain in id order.
@@ -237,7 +242,101 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("ppos")
     )
-    return r.sort(["global_tid", "pos"]).drop("pos")
+    return r.sort(["global_tid", "pos"])
+
+
+def ancestor_at(tree: pl.DataFrame, rows: pl.DataFrame, pos: str, level: str, cols: dict[str, str]) -> pl.DataFrame:
+    """For each row (global_tid, `pos` in the tree's preorder, `level`), columns of the tree's
+    range at depth `level` on the path to the range at `pos` (its ancestor, or itself), renamed
+    by `cols` ({tree column: new name}); nulls when there is none. One join_asof: in preorder,
+    that ancestor is the last range of that depth at or before `pos`."""
+    # (depth, pos) packed into one key, so the asof join groups by thread only (grouping by depth
+    # too would make a group per level: slow when ranges nest thousands deep)
+    right = tree.select(
+        "global_tid",
+        (pl.col("depth").cast(pl.Int64) * _POS + pl.col("pos")).alias("_akey"),
+        pl.col("depth").cast(pl.Int64).alias("_adepth"),
+        *[pl.col(c).alias(n) for c, n in cols.items()],
+    )
+    left = rows.with_columns(pl.col(level).cast(pl.Int64)).with_columns(
+        (pl.col(level) * _POS + pl.col(pos)).alias("_akey")
+    )
+    got = left.sort("_akey").join_asof(
+        right.sort("_akey"), on="_akey", by="global_tid", strategy="backward", check_sortedness=False
+    )
+    miss = pl.col("_adepth").is_null() | (pl.col("_adepth") != pl.col(level))  # no range at that depth
+    return got.with_columns(*[pl.when(miss).then(None).otherwise(pl.col(n)).alias(n) for n in cols.values()]).drop(
+        "_akey", "_adepth"
+    )
+
+
+_POS = 1 << 32  # positions on one thread stay below this
+
+INNERMOST_SCHEMA = {"call_id": pl.Int64, "global_tid": pl.Int64, "id": pl.Int64, "ipos": pl.Int64, "idepth": pl.Int64}
+
+
+def innermost(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """(call_id, global_tid, id, ipos, idepth) of the innermost range of `tree` (a nest() result) with
+    start <= call start and end >= call end, for the calls (call_id, global_tid, start, end)
+    that have one.
+
+    The candidate is the last range in preorder starting at or before the call; the ranges
+    around the call are that candidate's ancestors-or-self that end at or after the call ends,
+    and since an ancestor ends no earlier than its descendants, the deepest such depth is found
+    by binary search, each round one ancestor_at over the calls still undecided."""
+    if tree.height == 0 or calls.height == 0:
+        return pl.DataFrame(schema=INNERMOST_SCHEMA)
+    t = tree.select(
+        "global_tid",
+        pl.col("start").alias("c_start"),
+        pl.col("pos").alias("cpos"),
+        pl.col("depth").cast(pl.Int64).alias("cdepth"),
+    )
+    c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
+    c = (
+        c.sort("c_start")
+        .join_asof(
+            t.sort(["c_start", "cpos"]), on="c_start", by="global_tid", strategy="backward", check_sortedness=False
+        )
+        .filter(pl.col("cpos").is_not_null())
+        .with_columns(pl.lit(-1, dtype=pl.Int64).alias("lo"), (pl.col("cdepth") + 1).alias("hi"))
+    )
+    done = [c.head(0)]
+    while c.height:
+        settled = pl.col("hi") - pl.col("lo") <= 1
+        done.append(c.filter(settled))
+        c = c.filter(~settled).with_columns(((pl.col("lo") + pl.col("hi")) // 2).alias("mid"))
+        c = ancestor_at(tree, c, "cpos", "mid", {"end": "_aend"})
+        ok = pl.col("_aend") >= pl.col("c_end")
+        c = c.with_columns(
+            pl.when(ok).then(pl.col("mid")).otherwise(pl.col("lo")).alias("lo"),
+            pl.when(ok).then(pl.col("hi")).otherwise(pl.col("mid")).alias("hi"),
+        ).drop("mid", "_aend")
+    found = pl.concat(done).filter(pl.col("lo") >= 0)
+    found = ancestor_at(tree, found, "cpos", "lo", {"id": "id", "pos": "ipos"})
+    return found.select("call_id", "global_tid", "id", "ipos", pl.col("lo").alias("idepth"))
+
+
+PAIR_BYTES = 400  # memory per (call, range) pair through the reports' joins, with headroom
+
+
+class TooManyPairs(Exception):
+    """Pairing every call with every range around it would not fit the memory budget (ranges
+    nested thousands deep: a push never popped inside a loop)."""
+
+    def __init__(self, pairs: int, limit: int, depth: int):
+        self.pairs, self.limit, self.depth = pairs, limit, depth
+        super().__init__(
+            f"nests NVTX ranges {depth:,} deep, so pairing each kernel with every range around it "
+            f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows (--max-memory)"
+        )
+
+
+def pair_limit() -> int:
+    from kview.io.memory_budget import budget
+
+    total, _ = budget()
+    return (total or 8 << 30) // PAIR_BYTES
 
 
 def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -246,12 +345,19 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | No
 
     `calls` has call_id, global_tid, start, end. Push/pop ranges go through the nesting
     (innermost open range, then its ancestors); start/end ranges through an interval join.
+    The pairs grow with the nesting depth (the nsys reports that need them are defined over
+    them), so their number is counted first and TooManyPairs raised past the memory budget.
     """
     pp = ranges.filter(pl.col("style") == "PushPop")
     se = ranges.filter(pl.col("style") != "PushPop")
     out = []
     if pp.height and calls.height:
-        out.append(_enclosing_nested(nest(pp) if tree is None else tree, calls))
+        tree = nest(pp) if tree is None else tree
+        inner = innermost(tree, calls)
+        pairs, limit = int((inner["idepth"] + 1).sum() or 0), pair_limit()
+        if pairs > limit:
+            raise TooManyPairs(pairs, limit, int(inner.select(pl.col("idepth").max()).item()) + 1)
+        out.append(_enclosing_nested(tree, inner))
     if se.height and calls.height:
         out.append(_enclosing_any(se, calls))
     if not out:
@@ -259,44 +365,39 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | No
     return pl.concat(out)
 
 
-def _enclosing_nested(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    # Innermost candidate: the last range (in start order) starting at or before the call.
-    t = tree.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False]).with_columns(
-        pl.int_range(pl.len()).alias("order")
-    )
-    c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
-    cand = c.sort("c_start").join_asof(
-        t.select("global_tid", pl.col("start").alias("c_start"), pl.col("order")).sort("c_start"),
-        on="c_start",
-        by="global_tid",
-        strategy="backward",
-        check_sortedness=False,
-    )
-    # The candidate may have closed before the call; climb parents until one encloses it.
-    info = t.select("order", "id", "start", "end", "parent")
-    by_id = t.select(pl.col("id").alias("parent"), pl.col("order").alias("porder"))
-    info = info.join(by_id, on="parent", how="left").drop("parent")
-    cur = cand.filter(pl.col("order").is_not_null()).join(info, on="order", how="left")
-    found = []
-    while cur.height:
-        ok = (pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))
-        found.append(cur.filter(ok).select("call_id", "order"))
-        nxt = cur.filter(~ok & pl.col("porder").is_not_null()).select(
-            "call_id", "global_tid", "c_start", "c_end", pl.col("porder").alias("order")
-        )
-        cur = nxt.join(info, on="order", how="left")
-    inner = pl.concat(found) if found else pl.DataFrame(schema={"call_id": pl.Int64, "order": pl.Int64})
-    # Every ancestor of the innermost enclosing range encloses the call as well.
-    pairs = []
-    cur = inner.join(info.select("order", "id", "porder"), on="order", how="left")
-    while cur.height:
-        pairs.append(cur.select("call_id", "id"))
-        cur = (
-            cur.filter(pl.col("porder").is_not_null())
-            .select("call_id", pl.col("porder").alias("order"))
-            .join(info.select("order", "id", "porder"), on="order", how="left")
-        )
-    return pl.concat(pairs) if pairs else pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
+def _enclosing_nested(tree: pl.DataFrame, inner: pl.DataFrame) -> pl.DataFrame:
+    """From the innermost range around each call (innermost()), all its ancestors (they enclose
+    the call as well), one row per (call, ancestor-or-self) and one join_asof for all of them."""
+    rows = inner.select(
+        "call_id", "global_tid", "ipos", pl.int_ranges(0, pl.col("idepth") + 1, dtype=pl.Int64).alias("lvl")
+    ).explode("lvl")
+    return ancestor_at(tree, rows, "ipos", "lvl", {"id": "id"}).select("call_id", "id")
+
+
+def around(ranges: pl.DataFrame, calls: pl.DataFrame, outermost: bool = False) -> pl.DataFrame:
+    """(call_id, id) of the innermost (or outermost) range of `ranges` around each call that has
+    one. Push/pop ranges go through their own nesting (so `ranges` can be any subset: the user
+    ranges, the backward nodes), start/end ranges through an interval join; the one that starts
+    later (earlier, for the outermost) wins. Never more rows than calls per family, whatever
+    the depth."""
+    pp = ranges.filter(pl.col("style") == "PushPop")
+    se = ranges.filter(pl.col("style") != "PushPop")
+    parts = []
+    if pp.height and calls.height:
+        tree = nest(pp.select("id", "global_tid", "start", "end"))
+        inner = innermost(tree, calls)
+        if outermost:
+            inner = ancestor_at(
+                tree, inner.drop("id").with_columns(pl.lit(0, dtype=pl.Int64).alias("top")), "ipos", "top", {"id": "id"}
+            )
+        parts.append(inner.select("call_id", "id"))
+    if se.height and calls.height:
+        parts.append(_enclosing_any(se, calls))
+    if not parts:
+        return pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
+    found = pl.concat(parts).join(ranges.select("id", "start", "end"), on="id", how="left")
+    found = found.sort(["call_id", "start", "end"], descending=[False, outermost, not outermost])
+    return found.group_by("call_id", maintain_order=True).agg(pl.col("id").last()).select("call_id", "id")
 
 
 def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

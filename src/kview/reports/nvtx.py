@@ -88,7 +88,10 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
     j = _api_of(trace, k, "left").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
-    pairs = _ranges_over_calls(trace, j)
+    try:
+        pairs = _ranges_over_calls(trace, j)
+    except nv.TooManyPairs as e:
+        return empty(name, title, str(e))
     combo = (
         j.join(pairs, on="call_id", how="left")
         .join(ranges.select("id", "name_code", "style"), on="id", how="left")
@@ -197,7 +200,10 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         return empty(name, title, "does not contain GPU operation data")
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
     ranges = nv.projection_ranges(trace)
-    pairs = _ranges_over_calls(trace, j)
+    try:
+        pairs = _ranges_over_calls(trace, j)
+    except nv.TooManyPairs as e:
+        return empty(name, title, str(e))
     proj = (
         j.join(pairs, on="call_id", how="inner")
         .group_by("id")
