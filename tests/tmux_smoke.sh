@@ -16,13 +16,25 @@ t -f /dev/null new-session -d -s kv -x "$w" -y "$h" "kview '$trace'; sleep 0.5"
 t set -g set-clipboard on
 wait_for "summary by name" 60 || fail "kernel table never appeared"
 t capture-pane -p -t kv | grep -qiE "kernel|gemm|elementwise|\[CUDA" || fail "no kernel names on screen"
-for k in 2 / "$word" Enter; do t send-keys -t kv "$k"; sleep 0.3; done
+# Each key waits for what the one before it shows: on a loaded machine keys typed before the
+# filter box has focus would go to the table.
+t send-keys -t kv 2; sleep 0.3
+t send-keys -t kv /
+wait_for "filter:" 10 || fail "no filter box"
+t send-keys -t kv "$word"
+wait_for "$word" 10 || fail "typed filter not shown"
+t send-keys -t kv Enter
 wait_for "filter: $word" 10 || fail "filter not applied"
 rows=$(t capture-pane -p -t kv | sed -n '/^Time (%)/,/^───/p' | sed '1d;$d' | grep -c '[0-9]')
 [ "$rows" -ge 1 ] || fail "no rows match $word"
-t send-keys -t kv y
-sleep 1
-buf=$(t show-buffer 2>/dev/null || true)
+# The label shows the filter at once and the rows follow once the filtered table is computed
+# (seconds on a loaded machine): copy again until the copy holds only matching rows, or fail.
+for _ in $(seq 1 20); do
+  t send-keys -t kv y
+  sleep 1
+  buf=$(t show-buffer 2>/dev/null || true)
+  echo "$buf" | grep -q '^| Time (%) |' && ! echo "$buf" | sed '1,2d' | grep -viq -- "$word" && break
+done
 echo "$buf" | grep -q '^| Time (%) |' || fail "tmux buffer holds no Markdown table"
 echo "$buf" | sed '1,2d' | grep -viq -- "$word" && fail "copied rows that do not match $word"
 t send-keys -t kv 3
