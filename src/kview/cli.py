@@ -1,8 +1,12 @@
 """The `kview` command line. Subcommands never import Textual or torch.
 
-`kview TRACE` (no subcommand) hands over to the TUI, and `kview capture` to the capture
-package; both are imported by module name only when asked for, so the core keeps its
-one-way dependencies and `kview stats` starts fast on a box without them.
+Every command is one `Command` in COMMANDS: its name, help, own options and the function that
+runs it. The flags several commands share (-f, -o, --force, --no-cache, --max-memory) come from
+parent parsers and are accepted anywhere on the line, before the command name too
+(`kview --no-cache -f csv kernels T` is `kview kernels T -f csv --no-cache`). `kview TRACE`
+(no command) hands over to the TUI, and `kview capture`/`kview bench` to the capture package;
+both are imported by module name only when asked for, so the core keeps its one-way
+dependencies and `kview stats` starts fast on a box without them.
 """
 
 from __future__ import annotations
@@ -12,125 +16,110 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kview.errors import KviewError, TraceError, UsageError, debugging, internal_error_line, shown
 
 
-def _parser_stats(sub) -> None:
+def _trace_flags(defaults: bool) -> argparse.ArgumentParser:
+    """How a trace is opened: every command that reads one, and the explorer. With `defaults`
+    False the flags default to nothing, so a command's copy never overwrites what was given
+    before the command name."""
+
+    def d(value):
+        return value if defaults else argparse.SUPPRESS
+
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("opening a trace")
+    g.add_argument("--no-cache", action="store_true", default=d(False), help="do not read or write the frame cache")
+    g.add_argument(
+        "--max-memory",
+        default=d(None),
+        metavar="SIZE",
+        help="memory a JSON trace may take while it is decoded (e.g. 8G; default: KVIEW_MAX_MEMORY, else the "
+        "memory available); a larger .json or .json.gz is refused",
+    )
+    return p
+
+
+def _document_flags(defaults: bool) -> argparse.ArgumentParser:
+    """What a viewing command writes: its format and where."""
+
+    def d(value):
+        return value if defaults else argparse.SUPPRESS
+
     from kview.output.render import FORMATS
 
-    p = sub.add_parser(
-        "stats",
-        help="nsys-compatible summary reports (same numbers as `nsys stats`)",
-        description="Reports identical to `nsys stats --format csv`, without nsys.",
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("output")
+    g.add_argument("-f", "--format", default=d("table"), choices=FORMATS, help="output format (default: table)")
+    g.add_argument(
+        "-o",
+        "--output",
+        default=d(None),
+        metavar="PATH",
+        help="write the output to PATH instead of stdout (stats: one file per report, PATH_<report>.<ext>); "
+        "never over an existing file unless --force, never over the trace",
     )
-    p.add_argument("trace", help="Nsight Systems .sqlite export")
+    g.add_argument("--force", action="store_true", default=d(False), help="with -o: overwrite existing output files")
+    return p
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `kview NAME ...` command: how it is described, its own options, what runs it."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int]
+    options: Callable[[argparse.ArgumentParser], None] = lambda p: None
+    description: str | None = None
+    shared: bool = True  # takes the shared flags; False: handed every argument (capture, bench)
+    one_document: bool = True  # -o PATH is that document's file (stats: a prefix, one file per report)
+
+
+def _stats_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="Nsight Systems .sqlite export (or torch.profiler .json/.json.gz)")
     p.add_argument(
         "-r",
         "--report",
         default=None,
         help="comma-separated report names (default: nsys's default set); 'all' for every report",
     )
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument(
-        "-o",
-        "--output",
-        default=None,
-        metavar="PREFIX",
-        help="write one file per report, PREFIX_<report>.<ext>, instead of stdout (never over an "
-        "existing file unless --force, never over the trace)",
-    )
-    p.add_argument("--force", action="store_true", help="with -o: overwrite existing output files")
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the frame cache")
 
 
-def _parser_analyses(sub) -> None:
-    from kview.output.render import FORMATS
-
-    p = sub.add_parser(
-        "kernels",
-        help="one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
-        description="Per-kernel attribution table. Filter language: bare words match kernel "
-        "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
-        "grid>1024; a leading - negates; terms AND together.",
-    )
+def _kernels_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace")
     p.add_argument("--filter", default="", help='e.g. "dir:bprop layer:Enc_0 gemm dur>10us"')
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
-    p = sub.add_parser("layers", help="GPU time per repeated layer (forward/backward, sublayers)")
+
+
+def _layers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace")
     p.add_argument("--pattern", default=None, help="regex for layer range names (default: detected, e.g. ^layer_\\d+$)")
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
-    p = sub.add_parser("overview", help="trace facts, GPU busy share, idle gaps, time by category and phase, findings")
+
+
+def _one_trace(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace")
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
-    p = sub.add_parser("phases", help="GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)")
-    p.add_argument("trace")
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
 
 
-def _parser_compare(sub) -> None:
-    from kview.output.render import FORMATS
-
-    p = sub.add_parser(
-        "compare",
-        help="traces side by side, or phases within one trace",
-        description="Rows are ranges (or categories, kernels, layers), one column per trace "
-        "(or per --ranges phase), then the difference of each later column to the first.",
-    )
+def _compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("traces", nargs="+")
     p.add_argument("--root", default=None, help="restrict each trace to its last instance of this range")
     p.add_argument("--metric", default="gpu", choices=["gpu", "cpu"])
     p.add_argument("--by", default="range", choices=["range", "category", "kernel", "layer"])
     p.add_argument("--ranges", default=None, help="one trace: put these ranges side by side (comma list)")
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
-    p = sub.add_parser("diff", help="what changed between two runs (kernels, counts, phases)")
+
+
+def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--top", type=int, default=15)
-    p.add_argument("-f", "--format", default="table", choices=FORMATS)
-    p.add_argument("--no-cache", action="store_true")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from kview import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="kview",
-        description="Terminal explorer for GPU traces.",
-        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).",
-    )
-    parser.add_argument("--version", action="version", version=f"kview {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _parser_stats(sub)
-    _parser_analyses(sub)
-    _parser_compare(sub)
-    for name in ("stats", "kernels", "layers", "overview", "phases", "compare", "diff"):
-        sub.choices[name].add_argument(
-            "--max-memory",
-            default=None,
-            metavar="SIZE",
-            help="memory a JSON trace may take while it is decoded (e.g. 8G; default: KVIEW_MAX_MEMORY, else the "
-            "memory available); a larger .json or .json.gz is refused",
-        )
-    # Handed over whole to packages outside the core, imported by name only when used.
-    for name, help_ in (
-        (
-            "capture",
-            "profile your program (-- COMMAND) or a built-in workload under nsys or "
-            "torch.profiler into a trace (needs torch)",
-        ),
-        ("bench", "time forward/backward/train steps of a built-in workload (needs torch)"),
-    ):
-        sp = sub.add_parser(name, help=help_, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-    return parser
+def _handed_over(p: argparse.ArgumentParser) -> None:
+    p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def _report_names(arg: str | None) -> list[str]:
@@ -155,10 +144,45 @@ def _one_table_per_document(fmt: str, what: str, hint: str) -> None:
         raise UsageError(f"{what} do not fit one {fmt.upper()} document on stdout: {hint}")
 
 
+def _inputs(args) -> list[str]:
+    """The traces this command line reads (never written over)."""
+    return [a for n in ("trace", "before", "after") if (a := getattr(args, n, None))] + list(
+        getattr(args, "traces", None) or []
+    )
+
+
+def _open(args, path: str):
+    from kview.trace import open_trace
+
+    return open_trace(path, use_cache=not args.no_cache)
+
+
+def _check_output(args) -> None:
+    """-o PATH of a one-document command: refused before any work (an input, an existing file)."""
+    if args.output:
+        from kview.output import files
+
+        files.check([Path(args.output)], _inputs(args), args.force)
+
+
+def _write(args, text: str) -> int:
+    """The command's document: to stdout, or to -o PATH (atomically; nothing for no data)."""
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    from kview.output import files
+
+    if not text:
+        print(f"kview: nothing to write: no file written to {args.output}", file=sys.stderr)
+        return 0
+    files.write({Path(args.output): text}, _inputs(args), args.force)
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
 def cmd_stats(args) -> int:
     from kview.output import render
     from kview.reports import REPORTS
-    from kview.trace import open_trace
 
     names = _report_names(args.report)
     if args.output:
@@ -174,7 +198,7 @@ def cmd_stats(args) -> int:
             "write one file per report with -o PREFIX, pick one with -r NAME, "
             "or use -f json (one object keyed by report name)",
         )
-    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    trace = _open(args, args.trace)
     reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
 
     def remark(table: bool = False) -> None:
@@ -247,25 +271,22 @@ def cmd_kernels(args) -> int:
     from kview.analysis import filters
     from kview.analysis.attribution import attribute, shown
     from kview.output import render
-    from kview.trace import open_trace
 
     try:
         pred = filters.parse(args.filter)
     except filters.FilterError as e:
         raise UsageError(str(e), what="--filter") from None
-    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    trace = _open(args, args.trace)
     table = attribute(trace)
     if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
         from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
 
         ops = cpu_op_summary(trace)
         _note(trace, no_gpu_work_note(trace) + ("; showing its CPU op times instead" if ops.height else ""))
-        sys.stdout.write(render.render(ops, args.format) if ops.height else render.render(shown(table), args.format))
-        return 0
+        return _write(args, render.render(ops, args.format) if ops.height else render.render(shown(table), args.format))
     if pred is not None:
         table = table.filter(pred)
-    sys.stdout.write(render.render(shown(table), args.format))
-    return 0
+    return _write(args, render.render(shown(table), args.format))
 
 
 def _note(trace, text: str) -> None:
@@ -277,29 +298,25 @@ def cmd_layers(args) -> int:
     from kview.analysis.layers import layer_times
     from kview.output import render
     from kview.output.format import stacked_bar
-    from kview.trace import open_trace
 
-    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    trace = _open(args, args.trace)
     df = layer_times(trace, args.pattern)
     if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
         _note(trace, "no repeated layer ranges found (layer_0.., Enc_0..; give --pattern REGEX)")
-        sys.stdout.write(render.render(df, args.format) if args.format == "json" else "")
-        return 0
+        return _write(args, render.render(df, args.format) if args.format == "json" else "")
     if args.format == "table":
         df = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
-    sys.stdout.write(render.render(df, args.format))
-    return 0
+    return _write(args, render.render(df, args.format))
 
 
 def cmd_overview(args) -> int:
     from kview.analysis.overview import build
     from kview.output import render
-    from kview.trace import open_trace
 
     _one_table_per_document(
         args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
     )
-    o = build(open_trace(args.trace, use_cache=not args.no_cache))
+    o = build(_open(args, args.trace))
     import polars as pl
 
     sections = {
@@ -314,8 +331,7 @@ def cmd_overview(args) -> int:
     }
     # findings are sentences: bullets in a terminal rather than a truncated table cell
     bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
-    sys.stdout.write(render.render_sections(sections, args.format, texts=bullets))
-    return 0
+    return _write(args, render.render_sections(sections, args.format, texts=bullets))
 
 
 def cmd_phases(args) -> int:
@@ -324,25 +340,22 @@ def cmd_phases(args) -> int:
     from kview.analysis.layers import phase_times
     from kview.output import render
     from kview.output.format import bar
-    from kview.trace import open_trace
 
-    trace = open_trace(args.trace, use_cache=not args.no_cache)
+    trace = _open(args, args.trace)
     df = phase_times(trace)
     if df.height == 0:
         _note(trace, "no phase ranges (user NVTX or record_function ranges at the top of a thread)")
     if args.format == "table" and df.height:
         gpu = pl.col("GPU Time (ns)")
         df = df.with_columns(bar(gpu / gpu.max(), width=30).alias("Bar"))
-    sys.stdout.write(render.render(df, args.format))
-    return 0
+    return _write(args, render.render(df, args.format))
 
 
 def cmd_compare(args) -> int:
     from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side
     from kview.output import render
-    from kview.trace import open_trace
 
-    traces = [open_trace(t, use_cache=not args.no_cache) for t in args.traces]
+    traces = [_open(args, t) for t in args.traces]
     if args.ranges:
         if len(traces) != 1:
             raise UsageError("--ranges compares phases within one trace; give exactly one trace")
@@ -353,34 +366,29 @@ def cmd_compare(args) -> int:
         labels = distinct_labels(stems) if args.format == "table" else stems
         windows = [root_window(t, args.root, label) for t, label in zip(traces, labels)]
     df = side_by_side(windows, args.by, args.metric)
-    sys.stdout.write(render.render(df, args.format))
-    return 0
+    return _write(args, render.render(df, args.format))
 
 
 def cmd_diff(args) -> int:
     from kview.analysis.compare import diff
     from kview.output import render
-    from kview.trace import open_trace
 
     _one_table_per_document(args.format, "the diff's tables", "use -f json (one object keyed by table), md or table")
-    a = open_trace(args.before, use_cache=not args.no_cache)
-    b = open_trace(args.after, use_cache=not args.no_cache)
+    a, b = _open(args, args.before), _open(args, args.after)
     sections = diff(a, b, args.top)
     ga, gb = sections["Runs"]["A"][1], sections["Runs"]["B"][1]
     if ga != gb and "?" not in (ga, gb):
         print(f"kview: A ran on {ga}, B on {gb}: kernels and their times differ for that reason too", file=sys.stderr)
-    sys.stdout.write(
-        render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n")
+    return _write(
+        args,
+        render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n"),
     )
-    return 0
-
-
-EXTERNAL = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}
 
 
 def cmd_external(args) -> int:
+    module_name = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}[args.command]
     try:
-        module = importlib.import_module(EXTERNAL[args.command])
+        module = importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(
             f"`kview {args.command}` needs the capture extra (pip install 'kview[capture]'): {e}"
@@ -389,36 +397,116 @@ def cmd_external(args) -> int:
     return module.main(rest)
 
 
-COMMANDS = {
-    "stats": cmd_stats,
-    "kernels": cmd_kernels,
-    "layers": cmd_layers,
-    "phases": cmd_phases,
-    "overview": cmd_overview,
-    "compare": cmd_compare,
-    "diff": cmd_diff,
-    "capture": cmd_external,
-    "bench": cmd_external,
-}
+COMMANDS = [
+    Command(
+        "stats",
+        "nsys-compatible summary reports (same numbers as `nsys stats`)",
+        cmd_stats,
+        _stats_options,
+        "Reports identical to `nsys stats --format csv`, without nsys.",
+        one_document=False,
+    ),
+    Command(
+        "kernels",
+        "one row per GPU kernel: direction, layer, op, shapes, category, FLOPs",
+        cmd_kernels,
+        _kernels_options,
+        "Per-kernel attribution table. Filter language: bare words match kernel "
+        "names; dir:, layer:, op:, cat:, range:, stream:, device:, kernel:; dur>50us, "
+        "grid>1024; a leading - negates; terms AND together.",
+    ),
+    Command("layers", "GPU time per repeated layer (forward/backward, sublayers)", cmd_layers, _layers_options),
+    Command(
+        "overview",
+        "trace facts, GPU busy share, idle gaps, time by category and phase, findings",
+        cmd_overview,
+        _one_trace,
+    ),
+    Command("phases", "GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)", cmd_phases, _one_trace),
+    Command(
+        "compare",
+        "traces side by side, or phases within one trace",
+        cmd_compare,
+        _compare_options,
+        "Rows are ranges (or categories, kernels, layers), one column per trace "
+        "(or per --ranges phase), then the difference of each later column to the first.",
+    ),
+    Command("diff", "what changed between two runs (kernels, counts, phases)", cmd_diff, _diff_options),
+    # Handed over whole to packages outside the core, imported by name only when used.
+    Command(
+        "capture",
+        "profile your program (-- COMMAND) or a built-in workload under nsys or torch.profiler into a trace "
+        "(needs torch)",
+        cmd_external,
+        _handed_over,
+        shared=False,
+    ),
+    Command(
+        "bench",
+        "time forward/backward/train steps of a built-in workload (needs torch)",
+        cmd_external,
+        _handed_over,
+        shared=False,
+    ),
+]
+BY_NAME = {c.name: c for c in COMMANDS}
 
 
-def run_tui(argv: list[str]) -> int:
-    """`kview [TRACE ...] [--no-cache] [--max-memory SIZE]`: validate every trace, then start the TUI."""
+def build_parser() -> argparse.ArgumentParser:
+    from kview import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kview",
+        description="Terminal explorer for GPU traces.",
+        epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).",
+        parents=[_trace_flags(True), _document_flags(True)],
+    )
+    parser.add_argument("--version", action="version", version=f"kview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    shared = [_trace_flags(False), _document_flags(False)]
+    for c in COMMANDS:
+        p = sub.add_parser(
+            c.name,
+            help=c.help,
+            description=c.description or c.help,
+            parents=shared if c.shared else [],
+            add_help=c.shared,  # capture and bench answer --help themselves
+        )
+        c.options(p)
+        p.set_defaults(cmd=c)
+    return parser
+
+
+def _tui_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kview",
+        usage="kview [--no-cache] [--max-memory SIZE] [TRACE ...]",
+        description="The explorer over one or more traces (no argument: the bundled sample trace).",
+        parents=[_trace_flags(True)],
+    )
+    parser.add_argument("traces", nargs="*", metavar="TRACE")
+    return parser
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The command this line names (the first word that is no shared flag nor its value), or
+    None for the explorer."""
+    pre = argparse.ArgumentParser(
+        add_help=False, exit_on_error=False, parents=[_trace_flags(True), _document_flags(True)]
+    )
+    try:
+        _, rest = pre.parse_known_args(argv)
+    except argparse.ArgumentError:  # a shared flag's bad value: the full parser says so
+        return ""
+    words = [w for w in rest if not w.startswith("-")]
+    return words[0] if words and words[0] in BY_NAME else None
+
+
+def run_tui(args: argparse.Namespace) -> int:
+    """`kview [TRACE ...]`: validate every trace, then start the TUI."""
     from kview.trace import bundled_sample, validate
 
-    use_cache = "--no-cache" not in argv
-    paths = []
-    rest = iter(argv)
-    for a in rest:
-        if a == "--max-memory" or a.startswith("--max-memory="):
-            size = a.partition("=")[2] if "=" in a else next(rest, "")
-            try:
-                _set_max_memory(size)
-            except UsageError as e:
-                print(e.line(), file=sys.stderr)
-                return 2
-        elif a != "--no-cache":
-            paths.append(a)
+    paths = list(args.traces)
     note = None
     if not paths:
         sample = bundled_sample()
@@ -438,7 +526,7 @@ def run_tui(argv: list[str]) -> int:
     except ImportError as e:
         print(f"kview: the terminal UI cannot start ({e}); reinstall kview (pip install kview)", file=sys.stderr)
         return 2
-    return tui.run(paths, use_cache=use_cache, note=note)
+    return tui.run(paths, use_cache=not args.no_cache, note=note)
 
 
 def _set_max_memory(size: str) -> None:
@@ -474,18 +562,24 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if argv[:1] == ["--no-cache"] and argv[1:2] and argv[1] in COMMANDS and argv[1] not in EXTERNAL:
-        argv = [argv[1], "--no-cache", *argv[2:]]  # `kview --no-cache stats T` as `kview stats T --no-cache`
-    if (
-        not argv
-        or (argv[0] not in COMMANDS and not argv[0].startswith("-"))
-        or argv[0] in ("--no-cache", "--max-memory")
-        or argv[0].startswith("--max-memory=")
-    ):
-        return run_tui(argv)
-    if argv[0] in EXTERNAL:  # their own parsers take every argument, --help included
+    if argv[:1] and argv[0] in BY_NAME and not BY_NAME[argv[0]].shared:
+        # capture and bench: their own parsers take every argument, --help included
         argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv
+        name: str | None = argv[0]
+    elif any(a in ("-h", "--help", "--version") for a in argv[:1]):
+        name = ""
+    else:
+        name = _command_name(argv)
+    if name is None:  # the explorer: its errors are shown in it, or are tracebacks of kview's bugs
+        args = _tui_parser().parse_args(argv)
+        try:
+            if args.max_memory is not None:
+                _set_max_memory(args.max_memory)
+        except UsageError as e:
+            print(e.line(), file=sys.stderr)
+            return 2
+        return run_tui(args)
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -493,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "max_memory", None) is not None:
             _set_max_memory(args.max_memory)
-        return COMMANDS[args.command](args)
+        if args.cmd.shared and args.cmd.one_document:
+            _check_output(args)
+        return args.cmd.run(args)
     except KviewError as e:  # the side that failed: input trace, output file, command line
         print(_error_line(args, e), file=sys.stderr)
         return 2
