@@ -72,14 +72,16 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     )
     subs = parts.filter(pl.col("Sublayer").is_not_null())
     if subs.height:
-        top = subs.group_by("Sublayer").agg(dur.sum()).sort("Duration (ns)", descending=True)["Sublayer"].head(4)
+        # the four largest, in the model's order (where each first ran), the same on every run
+        first = subs.with_row_index("_r").group_by("Sublayer").agg(dur.sum(), pl.col("_r").min())
+        top = first.sort(["Duration (ns)", "_r"], descending=[True, False]).head(4).sort("_r")["Sublayer"]
         piv = (
             subs.filter(pl.col("Sublayer").is_in(top.implode()))
             .group_by(["Layer", "Sublayer"])
             .agg(dur.sum())
             .pivot(on="Sublayer", index="Layer", values="Duration (ns)")
         )
-        piv = piv.select("Layer", *[c for c in top.to_list() if c in piv.columns])  # largest first, every run
+        piv = piv.select("Layer", *[c for c in top.to_list() if c in piv.columns])
         piv = piv.rename({c: f"{c} (ns)" for c in piv.columns if c != "Layer"})
         g = g.join(piv, on="Layer", how="left")
     idx = pl.col("Layer").str.extract(r"(\d+)$", 1).cast(pl.Int64)
