@@ -214,6 +214,11 @@ def cmd_stats(args) -> int:
             parts.append("no rows in " + ", ".join(r.name for r in empty if not r.skipped))
         if empty and args.output:
             parts.append("no file written for " + ("it" if len(empty) == 1 else "those"))
+        from kview.analysis.sanity import warning
+
+        bad = warning(trace)
+        if bad:  # nsys's numbers are kept, as nsys computes them; the user hears what is in them
+            parts.append(f"{bad} (counted as they are, as nsys stats does)")
         if not trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
             from kview.analysis.cpu_ops import holdings
 

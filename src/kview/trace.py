@@ -8,6 +8,7 @@ a second open of a large trace cheap.
 from __future__ import annotations
 
 import os
+import stat
 from functools import cached_property
 from pathlib import Path
 
@@ -125,6 +126,11 @@ class Trace:
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:
         return nr.nvtx_max_timestamp(self.src)
+
+    @cached_property
+    def session_ns(self) -> int | None:
+        """How long the recorded session lasted from time zero (None where the trace does not say)."""
+        return nr.session_ns(self.src)
 
     @cached_property
     def memcpy_kind_labels(self) -> dict[int, str]:
@@ -264,6 +270,10 @@ class JsonTrace(Trace):
         return int(min(firsts)) if firsts else 0
 
     @cached_property
+    def session_ns(self) -> int | None:
+        return None  # a torch.profiler trace records no session bounds
+
+    @cached_property
     def nvtx_max_timestamp(self) -> int | None:
         ev = self._json["nvtx_events"]
         found = [v for v in ev.select(pl.col("start").max(), pl.col("end").max()).row(0) if v is not None]
@@ -319,11 +329,15 @@ def bundled_sample() -> Path | None:
 def _kind(path: str | os.PathLike) -> tuple[Path, str]:
     """The path and its format ("json" or "sqlite"), or TraceError for what is no trace file."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise TraceError(p, "no such file")
-    if p.is_dir():
+    try:  # one stat: a folder on the way the user cannot enter is a reason, not a traceback
+        st = p.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise TraceError(p, "no such file") from None
+    except OSError as e:
+        raise TraceError(p, f"cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise TraceError(p, "is a folder, not a trace file")
-    if p.stat().st_size == 0:
+    if st.st_size == 0:
         raise TraceError(p, "is empty")
     return p, _sniff(p)
 

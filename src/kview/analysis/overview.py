@@ -12,6 +12,7 @@ from kview.analysis.attribution import attribute
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.layers import phase_times
+from kview.analysis.sanity import impossible, warning
 from kview.output.format import fmt_ns
 from kview.trace import Trace
 
@@ -48,6 +49,11 @@ class Overview:
 
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     a = attribute(trace)
+    # GPU work that ends before it starts or lies outside the session would show as negative
+    # busy time or a span past the trace: left out of every figure here, and said so
+    bad = warning(trace)
+    if bad:
+        a = a.filter(~impossible(pl.col("Start (ns)"), pl.col("Start (ns)") + pl.col("Duration (ns)"), trace))
     meta = trace.metadata
     producer = meta.get("EXPORT_PRODUCT_NAME", "?")
     version = meta.get("EXPORT_PRODUCT_VERSION") or meta.get("CAPTURE_TORCH", "")
@@ -214,6 +220,12 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         findings.append(
             f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
             f"{least}% of its span; see the largest idle gaps."
+        )
+    if bad:
+        findings.insert(
+            0,
+            f"Impossible data: {bad[len('impossible rows: ') :]}. They are left out of every figure of "
+            f"this overview (nsys stats counts them as they are).",
         )
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")

@@ -255,6 +255,14 @@ def nvtx_max_timestamp(src) -> int | None:
     return max(found) if found else None
 
 
+def session_ns(src) -> int | None:
+    """The session's length (ANALYSIS_DETAILS.duration): event times count from its start."""
+    if not src.has("ANALYSIS_DETAILS") or "duration" not in src.columns("ANALYSIS_DETAILS"):
+        return None
+    d = src.scalar("SELECT max(duration) FROM ANALYSIS_DETAILS")
+    return int(d) if d else None
+
+
 def memcpy_kind_labels(src) -> dict[int, str]:
     if src.has("ENUM_CUDA_MEMCPY_OPER"):
         return {int(k): str(v) for k, v in src.rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}

@@ -8,7 +8,13 @@ makes the Compare table.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -44,6 +50,8 @@ class KviewApp(App):
         self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
         self.failed: set[int] = set()
         self.t0 = time.perf_counter()
+        self.working = 0  # loads and comparisons still running
+        self._working_lock = threading.Lock()
 
     @property
     def kernels(self) -> KernelsView:
@@ -64,6 +72,17 @@ class KviewApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Quitting never waits for a load: the thread workers run on an executor whose shutdown
+        # does not join them (run() then leaves without the interpreter joining them either).
+        loop.set_default_executor(_Unjoined(thread_name_prefix="kview-load"))
+        # SIGTERM/SIGHUP/SIGINT end the app the ordinary way, so the terminal is restored
+        # (alternate screen left, mouse tracking off) before the process exits.
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.exit, None, 128 + sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
+                pass
         self.sub_title = " · ".join(Path(p).name for p in self.paths)
         if self.note:
             self.notify(self.note, title="kview", timeout=8)
@@ -75,6 +94,7 @@ class KviewApp(App):
     def load_trace(self, index: int, path: str) -> None:
         """Post each message of `load` as it comes: a view's message to that view (only the
         first trace's: the views show the first trace), the rest to the app."""
+        self._busy(1)
         try:
             for message in load(path, self.use_cache, index):
                 if isinstance(message, ViewMessage):
@@ -87,14 +107,23 @@ class KviewApp(App):
 
             why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
             self.post_message(LoadFailed(index, f"kview: {path}: {why}".splitlines()[0]))
+        finally:
+            self._busy(-1)
 
     @work(thread=True, exit_on_error=False)
     def compare_traces(self, first: TraceLoaded, others: list[TraceLoaded]) -> None:
+        self._busy(1)
         try:
             message = compare(first, others)
         except Exception as e:  # a table that cannot be made must not end the session
             message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
+        finally:
+            self._busy(-1)
         self.views["compare"].post_message(message)
+
+    def _busy(self, n: int) -> None:
+        with self._working_lock:
+            self.working += n
 
     def view(self, vid: str) -> View:
         return self.views[vid]
@@ -193,7 +222,23 @@ class KviewApp(App):
         return True
 
 
+class _Unjoined(ThreadPoolExecutor):
+    """The event loop's executor for thread workers: asyncio.run() ends by shutting it down,
+    which must not wait for a load that is still running."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
+
+
 def run(paths: list[str], use_cache: bool = True, note: str | None = None) -> int:
     app = KviewApp(paths, use_cache=use_cache, note=note)
-    app.run()
-    return app.return_code or 0
+    app.run()  # the terminal is restored when this returns
+    code = app.return_code or 0
+    if app.working:  # a load still runs in a thread: leave now instead of joining it at exit
+        from kview import atomic_write
+
+        atomic_write.remove_pending()  # a cache entry it was writing
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
