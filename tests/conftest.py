@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import atexit
 import lzma
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +86,40 @@ def golden_public(stem: str, report: str) -> str:
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own cache dir, so tests never share or pollute ~/.cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+# The child reports its own peak (VmHWM belongs to the memory it has since exec): the ru_maxrss
+# of wait4 keeps the high-water mark of the process it was forked from, so a test process that
+# grew large (after opening big traces) would be measured instead of kview.
+_PEAK = """
+import atexit, os, sys
+def peak():
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["KVIEW_TEST_PEAK"], "w") as f:
+        f.write(str(kib))
+atexit.register(peak)
+from kview.cli import main
+sys.exit(main())
+"""
+
+
+def run_kview_measured(args, env=None) -> tuple[int, str, str, float, float]:
+    """(exit status, stdout, stderr, seconds, peak RSS in MiB) of `kview ARGS` in a child."""
+    peak_file = os.path.join(tempfile.mkdtemp(), "peak")
+    t0 = time.perf_counter()
+    p = subprocess.Popen(
+        [sys.executable, "-c", _PEAK, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {}), "KVIEW_TEST_PEAK": peak_file},
+    )
+    out, err = p.communicate()
+    seconds = time.perf_counter() - t0
+    try:
+        with open(peak_file) as f:
+            rss = int(f.read()) / 1024
+    except (OSError, ValueError):  # no /proc, or the child left without its exit handlers: no figure
+        rss = float("nan")
+    return p.returncode, out.decode(), err.decode(), seconds, rss

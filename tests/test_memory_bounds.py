@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import gzip
 import os
-import subprocess
-import sys
-import time
 import zlib
 
 import pytest
 
 from kview.io import memory_budget
 
-from conftest import SAMPLES
+from conftest import SAMPLES, run_kview_measured
 
 JSON_GZ = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"
 
@@ -40,43 +37,10 @@ def bomb(tmp_path_factory) -> str:
     return str(p)
 
 
-# The child reports its own peak (VmHWM belongs to the memory it has since exec): the ru_maxrss
-# of wait4 keeps the high-water mark of the process it was forked from, so a test process that
-# grew large (after opening big traces) would be measured instead of kview.
-PEAK = """
-import atexit, os, sys
-def peak():
-    with open("/proc/self/status") as f:
-        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    with open(os.environ["KVIEW_TEST_PEAK"], "w") as f:
-        f.write(str(kib))
-atexit.register(peak)
-from kview.cli import main
-sys.exit(main())
-"""
-
-
 def run_measured(args, env=None):
     """(exit status, stderr, seconds, peak RSS in MiB) of `kview ARGS` in a child."""
-    import tempfile
-
-    peak_file = os.path.join(tempfile.mkdtemp(), "peak")
-    t0 = time.perf_counter()
-    p = subprocess.Popen(
-        [sys.executable, "-c", PEAK, *map(str, args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {}), "KVIEW_TEST_PEAK": peak_file},
-    )
-    err = p.stderr.read().decode()
-    _, status, usage = os.wait4(p.pid, 0)
-    try:
-        with open(peak_file) as f:
-            rss = int(f.read()) / 1024
-    except (OSError, ValueError):  # no /proc, or the child left without its exit handlers
-        rss = usage.ru_maxrss / 1024
-    return os.waitstatus_to_exitcode(status), err, time.perf_counter() - t0, rss
+    rc, _, err, seconds, rss = run_kview_measured(args, env)
+    return rc, err, seconds, rss
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

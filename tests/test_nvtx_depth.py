@@ -21,6 +21,7 @@ from kview.analysis.nvtx_tree import path_table
 from kview.reports import REPORTS
 from kview.trace import open_trace
 
+from conftest import run_kview_measured
 from deep_nvtx import make
 
 DEPTH = 20_000
@@ -32,13 +33,8 @@ def deep(tmp_path_factory):
 
 
 def peak_rss_mib(args) -> tuple[int, str, str, float]:
-    p = subprocess.Popen(
-        [sys.executable, "-m", "kview.cli", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out = p.stdout.read().decode()
-    err = p.stderr.read().decode()
-    _, status, usage = os.wait4(p.pid, 0)
-    return os.waitstatus_to_exitcode(status), out, err, usage.ru_maxrss / 1024
+    rc, out, err, _, rss = run_kview_measured(args)
+    return rc, out, err, rss
 
 
 def expected_path(labels: list[str]) -> str:
