@@ -46,6 +46,19 @@ def test_filter_terms_select_what_they_say(lm):
     assert filters.apply(a, "stream:7").height == a.filter(pl.col("Stream") == 7).height
 
 
+def test_terms_typed_with_spaces_read_as_one(lm):
+    """`dur > 1ms` is dur>1ms (it matched nothing: three kernel-name words), so are `dur >1ms`,
+    `dur> 1ms` and `layer: layer_3`; a name word next to them stays a name word."""
+    a = attribute(lm)
+    want = a.filter(pl.col("Duration (ns)") > 100_000).height
+    assert want > 0
+    for text in ("dur > 100us", "dur >100us", "dur> 100us", "dur>100us"):
+        assert filters.apply(a, text).height == want, text
+    assert filters.apply(a, "-dur > 100us").height == a.height - want
+    assert filters.apply(a, "layer: layer_3 gemm").equals(filters.apply(a, "layer:layer_3 gemm"))
+    assert filters.apply(a, "gemm dur >= 50us").equals(filters.apply(a, "gemm dur>=50us"))
+
+
 @pytest.mark.parametrize(
     "bad,msg",
     [

@@ -82,3 +82,38 @@ def test_nvtx_path_tree_counts_match_ranges_and_kernels():
     # op markers are collapsed to their op name
     assert pt.filter(pl.col("Name") == "aten::linear").height > 0
     assert not pt["Name"].str.contains("op_id").any()
+
+
+def test_autograd_ranges_hang_under_backward_pass_each_op_counted_once():
+    """The autograd thread's ranges sit under the range the main thread had open (backward_pass),
+    and a path's GPU time counts each op launched inside any of its instances once: checked
+    against SQL over the trace (a launch inside any instance's window, any thread)."""
+    t = open_trace(LM, use_cache=False)
+    pt = path_table(t)
+    assert pt.filter(pl.col("Depth") == 0)["Path"].to_list() == ["profiled_step"]
+    row = pt.filter(
+        pl.col("Path") == "profiled_step > backward_pass > autograd::engine::evaluate_function: MmBackward0"
+    ).row(0, named=True)
+    con = sqlite3.connect(f"file:{LM}?mode=ro&immutable=1", uri=True)
+    n_inst = con.execute(
+        "SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'autograd::engine::evaluate_function: MmBackward0,%'"
+    ).fetchone()[0]
+    gpu, n = con.execute(
+        "SELECT sum(k.end - k.start), count(*) FROM (SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "UNION ALL SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT start, end, "
+        "correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY) k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON "
+        "r.correlationId = k.correlationId WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS v WHERE v.text LIKE "
+        "'autograd::engine::evaluate_function: MmBackward0,%' AND r.start BETWEEN v.start AND v.end)"
+    ).fetchone()
+    assert row["Instances"] == n_inst == 85
+    assert (row["GPU (ns)"], row["Kernels"]) == (gpu, n) == (13285557, 303)
+    bwd = pt.filter(pl.col("Path") == "profiled_step > backward_pass").row(0, named=True)
+    kids = pt.filter(pl.col("parent_id") == bwd["path_id"])
+    assert kids.height > 20 and kids["GPU (ns)"].sum() <= bwd["GPU (ns)"]
+    # path_ops lists exactly the ops behind the number
+    from kview.analysis.attribution import attribute
+    from kview.analysis.nvtx_tree import path_ops
+
+    ops = attribute(t).filter(pl.col("Idx").is_in(path_ops(t, row["path_id"]).implode()))
+    assert (ops.height, ops["Duration (ns)"].sum()) == (n, gpu)
+    assert set(ops["NVTX Path"]) == {"profiled_step > backward_pass"} and set(ops["Direction"]) == {"bprop"}

@@ -324,24 +324,13 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
 
 def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """For launches from threads without user ranges (the autograd engine's), the user path open
-    at that moment on the threads that do have user ranges: backward kernels land under
+    at that moment in the same process (`nv.user_range_open_at`): backward kernels land under
     `profiled_step > backward_pass`, as the range tree and compare count them."""
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
-    threads = users["global_tid"].unique().to_list()
-    if not threads or calls.height == 0:
-        return pl.DataFrame(schema={"call_id": pl.Int64, "open_path": pl.String})
-    probes = pl.concat(
-        [
-            calls.select(
-                "call_id", pl.lit(t, dtype=pl.Int64).alias("global_tid"), "start", pl.col("start").alias("end")
-            )
-            for t in threads
-        ]
-    )
-    inner = nv.around(users, probes).rename({"id": "uid"})
+    inner = nv.user_range_open_at(users, calls.select("call_id", "global_tid", pl.col("start").alias("t")))
     paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
-    return inner.join(paths, on="uid", how="left").select("call_id", "open_path")
+    return inner.rename({"id": "uid"}).join(paths, on="uid", how="left").select("call_id", "open_path")
 
 
 def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:

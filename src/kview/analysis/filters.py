@@ -3,7 +3,7 @@ r"""The kernel filter language, shared by `kview kernels --filter` and the TUI's
     gemm                 bare word: kernel name matches (case-insensitive regex)
     dir:bprop            field:value on dir, layer, op, cat, range, stream, device, kernel
     dur>50us  dur<=2ms   comparisons on dur, start, grid, block, idx, flops, tflops
-                         (units ns, us, ms, s for times)
+                         (units ns, us, ms, s for times; `dur > 1ms` with spaces reads the same)
     -cat:memcpy          a leading '-' negates a term; terms combine with AND
     layer:"Enc_0:Attn"   quotes keep spaces together; backslashes are kept (layer:^layer_\d+$)
 
@@ -116,6 +116,30 @@ def tokens(expr: str) -> list[str]:
     return out
 
 
+SPACED_FIELD = re.compile(r"^-?[a-z]+$", re.IGNORECASE)
+SPACED_FIELD_OP = re.compile(r"^-?[a-z]+\s*(<=|>=|==|!=|<|>|=)$", re.IGNORECASE)
+
+
+def _joined(terms: list[str]) -> list[str]:
+    """Terms typed with spaces inside (`dur > 1ms`, `dur >1ms`, `layer: attn`) as one term each:
+    a comparison field followed by its operator, an operator followed by its value, a `field:`
+    followed by its value."""
+    out: list[str] = []
+    for t in terms:
+        if out:
+            prev = out[-1]
+            field = prev.lstrip("-").rstrip(":").lower()
+            if (
+                (SPACED_FIELD.match(prev) and field in NUMERIC and t[:1] in "<>=!")
+                or SPACED_FIELD_OP.match(prev)
+                or (prev.endswith(":") and field in {**TEXT_FIELDS, **INT_FIELDS})
+            ):
+                out[-1] = prev + t
+                continue
+        out.append(t)
+    return out
+
+
 def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
     neg = text.startswith("-") and len(text) > 1
     body = text[1:] if neg else text
@@ -165,7 +189,7 @@ def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
 def parse(expr: str) -> pl.Expr | None:
     """The whole expression as one polars predicate (None for an empty filter)."""
     regexes: list[tuple[str, str]] = []
-    terms = [term(t, regexes) for t in tokens(expr)]
+    terms = [term(t, regexes) for t in _joined(tokens(expr))]
     _check(regexes)
     if not terms:
         return None

@@ -17,10 +17,19 @@ STATS = ("Time (%)", *STAT_HEADERS.values())
 def group_stats(kernels: pl.DataFrame, by: str) -> pl.DataFrame:
     """One row per distinct value of column `by` of attributed kernels (`attribute`), ordered
     as the report orders (total descending, then instances, then key): the STATS columns, `by`
-    and, unless grouped by it, `Category`, the category most of the group's kernels have (ties:
-    the first by name). Time (%) is of the total over `kernels`."""
-    cat = [] if by == "Category" else [pl.col("Category").mode().sort(nulls_last=True).first().alias("Category")]
-    g = kernels.group_by(by).agg(*stats_aggs("Duration (ns)"), *cat)
+    and, unless grouped by it, `Category`, the category that holds most of the group's GPU time
+    (ties: the first by name): a backward group of 88% gemm time is gemm, however many small
+    elementwise kernels it has. Time (%) is of the total over `kernels`."""
+    g = kernels.group_by(by).agg(*stats_aggs("Duration (ns)"))
+    if by != "Category":
+        time_by_cat = (
+            kernels.group_by(by, "Category")
+            .agg(pl.col("Duration (ns)").sum().alias("_t"))
+            .sort(["_t", "Category"], descending=[True, False], nulls_last=True)
+            .group_by(by, maintain_order=True)
+            .agg(pl.col("Category").first())
+        )
+        g = g.join(time_by_cat, on=by, how="left", nulls_equal=True)
     g = sqlite_round(g.with_columns(percent_of_total().alias("Time (%)")), ["Time (%)", "avg", "med", "stddev"])
     g = order_like_sqlite(g, [by], ["total", "num", by], [True, False, False])
     return g.select(

@@ -21,7 +21,14 @@ import re
 
 import polars as pl
 
-from kview.io.nsys_reader import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND
+from kview.io.nsys_reader import (
+    NVTX_DOMAIN_CREATE,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    NVTXT_PUSHPOP,
+    NVTXT_STARTEND,
+    PID_MASK,
+)
 from kview.trace import Trace
 
 PID_ONLY = 0x0000FFFFFF000000
@@ -404,3 +411,22 @@ def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
     j = c.join(ranges.select("id", "global_tid", "start", "end"), on="global_tid", how="inner")
     return j.filter((pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))).select("call_id", "id")
+
+
+def user_range_open_at(users: pl.DataFrame, probes: pl.DataFrame) -> pl.DataFrame:
+    """(call_id, id): for each probe (call_id, global_tid, t) the innermost of `users` (user
+    ranges: id, global_tid, start, end, style) open at t on a thread of the probe's process that
+    has user ranges. The autograd engine's thread has none of its own: its work happens inside
+    the range the main thread has open (`backward_pass`), and both the range tree and the
+    kernel table place it there."""
+    schema = pl.Schema({"call_id": pl.Int64, "id": pl.Int64})
+    if users.height == 0 or probes.height == 0:
+        return pl.DataFrame(schema=schema)
+    threads = users.select("global_tid", (pl.col("global_tid") & PID_MASK).alias("_pid")).unique()
+    p = (
+        probes.with_columns((pl.col("global_tid") & PID_MASK).alias("_pid"))
+        .drop("global_tid")
+        .join(threads, on="_pid", how="inner")
+        .select("call_id", "global_tid", pl.col("t").alias("start"), pl.col("t").alias("end"))
+    )
+    return around(users, p).select(list(schema)).cast(schema)  # the innermost, whatever the depth

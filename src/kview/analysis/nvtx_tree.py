@@ -1,19 +1,28 @@
 """The NVTX range tree aggregated by path: for every distinct path of ranges, the number of
-instances, their CPU time, the GPU time of the kernels launched inside them (any thread, so
-backward work lands under backward_pass) and the kernel count.
+instances, their CPU time, the GPU time of the kernels launched inside them (any thread) and
+the kernel count.
 
 PyTorch op markers are kept, named by their op only (`aten::linear`, not its seq/op_id/sizes),
 so millions of unique marker strings collapse into a few thousand paths. Paths get integer ids
 level by level (parent path id, label code), so no per-range path string is ever built.
+
+Ranges of a thread without user ranges (the autograd engine's `evaluate_function: XBackward0`)
+hang under the user range the main thread had open when they began (`backward_pass`), the
+phase whose GPU time they are part of, instead of as top-level rows beside it.
+
+A path's GPU time counts every GPU op launched while one of its instances was open, each op
+once (the instances' windows are merged), so `path_ops` lists exactly the ops behind the
+number: the Kernels view opened from a range shows that count and that time.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
-from kview.analysis.gpu_time import gpu_time_in
+from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
 from kview.trace import Trace
 
 SCHEMA = {
@@ -27,6 +36,7 @@ SCHEMA = {
     "GPU (ns)": pl.Int64,
     "Kernels": pl.Int64,
 }
+WINDOWS = pl.Schema({"path_id": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
 SMALL_LEVEL = 2_000  # levels with fewer ranges are numbered in Python, without a polars call each
@@ -88,15 +98,97 @@ def _path_text(head: tuple, tail: tuple, n: int) -> str:
 
 
 def path_table(trace: Trace) -> pl.DataFrame:
-    return trace.memo("nvtx_tree.paths", lambda: _build(trace))
+    return trace.memo("nvtx_tree", lambda: _build(trace))[0]
 
 
-def _build(trace: Trace) -> pl.DataFrame:
+def path_windows(trace: Trace) -> pl.DataFrame:
+    """The merged windows of each path's instances (path_id, start, end), sorted by path and
+    start: what a path's GPU time counts."""
+    return trace.memo("nvtx_tree", lambda: _build(trace))[1]
+
+
+def path_ops(trace: Trace, path_id: int) -> pl.Series:
+    """Idx of every GPU op path `path_id`'s GPU time counts."""
+    return ops_in_windows(path_windows(trace), launch_timeline(trace), path_id)
+
+
+def ops_in_windows(windows: pl.DataFrame, timeline: pl.DataFrame, path_id: int) -> pl.Series:
+    """Idx of the ops of `timeline` (Idx, t sorted) launched inside a window of `path_id`."""
+    pids = windows["path_id"].to_numpy()
+    a, b = np.searchsorted(pids, path_id, side="left"), np.searchsorted(pids, path_id, side="right")
+    t = timeline["t"].to_numpy()
+    lo = np.searchsorted(t, windows["start"].to_numpy()[a:b], side="left")
+    hi = np.searchsorted(t, windows["end"].to_numpy()[a:b], side="right")
+    n = hi - lo
+    # the positions lo[i] .. hi[i]-1 of every window, without a loop: a running index that jumps
+    # at each window's first position (the windows are disjoint, so no op comes twice)
+    keep = n > 0
+    lo, n = lo[keep], n[keep]
+    steps = np.ones(int(n.sum()), dtype=np.int64)
+    if steps.size:
+        starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+        steps[starts] = lo - np.concatenate([[0], lo[:-1] + n[:-1] - 1])
+    return timeline["Idx"].gather(np.cumsum(steps)).alias("Idx")
+
+
+def _merge(windows: pl.DataFrame) -> pl.DataFrame:
+    """Union of [start, end] per path_id (touching windows merge), sorted by path and start."""
+    return merge_intervals(windows, ["path_id"]).sort(["path_id", "start"]).select(list(WINDOWS)).cast(WINDOWS)
+
+
+def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
+    """`tree` with the ranges of threads without user ranges moved under the user range open
+    (in the same process) when their top-level range began; depths follow."""
+    users = tree.join(nv.labels(trace).filter(~pl.col("marker")).select("name_code"), on="name_code", how="semi")
+    user_threads = users["global_tid"].unique().implode()
+    other = tree.filter(~pl.col("global_tid").is_in(user_threads))
+    roots = other.filter(pl.col("parent").is_null())
+    if users.height == 0 or roots.height == 0:
+        return tree
+    found = nv.user_range_open_at(
+        users, roots.select(pl.col("id").alias("call_id"), "global_tid", pl.col("start").alias("t"))
+    )
+    found = found.join(tree.select("id", pl.col("depth").alias("pdepth")), on="id", how="left").select(
+        pl.col("call_id").alias("root"), pl.col("id").alias("new_parent"), "pdepth"
+    )
+    # every range of those threads belongs to the top-level range open at its start (they nest)
+    tops = roots.select("global_tid", pl.col("start").alias("tstart"), pl.col("id").alias("root")).sort("tstart")
+    moved = (
+        other.sort("start")
+        .join_asof(
+            tops, left_on="start", right_on="tstart", by="global_tid", strategy="backward", check_sortedness=False
+        )
+        .join(found, on="root", how="inner")
+        .select(
+            "id",
+            (pl.col("depth") + pl.col("pdepth") + 1).alias("new_depth"),
+            pl.when(pl.col("id") == pl.col("root"))
+            .then(pl.col("new_parent"))
+            .otherwise(pl.col("parent"))
+            .alias("new_parent"),
+        )
+    )
+    return (
+        tree.join(moved, on="id", how="left")
+        .with_columns(
+            pl.coalesce("new_depth", "depth").alias("depth"),
+            pl.when(pl.col("new_depth").is_not_null())
+            .then(pl.col("new_parent"))
+            .otherwise(pl.col("parent"))
+            .alias("parent"),
+        )
+        .drop("new_depth", "new_parent")
+    )
+
+
+def _build(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    empty = (pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=WINDOWS))
     if not trace.has("NVTX_EVENTS"):
-        return pl.DataFrame(schema=SCHEMA)
+        return empty
     tree = nv.projection_tree(trace)
     if tree.height == 0:
-        return pl.DataFrame(schema=SCHEMA)
+        return empty
+    tree = _placed(trace, tree)
     names = nv.labels(trace).with_columns(
         pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
         .then(pl.col("label").str.extract(r"^([^,]*)", 1))
@@ -109,16 +201,26 @@ def _build(trace: Trace) -> pl.DataFrame:
         names, on="name_code", how="left"
     )
     r = r.join(_path_ids(r), on="id", how="left")
-    gpu, kern = gpu_time_in(trace, r["start"].to_numpy(), r["end"].to_numpy())
-    r = r.with_columns(pl.Series("gpu", gpu), pl.Series("kern", kern))
+    # a path's GPU time counts each op launched inside any of its instances once: the instances'
+    # windows merged first (a range re-entered while open, or open on two threads at once)
+    windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
+    gpu, kern = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
+    per_path = (
+        windows.select("path_id", pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("kern", kern, dtype=pl.Int64))
+        .group_by("path_id")
+        .agg(pl.col("gpu").sum(), pl.col("kern").sum())
+        .rename({"path_id": "pid"})
+    )
     g = r.group_by("pid").agg(
         pl.col("parent_pid").first(),
         pl.col("lc").first(),
         pl.col("depth").first(),
         pl.len().alias("Instances"),
         (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
-        pl.col("gpu").sum().cast(pl.Int64).alias("GPU (ns)"),
-        pl.col("kern").sum().cast(pl.Int64).alias("Kernels"),
+    )
+    g = g.join(per_path, on="pid", how="left").with_columns(
+        pl.col("gpu").fill_null(0).cast(pl.Int64).alias("GPU (ns)"),
+        pl.col("kern").fill_null(0).cast(pl.Int64).alias("Kernels"),
     )
     g = g.join(codes.rename({"short": "Name"}), on="lc", how="left").sort("pid")
     # path strings for the (few) distinct paths, parents first (ids are in depth order); a deep
@@ -130,7 +232,7 @@ def _build(trace: Trace) -> pl.DataFrame:
             (head + (name,), (), n + 1) if len(head) < PATH_HEAD else (head, (tail + (name,))[-PATH_TAIL:], n + 1)
         )
     g = g.with_columns(pl.Series("Path", [_path_text(*chain[p]) for p in g["pid"].to_list()], dtype=pl.String))
-    return g.select(
+    paths = g.select(
         pl.col("pid").alias("path_id"),
         pl.col("parent_pid").alias("parent_id"),
         pl.col("depth").cast(pl.Int64).alias("Depth"),
@@ -141,3 +243,4 @@ def _build(trace: Trace) -> pl.DataFrame:
         "GPU (ns)",
         "Kernels",
     )
+    return paths, windows

@@ -155,7 +155,11 @@ class KviewApp(App):
 
     @on(OpenKernels)
     def _open_kernels(self, m: OpenKernels) -> None:
-        self.open_kernels_filtered(m.filter_text)
+        if m.scope is not None:
+            self.action_show_view("kernels")
+            self.kernels.show_scope(m.scope)
+        else:
+            self.open_kernels_filtered(m.filter_text)
 
     # -- actions ----------------------------------------------------------------
     def active_view(self) -> View:

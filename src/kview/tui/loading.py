@@ -29,8 +29,9 @@ SUGGESTED_NAMES = 5000
 
 def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     from kview.analysis.attribution import attribute
+    from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.layers import layer_times, phase_times
-    from kview.analysis.nvtx_tree import path_table
+    from kview.analysis.nvtx_tree import path_table, path_windows
     from kview.analysis.overview import build
     from kview.output.format import short_names
     from kview.reports import cuda_gpu_kern_sum
@@ -57,15 +58,30 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
         short_names(table["Kernel"]).alias("_short"), pl.col("NVTX Path").str.split(" > ").list.last().alias("_range")
     )
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
-    yield AttributedKernels(table, names)
+    yield AttributedKernels(table, names, names + field_words(table))
     yield Stage("overview")
     yield OverviewReady(build(trace))
     yield Stage("NVTX tree")
-    yield NvtxTree(trace.name, path_table(trace))
+    yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
     yield LayersReady(layer_times(trace))
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
+
+
+def field_words(table: pl.DataFrame) -> tuple[str, ...]:
+    """`field:value` for the values the filter line completes (a value with spaces quoted)."""
+    words: list[str] = []
+    for field, col in (
+        ("dir", "Direction"),
+        ("cat", "Category"),
+        ("layer", "Layer"),
+        ("op", "Op"),
+        ("range", "_range"),
+    ):
+        values = table[col].unique().drop_nulls().sort().head(SUGGESTED_NAMES).to_list()
+        words += [f'{field}:"{v}"' if " " in v else f"{field}:{v}" for v in values if v and v != "-"]
+    return tuple(words)
 
 
 def compare(first: TraceLoaded, others: list[TraceLoaded]) -> CompareReady:

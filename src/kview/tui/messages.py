@@ -68,11 +68,13 @@ class KernelSummary(ViewMessage):
 @frozen_message
 class AttributedKernels(ViewMessage):
     """Every kernel with its layer, op, direction and range (`attribute`), plus the grouping keys
-    derived once here (`_short`, `_range`) and the kernel names the filter line suggests."""
+    derived once here (`_short`, `_range`), the kernel names, and every word the filter line
+    completes (those names and `field:value` pairs)."""
 
     view: ClassVar[str] = "kernels"
     table: pl.DataFrame
     names: tuple[str, ...]
+    words: tuple[str, ...] = ()
 
 
 @frozen_message
@@ -83,11 +85,15 @@ class OverviewReady(ViewMessage):
 
 @frozen_message
 class NvtxTree(ViewMessage):
-    """GPU and CPU time per NVTX path (`path_table`); empty when the trace has no ranges."""
+    """GPU and CPU time per NVTX path (`path_table`); empty when the trace has no ranges. With
+    the merged windows of each path (`path_windows`) and the launch time of every op
+    (`launch_timeline`), so a range opens Kernels on exactly the ops its GPU time counts."""
 
     view: ClassVar[str] = "nvtx"
     trace_name: str
     paths: pl.DataFrame
+    windows: pl.DataFrame
+    timeline: pl.DataFrame
 
 
 @frozen_message
@@ -132,8 +138,20 @@ class LoadFailed(Message):
     error: str
 
 
+@dataclass(frozen=True, eq=False)
+class Scope:
+    """A set of GPU ops (their Idx) the Kernels view is restricted to, named by `label` (an
+    NVTX range's path); escape goes back to view `back_to`."""
+
+    label: str
+    idx: pl.Series
+    back_to: str = ""
+
+
 @frozen_message
 class OpenKernels(Message):
-    """Show the Kernels view filtered by `filter_text` (posted by a view, handled by the app)."""
+    """Show the Kernels view filtered by `filter_text`, or restricted to `scope` (posted by a
+    view, handled by the app)."""
 
-    filter_text: str
+    filter_text: str = ""
+    scope: Scope | None = None

@@ -10,16 +10,15 @@ import polars as pl
 from rich.text import Text
 from textual import on
 from textual.reactive import var
-from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
 
 from kview.analysis import filters
 from kview.analysis.kernel_groups import STATS, group_stats
-from kview.output.format import bar, short_names
+from kview.output.format import bar, fmt_ns, short_names
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import AttributedKernels, KernelSummary
+from kview.tui.messages import AttributedKernels, KernelSummary, Scope
 from kview.tui.views.base import View
-from kview.tui.widgets.filter_input import FilterInput
+from kview.tui.widgets.filter_input import FilterInput, TermSuggester
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
 
 # (what the status line calls it, the column grouped by)
@@ -45,6 +44,8 @@ class KernelsState:
     grouping: int = 0  # index into GROUPINGS
     filter_text: str = ""
     pick: tuple[str, Any] | None = None  # (grouped-by column, key) of the group drilled into
+    scope: Scope | None = None  # only these ops (an NVTX range's), until escape
+    before: KernelsState | None = None  # what escape restores after a jump into a scope
 
 
 class KernelsView(View):
@@ -116,8 +117,9 @@ class KernelsView(View):
             suggester=self._suggester(),
             id="filter",
         )
-        self.finput.display = False
-        self.show(self.status, self.table, self.detail, self.finput)
+        self.ferror = Static("", id="filter-error")
+        self.finput.display = self.ferror.display = False
+        self.show(self.status, self.table, self.detail, self.ferror, self.finput)
         self.refresh_table()
         self.shown_at = time.perf_counter()
         self.focus_if_active(self.table)
@@ -130,16 +132,17 @@ class KernelsView(View):
         if self.kern_sum is not None:
             self.refresh_table()
 
-    def _suggester(self) -> SuggestFromList:
+    def _suggester(self) -> TermSuggester:
         words = ["dir:fprop", "dir:bprop", "dir:optim"] + [f"cat:{c}" for c in CATEGORY_COLOURS]
-        names = list(self.attributed.names) if self.attributed is not None else []
-        return SuggestFromList(words + names, case_sensitive=False)
+        return TermSuggester(words + (list(self.attributed.words) if self.attributed is not None else []))
 
     # -- the table ----------------------------------------------------------------
     def _rows(self) -> pl.DataFrame:
         if self.attributed is None:
             return pl.DataFrame()
         t = self.attributed.table
+        if self.state.scope is not None:
+            t = self._scoped(t, self.state.scope)
         if self.filter_text:
             t = filters.apply(t, self.filter_text)
         if self.pick:
@@ -154,9 +157,17 @@ class KernelsView(View):
             return True
         return False
 
+    def _scoped(self, table: pl.DataFrame, scope: Scope) -> pl.DataFrame:
+        """The rows of `scope`, kept while the scope stays (each key re-filters only what remains)."""
+        cached = getattr(self, "_scope_rows", None)
+        if cached is None or cached[0] is not scope or cached[1] is not table:
+            cached = (scope, table, table.filter(pl.col("Idx").is_in(scope.idx.implode())))
+            self._scope_rows = cached
+        return cached[2]
+
     def summary(self) -> pl.DataFrame:
         label = GROUPINGS[self.grouping][1]
-        if self.attributed is None or (label == "Kernel" and not self.filter_text):
+        if self.attributed is None or (label == "Kernel" and not self.filter_text and self.state.scope is None):
             assert self.kern_sum is not None  # the table exists once the summary arrived
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             if k.width == 0:  # the report was skipped: no kernels, the same columns without rows
@@ -204,6 +215,12 @@ class KernelsView(View):
             else f"summary by {grouping} ({frame.height:,} groups)"
         )
         parts = [what]
+        if self.state.scope is not None:
+            rows = self._rows() if self.mode == "summary" else frame
+            parts.append(
+                f"range: {self.state.scope.label} ({rows.height:,} kernels, "
+                f"{fmt_ns(int(rows['Duration (ns)'].sum()))}; esc goes back)"
+            )
         if self.filter_text:
             parts.append(f"filter: {self.filter_text}")
         if self.pick:
@@ -268,7 +285,7 @@ class KernelsView(View):
         if self.no_kernels():
             return
         self.finput.display = True
-        self.finput.value = self.filter_text
+        self.finput.open(self.filter_text)
         self.finput.focus()
 
     def set_filter(self, text: str, rows: bool = False) -> bool:
@@ -276,17 +293,28 @@ class KernelsView(View):
         on screen, when it does not parse (the old filter stays)."""
         try:
             filters.parse(text)
-        except filters.FilterError as e:
-            self.app.notify(str(e), title="filter", severity="error")
+        except filters.FilterError as e:  # said on the line above the filter, which stays open
+            self.ferror.update(Text(f"✗ {e}", style="bold red"))
+            self.ferror.display = True
             return False
+        self.ferror.display = False
         text = text.strip()
         if text and (not self.history or self.history[-1] != text):
             self.history.append(text)
-        mode = self.mode
-        if self.attributed is not None and (rows or (text and GROUPINGS[self.grouping][1] != "Kernel")):
-            mode = "rows"
+        # the grouping stays: a filter narrows the rows each group sums
+        mode = "rows" if rows and self.attributed is not None else self.mode
         self.state = replace(self.state, filter_text=text, mode=mode)
         return True
+
+    def show_scope(self, scope: Scope) -> None:
+        """Per-kernel rows of exactly the ops of `scope` (enter on an NVTX range)."""
+        if self.kern_sum is None or self.no_kernels():
+            return
+        if self.attributed is None:
+            self.app.notify("kernels are still being attributed", severity="warning")
+            return
+        before = self.state if self.state.scope is None else self.state.before
+        self.state = KernelsState(mode="rows", grouping=self.grouping, scope=scope, before=before)
 
     def show_filtered(self, text: str) -> None:
         """The kernels matching `text`, one row each (enter on an NVTX range, a recent filter in
@@ -320,8 +348,14 @@ class KernelsView(View):
         if self.kern_sum is None:
             return False
         if self.finput.display:
-            self.finput.display = False
+            self.finput.display = self.ferror.display = False
             self.focus_if_active(self.table)
+            return True
+        if self.state.scope is not None:  # leave the jump: the view as it was, and the view we came from
+            scope = self.state.scope
+            self.state = self.state.before or KernelsState(grouping=self.grouping)
+            if scope.back_to:
+                self.app.call_later(self.app.action_show_view, scope.back_to)  # type: ignore[attr-defined]
             return True
         if self.pick or self.mode == "rows":
             self.state = replace(self.state, mode="summary", pick=None)

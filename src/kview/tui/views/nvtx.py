@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 from rich.text import Text
 from textual import on
@@ -11,8 +9,9 @@ from textual.reactive import var
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
+from kview.analysis.nvtx_tree import ops_in_windows
 from kview.output.format import bar, fmt_ns
-from kview.tui.messages import NvtxTree, OpenKernels
+from kview.tui.messages import NvtxTree, OpenKernels, Scope
 from kview.tui.views.base import View
 
 
@@ -67,6 +66,33 @@ class NvtxView(View):
             has_kids = (r["path_id"],) in self.children_of
             node.add(self._label(r), data=r, allow_expand=has_kids)
 
+    def reveal(self, path_id: int) -> TreeNode[dict] | None:
+        """Expand the ancestors of range path `path_id` and put the cursor on it."""
+        if self.data is None or not hasattr(self, "range_tree"):
+            return None
+        parent_of = dict(zip(self.data.paths["path_id"].to_list(), self.data.paths["parent_id"].to_list()))
+        chain = []
+        pid: int | None = path_id
+        while pid is not None:
+            chain.append(pid)
+            pid = parent_of.get(pid)
+        node = self.range_tree.root
+        for pid in reversed(chain):
+            if node.data is not None and not node.children:
+                self._add_ranges(node, node.data["path_id"])
+            node.expand()
+            found = next((n for n in node.children if n.data and n.data["path_id"] == pid), None)
+            if found is None:
+                return None
+            node = found
+        # the tree lays out the nodes just added at its next refresh; the cursor goes there then
+        self.range_tree.call_after_refresh(self._put_cursor, node)
+        return node
+
+    def _put_cursor(self, node: TreeNode[dict]) -> None:
+        self.range_tree.move_cursor(node)
+        self.range_tree.scroll_to_node(node, animate=False)
+
     @on(Tree.NodeExpanded)
     def _expanded(self, event) -> None:
         node = event.node
@@ -80,17 +106,13 @@ class NvtxView(View):
 
     @on(Tree.NodeSelected)
     def _selected(self, event) -> None:
+        """Kernels restricted to the ops this range's GPU time counts (launched while one of
+        its instances was open), not a text filter: kernel rows never carry op-marker labels."""
         r = event.node.data
-        if not r:
+        if not r or self.data is None:
             return
-        parts = r["Path"].split(" > ")
-        user = [p for p in parts if "::" not in p and "Backward" not in p]
-        flt = []
-        if user:
-            flt.append(f'range:"(^| > ){re.escape(user[-1])}( > |$)"')
-        if parts[-1] not in user:
-            flt.append(f'op:"^{re.escape(parts[-1].removeprefix("aten::"))}$"')
-        self.post_message(OpenKernels(" ".join(flt)))
+        idx = ops_in_windows(self.data.windows, self.data.timeline, r["path_id"])
+        self.post_message(OpenKernels(scope=Scope(r["Path"], idx, back_to=self.view_id)))
 
     def table_for_copy(self) -> tuple[pl.DataFrame, str]:
         if self.data is None:
