@@ -123,3 +123,36 @@ def run_kview_measured(args, env=None) -> tuple[int, str, str, float, float]:
     except (OSError, ValueError):  # no /proc, or the child left without its exit handlers: no figure
         rss = float("nan")
     return p.returncode, out.decode(), err.decode(), seconds, rss
+
+
+_CAPS_DROPPED: bool | None = None
+
+
+def _drop_folder_overrides() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, out of the bounding set before exec
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def as_a_user():
+    """A child's preexec_fn under which folder permissions apply as they do to a user: root
+    keeps its uid but loses the capabilities that let it enter, read and write any folder. None
+    when not root (they apply already); skips where the capabilities cannot be dropped."""
+    global _CAPS_DROPPED
+    if os.geteuid() != 0:
+        return None
+    if _CAPS_DROPPED is None:
+        import subprocess
+        import sys
+
+        try:
+            subprocess.run([sys.executable, "-c", ""], preexec_fn=_drop_folder_overrides, check=True)
+            _CAPS_DROPPED = True
+        except (OSError, subprocess.SubprocessError):
+            _CAPS_DROPPED = False
+    if not _CAPS_DROPPED:
+        pytest.skip("root cannot drop CAP_DAC_OVERRIDE here, and enters any folder")
+    return _drop_folder_overrides

@@ -15,14 +15,14 @@ import pytest
 
 from kview.io import cache
 
-from conftest import SAMPLES
+from conftest import SAMPLES, as_a_user
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 JSON = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"
 
 
-def kview(*args, xdg=None, code=None, cwd=None, env=None):
+def kview(*args, xdg=None, code=None, cwd=None, env=None, preexec=None):
     prog = (
         [sys.executable, "-m", "kview.cli"]
         if code is None
@@ -35,7 +35,9 @@ def kview(*args, xdg=None, code=None, cwd=None, env=None):
     e = {**os.environ, **(env or {})}
     if xdg is not None:
         e["XDG_CACHE_HOME"] = str(xdg)
-    return subprocess.run([*prog, *map(str, args)], capture_output=True, text=True, timeout=180, env=e, cwd=cwd)
+    return subprocess.run(
+        [*prog, *map(str, args)], capture_output=True, text=True, timeout=180, env=e, cwd=cwd, preexec_fn=preexec
+    )
 
 
 def without_cache(*args):
@@ -114,12 +116,12 @@ def test_cache_folder_that_cannot_be_made(how, tmp_path):
     assert blocker.read_text() == "not a folder"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root enters any folder")
 def test_cache_folder_that_cannot_be_entered(tmp_path):
+    user = as_a_user()  # root enters any folder: the child runs without that override
     (tmp_path / "kview").mkdir()
     (tmp_path / "kview").chmod(0)
     try:
-        r = kview(*STATS, xdg=tmp_path)
+        r = kview(*STATS, xdg=tmp_path, preexec=user)
         assert r.returncode == 0 and r.stdout == without_cache(*STATS)
         assert len(warnings(r)) == 1
     finally:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from conftest import as_a_user
 from deep_nvtx import make
 
 
@@ -45,16 +46,20 @@ def test_interrupted_command_leaves_quietly(slow_trace, sig, tmp_path):
 
 @pytest.mark.parametrize("cmd", [["stats"], []], ids=["stats", "explorer"])
 def test_trace_behind_a_folder_that_cannot_be_entered(cmd, tmp_path):
+    user = as_a_user()  # root enters any folder: the child runs without that override
     locked = tmp_path / "locked"
     locked.mkdir()
     trace = locked / "t.sqlite"
     trace.write_bytes(b"")
-    # root enters any folder: then the child gives up root once kview is imported
-    drop = "os.setgid(65534); os.setuid(65534)" if os.geteuid() == 0 else ""
-    code = f"import os, sys, kview.trace\nfrom kview.cli import main\n{drop}\nsys.exit(main())"
     locked.chmod(0)
     try:
-        r = subprocess.run([sys.executable, "-c", code, *cmd, str(trace)], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "kview.cli", *cmd, str(trace)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=user,
+        )
     finally:
         locked.chmod(0o700)
     assert r.returncode == 2 and r.stdout == ""

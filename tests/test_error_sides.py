@@ -17,13 +17,13 @@ import pytest
 from kview.reports import REPORTS
 from kview.trace import open_trace
 
-from conftest import SAMPLES
+from conftest import SAMPLES, as_a_user
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 TRAIN = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 
-def kview(*args, env=None, code=None):
+def kview(*args, env=None, code=None, preexec=None):
     """Run the CLI in a child; `code` runs first in that child (a failure injected at a call)."""
     prog = (
         [sys.executable, "-m", "kview.cli"]
@@ -35,7 +35,12 @@ def kview(*args, env=None, code=None):
         ]
     )
     return subprocess.run(
-        [*prog, *map(str, args)], capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})}
+        [*prog, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+        preexec_fn=preexec,
     )
 
 
@@ -155,13 +160,13 @@ def test_o_on_a_real_full_tmpfs_leaves_nothing(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_o_into_a_read_only_folder(tmp_path):
+    user = as_a_user()  # root writes into read-only folders: the child runs without that override
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        r = kview("stats", FWD, "-f", "csv", "-o", ro / "r")
+        r = kview("stats", FWD, "-f", "csv", "-o", ro / "r", preexec=user)
         assert r.returncode == 2 and "cannot be written (Permission denied)" in one_line(r)
     finally:
         ro.chmod(0o755)

@@ -235,14 +235,19 @@ class _Unjoined(ThreadPoolExecutor):
 
 
 def run(paths: list[str], use_cache: bool = True, note: str | None = None) -> int:
+    """Run the explorer, then leave at once: a load still running in a thread is not joined,
+    and the interpreter's teardown (freeing every frame of the trace, seconds on a large one)
+    is skipped; the atexit handlers still run and the output is flushed."""
+    import atexit
+
     app = KviewApp(paths, use_cache=use_cache, note=note)
     app.run()  # the terminal is restored when this returns
     code = app.return_code or 0
-    if app.working:  # a load still runs in a thread: leave now instead of joining it at exit
+    if app.working:
         from kview import atomic_write
 
-        atomic_write.remove_pending()  # a cache entry it was writing
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+        atomic_write.remove_pending()  # a cache entry a load was writing
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
