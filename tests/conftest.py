@@ -145,9 +145,6 @@ def as_a_user():
     if os.geteuid() != 0:
         return None
     if _CAPS_DROPPED is None:
-        import subprocess
-        import sys
-
         try:
             subprocess.run([sys.executable, "-c", ""], preexec_fn=_drop_folder_overrides, check=True)
             _CAPS_DROPPED = True
