@@ -138,9 +138,8 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         await pilot.press("4")
         lt = app.query_one("#layers-table")
         assert lt.frame["Layer"].to_list()[:3] == ["layer_0", "layer_1", "layer_2"]
-        assert "█" in lt.frame["Forward █ Backward ▓"][0] and "▓" in lt.frame["Forward █ Backward ▓"][0]
-        sub_bar = next(c for c in lt.frame.columns if c.startswith("█ attention_sublayer"))
-        assert "▓" in lt.frame[sub_bar][0]  # attention vs ffn split of the same total
+        assert "█" in lt.frame["Fwd █ Bwd ▓"][0] and "▓" in lt.frame["Fwd █ Bwd ▓"][0]
+        assert "▓" in lt.frame["Sublayers"][0]  # attention vs ffn split of the same total
         await pilot.press("o")
         tot = lt.sorted_frame()["Total (ns)"].to_list()
         assert tot == sorted(tot, reverse=True)
@@ -156,13 +155,13 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         await pilot.press("question_mark")
         assert type(app.screen).__name__ == "HelpScreen"
         help_text = str(app.screen.query_one("#help-text").render())
-        assert "Copy table as Markdown" in help_text and "Quit" in help_text
+        assert "Copy what is shown as Markdown" in help_text and "Quit" in help_text
         await pilot.press("escape")
         await pilot.press("2", "e")
-        assert type(app.screen).__name__ == "ExportScreen"
+        assert type(app.screen).__name__ == "PickScreen"
         await pilot.press("down", "enter")  # csv
         await pilot.pause()
-        out = tmp_path / "lm-small_ctx256_train_nsys_kernels.csv"
+        out = tmp_path / "lm-small_ctx256_train_nsys_kernels_by_name.csv"
         assert out.exists() and out.read_text().startswith("Time (%),Total Time (ns)")
         await pilot.press("ctrl+p")
         await pilot.pause()
@@ -283,7 +282,17 @@ def _tmux_env(tmp_path):
 def test_tmux_script_drives_the_real_binary(size, tmp_path):
     env = _tmux_env(tmp_path)
     r = subprocess.run(
-        ["bash", str(ROOT / "tests" / "tmux_smoke.sh"), LM, str(size[0]), str(size[1])],
+        # with a second trace: the switcher (] and T) on the real binary
+        [
+            "bash",
+            str(ROOT / "tests" / "tmux_smoke.sh"),
+            LM,
+            str(size[0]),
+            str(size[1]),
+            "xmma",
+            "profiled_step",
+            LM_FWD,
+        ],
         capture_output=True,
         text=True,
         timeout=180,

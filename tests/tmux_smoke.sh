@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Drive the real `kview` binary in tmux: kernel names on screen, `2 / xmma enter` leaves only
 # matching rows, `y` puts a Markdown table of them into tmux's buffer (OSC 52 with
-# set-clipboard on), `3` shows the ranges, `4` the layer bars, `q` quits.
-# Usage: tests/tmux_smoke.sh TRACE [WIDTH HEIGHT] [FILTER WORD] [NVTX WORD]
+# set-clipboard on), `3` shows the ranges, `4` the layer bars; with a second trace, `]` switches
+# the views to it (the header names it) and `T` picks the first again; `q` quits.
+# Usage: tests/tmux_smoke.sh TRACE [WIDTH HEIGHT] [FILTER WORD] [NVTX WORD] [SECOND TRACE]
 set -u
-trace=$1; w=${2:-160}; h=${3:-45}; word=${4:-xmma}; nvtx=${5:-profiled_step}
+trace=$1; w=${2:-160}; h=${3:-45}; word=${4:-xmma}; nvtx=${5:-profiled_step}; second=${6:-}
 sock=kview-smoke-$$
 t() { tmux -L "$sock" "$@"; }
 fail() { echo "FAIL ($trace ${w}x${h}): $*"; t capture-pane -p -t kv | sed 's/^/  | /'; t kill-server 2>/dev/null; exit 1; }
@@ -12,7 +13,7 @@ wait_for() {  # wait_for TEXT [SECONDS]
   for _ in $(seq 1 $((${2:-30} * 5))); do t capture-pane -p -t kv | grep -qF -- "$1" && return 0; sleep 0.2; done
   return 1
 }
-t -f /dev/null new-session -d -s kv -x "$w" -y "$h" "kview '$trace'; sleep 0.5"
+t -f /dev/null new-session -d -s kv -x "$w" -y "$h" "kview '$trace' ${second:+'$second'}; sleep 0.5"
 t set -g set-clipboard on
 wait_for "summary by name" 60 || fail "kernel table never appeared"
 t capture-pane -p -t kv | grep -qiE "kernel|gemm|elementwise|\[CUDA" || fail "no kernel names on screen"
@@ -42,6 +43,17 @@ wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
 t send-keys -t kv 4
 sleep 1
 t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
+if [ -n "$second" ]; then
+  wait_for "trace 1/2 (T)" 10 || fail "the header does not say which trace is shown"
+  t send-keys -t kv 2; sleep 0.3
+  t send-keys -t kv "]"
+  wait_for "trace 2/2 (T): $(basename "$second" | cut -c1-20)" 30 || fail "] did not switch to the second trace"
+  wait_for "summary by name" 30 || fail "no kernel table for the second trace"
+  t send-keys -t kv T
+  wait_for "Show which trace" 10 || fail "T shows no trace picker"
+  t send-keys -t kv Up; sleep 0.3; t send-keys -t kv Enter
+  wait_for "trace 1/2 (T)" 10 || fail "T did not switch back to the first trace"
+fi
 t send-keys -t kv q
 sleep 1
 t has-session -t kv 2>/dev/null && [ -n "$(t list-panes -t kv -F '#{pane_dead}' 2>/dev/null | grep 0)" ] && \

@@ -38,3 +38,24 @@ def group_stats(kernels: pl.DataFrame, by: str) -> pl.DataFrame:
         by,
         *([] if by == "Category" else ["Category"]),
     )
+
+
+FREQUENCY = ("Count", "Count (%)", "Total Time (ns)", "Time (%)")
+
+
+def frequency(kernels: pl.DataFrame, by: str) -> pl.DataFrame:
+    """VisiData's frequency table of column `by` over `kernels`: per distinct value its count,
+    its share of the count, its total duration and its share of the time; most frequent
+    first (ties: the most time, then the value)."""
+    total_n = max(kernels.height, 1)
+    total_t = kernels["Duration (ns)"].sum() or 1
+    g = kernels.group_by(by).agg(
+        pl.len().cast(pl.Int64).alias("Count"), pl.col("Duration (ns)").sum().alias("Total Time (ns)")
+    )
+    g = g.with_columns(
+        (pl.col("Count") * 100.0 / total_n).round(1).alias("Count (%)"),
+        (pl.col("Total Time (ns)") * 100.0 / total_t).round(1).alias("Time (%)"),
+    )
+    return g.sort(["Count", "Total Time (ns)", by], descending=[True, True, False], nulls_last=True).select(
+        by, *FREQUENCY
+    )

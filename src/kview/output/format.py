@@ -7,6 +7,8 @@ segments (forward, backward, ...) take different shades of whole cells.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 FULL = "█"
@@ -95,3 +97,92 @@ def shrink_headers(
             return
         i = max(cand, key=lambda j: widths[j])
         widths[i] -= 1
+
+
+_QUALIFIED = re.compile(r"(?:[A-Za-z_]\w*::)*([A-Za-z_]\w*)")
+_SYNTAX = frozenset(
+    {
+        "const",
+        "void",
+        "operator",
+        "lambda",
+        "instance",
+        "unnamed",
+        "unsigned",
+        "signed",
+        "long",
+        "int",
+        "T1",
+        "T2",
+        "T3",
+        "struct",
+        "class",
+        "typename",
+        "native",
+        "detail",
+        "TensorIteratorBase",
+        "TensorIterator",
+        "Scalar",
+        "func_wrapper_t",
+        "gpu_kernel_impl",
+        "gpu_kernel_impl_nocast",
+    }
+)
+# what names the work a template variant does: functors, kernels, ops, tile configurations
+_STRONG = re.compile(r"(?i)(functor|kernel|_cuda|op|ops|metadata)$|^cutlass|^[A-Z][a-z]+[A-Z]")
+
+
+def _words(name: str) -> list[str]:
+    """The identifiers inside a kernel name's template arguments, last component of each
+    qualified name, in order, once each: what tells template variants apart."""
+    s = name.removeprefix("void ")
+    inside = s[s.find("<") + 1 :] if "<" in s else ""
+    out: list[str] = []
+    for m in _QUALIFIED.finditer(inside):
+        w = m.group(1)
+        if w not in _SYNTAX and not w.isdigit() and w not in out:
+            out.append(w)
+    return out
+
+
+def _variant(short: str, words: list[str], common: set[str], keep: int, strong_only: bool) -> str:
+    """`short` with up to `keep` of `words` the other variants lack (functors and kernels
+    first when `strong_only`): `…elementwise_kernel<…MulFunctor…>`."""
+    own = [w for w in words if w not in common and (_STRONG.search(w) or not strong_only)][:keep]
+    return f"{short.removesuffix('<…>')}<…{', '.join(own)}…>" if own else short
+
+
+def distinct_short_names(names: pl.Series, keep: int = 3) -> pl.Series:
+    """`short_names`, but where several different kernels would read the same
+    (`at::native::vectorized_elementwise_kernel<…>` for a dozen functors), each keeps the
+    identifiers of its template arguments that the others lack, functors and kernels first, up
+    to `keep` of them: `…vectorized_elementwise_kernel<…BinaryFunctor, MulFunctor…>`. Names
+    that still read the same are numbered. Computed once per distinct name."""
+    uniq = names.unique().drop_nulls().sort()
+    frame = pl.DataFrame({"full": uniq, "short": short_names(uniq)})
+    mapping = dict(zip(frame["full"].to_list(), frame["short"].to_list()))
+    for (sh,), group in frame.filter(pl.col("short").is_duplicated()).group_by("short", maintain_order=True):
+        fulls = group["full"].to_list()
+        words = {f: _words(f) for f in fulls}
+        common = set.intersection(*(set(w) for w in words.values()))
+        shown = {f: _variant(str(sh), words[f], common, keep, True) for f in fulls}
+        if len(set(shown.values())) < len(fulls):
+            shown = {f: _variant(str(sh), words[f], common, keep, False) for f in fulls}
+        count: dict[str, int] = {}
+        for f in fulls:
+            count[shown[f]] = count.get(shown[f], 0) + 1
+        seen: dict[str, int] = {}
+        for f in fulls:  # the same words still: numbered in name order
+            if count[shown[f]] > 1:
+                seen[shown[f]] = seen.get(shown[f], 0) + 1
+                mapping[f] = f"{shown[f]} #{seen[shown[f]]}"
+            else:
+                mapping[f] = shown[f]
+    table = pl.DataFrame(
+        {"full": list(mapping), "short": list(mapping.values())}, schema={"full": pl.String, "short": pl.String}
+    )
+    return (
+        pl.DataFrame({"full": names})
+        .join(table, on="full", how="left", maintain_order="left")["short"]
+        .alias(names.name)
+    )

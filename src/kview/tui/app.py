@@ -1,9 +1,11 @@
 """`kview TRACE [TRACE ...]`: the Textual explorer over the core.
 
 The first frame is drawn at once; each trace loads in a thread worker that posts one typed
-message per thing that became ready (messages.py) straight to the view that shows it, so the
-kernel summary appears while attribution still runs. Once every trace is in, a second worker
-makes the Compare table.
+message per thing that became ready (messages.py), wrapped with the trace's place on the
+command line. The app keeps every trace's messages and hands those of the trace shown to the
+view that shows them, so the kernel summary appears while attribution still runs and `T`
+switches the views to another open trace without loading it again. Once every trace is in, a
+second worker makes the Compare table.
 """
 
 from __future__ import annotations
@@ -20,25 +22,51 @@ from typing import cast
 
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from kview.output import render
 from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
+from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
 from kview.tui.loading import compare, load
-from kview.tui.messages import CompareReady, LoadFailed, OpenKernels, Stage, TraceLoaded, ViewMessage
+from kview.tui.messages import (
+    CompareAgain,
+    CompareReady,
+    LoadFailed,
+    OpenContext,
+    OpenKernels,
+    Stage,
+    TraceLoaded,
+    TraceMessage,
+    ViewMessage,
+)
 from kview.tui.views import VIEWS
 from kview.tui.views.base import View
 from kview.tui.views.kernels import KernelsView
-from kview.tui.widgets.export_screen import ExportScreen
+from kview.tui.widgets.context_screen import ContextScreen
+from kview.tui.widgets.frame_table import UNITS, FrameTable
 from kview.tui.widgets.help_screen import HelpScreen
+from kview.tui.widgets.pick_screen import PickScreen
+
+
+class ViewTabs(TabbedContent):
+    """The views' tabs, switched only by the keys (and clicks on a tab): a widget focused in a
+    hidden view (a table rebuilt for another trace) must not bring that view forward."""
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        event.prevent_default()  # TabbedContent's own handler would show that pane
+        event.stop()
 
 
 class KviewApp(App):
     TITLE = "kview"
     COMMANDS = App.COMMANDS | {KviewCommands}
-    BINDINGS = bindings(GLOBAL_KEYS)
+    # the n-th view is shown by key n
+    BINDINGS = [
+        Binding(str(n), f"show_view('{cls.view_id}')", cls.title, show=False) for n, cls in enumerate(VIEWS, 1)
+    ] + bindings(GLOBAL_KEYS)
     CSS_PATH = "kview.tcss"
 
     def __init__(self, paths: list[str], use_cache: bool = True, note: str | None = None):
@@ -49,6 +77,10 @@ class KviewApp(App):
         self.views: dict[str, View] = {}  # by view id, made in compose
         self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
         self.failed: set[int] = set()
+        self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
+        self.stage: dict[int, str] = {}
+        self.current = 0  # the trace the views show
+        self.stale: set[str] = set()  # views still showing the trace before a switch
         self.t0 = time.perf_counter()
         self.working = 0  # loads and comparisons still running
         self._working_lock = threading.Lock()
@@ -64,12 +96,12 @@ class KviewApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
-        with TabbedContent(initial="kernels", id="tabs"):
+        with ViewTabs(initial="kernels", id="tabs"):
             for n, cls in enumerate(VIEWS, 1):
                 with TabPane(f"{n} {cls.title}", id=cls.view_id):
                     view = self.views[cls.view_id] = cls(id=f"view-{cls.view_id}")
                     yield view
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
@@ -83,7 +115,7 @@ class KviewApp(App):
                 loop.add_signal_handler(sig, self.exit, None, 128 + sig)
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
                 pass
-        self.sub_title = " · ".join(Path(p).name for p in self.paths)
+        self.show_which_trace()
         if self.note:
             self.notify(self.note, title="kview", timeout=8)
         for i, p in enumerate(self.paths):
@@ -92,15 +124,14 @@ class KviewApp(App):
     # -- loading (thread workers; post_message is thread-safe) -------------------------------
     @work(thread=True, exit_on_error=False)
     def load_trace(self, index: int, path: str) -> None:
-        """Post each message of `load` as it comes: a view's message to that view (only the
-        first trace's: the views show the first trace), the rest to the app."""
+        """Post each message of `load` as it comes, with the trace's index (the app hands it to
+        its view when that trace is shown)."""
         self._busy(1)
         try:
             for message in load(path, self.use_cache, index):
-                if isinstance(message, ViewMessage):
-                    if index == 0:
-                        self.views[message.view].post_message(message)
-                elif index == 0 or isinstance(message, TraceLoaded):
+                if isinstance(message, (ViewMessage, Stage)):
+                    self.post_message(TraceMessage(index, message))
+                else:
                     self.post_message(message)
         except Exception as e:  # the CLI validated the file; damage found while loading is reported
             from kview.errors import TraceError
@@ -111,10 +142,10 @@ class KviewApp(App):
             self._busy(-1)
 
     @work(thread=True, exit_on_error=False)
-    def compare_traces(self, first: TraceLoaded, others: list[TraceLoaded]) -> None:
+    def compare_traces(self, traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu") -> None:
         self._busy(1)
         try:
-            message = compare(first, others)
+            message = compare(traces, by, metric)
         except Exception as e:  # a table that cannot be made must not end the session
             message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
         finally:
@@ -128,10 +159,24 @@ class KviewApp(App):
     def view(self, vid: str) -> View:
         return self.views[vid]
 
-    @on(Stage)
-    def _stage(self, m: Stage) -> None:
-        for v in self.views.values():
-            v.show_stage(m.text)
+    @on(TraceMessage)
+    def _trace_message(self, m: TraceMessage) -> None:
+        if isinstance(m.message, Stage):
+            self.stage[m.index] = m.message.text
+            if m.index == self.current:
+                for v in self.views.values():
+                    if not v.every_trace:
+                        v.show_stage(m.message.text)
+            return
+        self.received[m.index].append(m.message)
+        view = self.views[m.message.view]
+        if m.index == self.current and view.view_id not in self.stale:
+            self.deliver(view, m.message)
+
+    @staticmethod
+    def deliver(view: View, message: ViewMessage) -> None:
+        """Hand `message` to its view's own handler (as if posted to it)."""
+        getattr(view, message.handler_name)(message)
 
     @on(TraceLoaded)
     def _trace_loaded(self, m: TraceLoaded) -> None:
@@ -151,7 +196,30 @@ class KviewApp(App):
         """Compare once every trace is loaded or has failed (those that failed are left out)."""
         if 0 in self.loaded and len(self.loaded) + len(self.failed) == len(self.paths):
             self.views["compare"].show_stage("comparing")
-            self.compare_traces(self.loaded[0], [self.loaded[i] for i in sorted(self.loaded) if i])
+            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
+
+    @on(CompareAgain)
+    def _compare_again(self, m: CompareAgain) -> None:
+        if 0 in self.loaded:
+            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric)
+
+    @on(OpenContext)
+    def _open_context(self, m: OpenContext) -> None:
+        if self.current not in self.loaded:
+            self.notify("the trace is still loading; kernel context once it is in", severity="warning")
+            return
+        self.kernel_context(self.loaded[self.current].trace, m.idx)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="context")
+    def kernel_context(self, trace, idx: int) -> None:
+        from kview.analysis.kernel_context import kernel_context
+
+        try:
+            ctx = kernel_context(trace, idx)
+        except Exception as e:  # a lookup that fails must not end the session
+            self.call_from_thread(self.notify, f"no context for op {idx}: {e}".splitlines()[0], severity="error")
+            return
+        self.call_from_thread(self.push_screen, ContextScreen(trace.name, ctx))
 
     @on(OpenKernels)
     def _open_kernels(self, m: OpenKernels) -> None:
@@ -161,13 +229,95 @@ class KviewApp(App):
         else:
             self.open_kernels_filtered(m.filter_text)
 
+    # -- which trace the views show -------------------------------------------------------
+    def trace_name(self, index: int) -> str:
+        return Path(self.paths[index]).name
+
+    def show_which_trace(self) -> None:
+        """The header says which trace the view in front shows."""
+        tabs = self.query(TabbedContent)
+        active = tabs.first().active if tabs else "kernels"
+        n = len(self.paths)
+        if active in self.views and self.views[active].every_trace and n > 1:
+            self.sub_title = f"all {n} traces"
+        elif n > 1:
+            # the place first: a long file name is cut at the end of the header, not the place
+            self.sub_title = f"trace {self.current + 1}/{n} (T): {self.trace_name(self.current)}"
+        else:
+            self.sub_title = self.trace_name(self.current)
+
+    def switch_trace(self, index: int) -> None:
+        """Show trace `index` in every view that shows one trace; the view in front is rebuilt
+        now, the others when they are next shown."""
+        if index == self.current or not 0 <= index < len(self.paths):
+            return
+        if index in self.failed:
+            self.notify(f"{self.trace_name(index)} could not be loaded", severity="error")
+            return
+        self.current = index
+        self.stale = {vid for vid, v in self.views.items() if not v.every_trace}
+        self.kernels.forget_trace()
+        self._refresh_view(self.query_one(TabbedContent).active)
+        self.show_which_trace()
+        self.notify(f"showing {self.trace_name(index)}", timeout=2)
+
+    def _refresh_view(self, vid: str) -> None:
+        if vid not in self.stale:
+            return
+        self.stale.discard(vid)
+        view = self.views[vid]
+        view.reset()
+        if self.current in self.stage:
+            view.show_stage(self.stage[self.current])
+        for message in self.received[self.current]:
+            if message.view == vid:
+                self.deliver(view, message)
+
+    def action_pick_trace(self) -> None:
+        names = [
+            f"{i + 1}  {self.trace_name(i)}"
+            + ("  (could not be loaded)" if i in self.failed else "" if i in self.loaded else "  (loading)")
+            for i in range(len(self.paths))
+        ]
+        self.push_screen(PickScreen("Show which trace", names, self.current), self._picked_trace)
+
+    def _picked_trace(self, index: int | None) -> None:
+        if index is not None:
+            self.switch_trace(index)
+
+    def action_next_trace(self, step: int) -> None:
+        self.switch_trace((self.current + step) % len(self.paths))
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        # typing into a text line must not trigger single-letter keys
+        focused = self.focused
+        if (
+            focused is not None
+            and focused.id in ("filter", "search")
+            and action in ("copy", "export", "help", "quit", "show_view", "pick_trace", "next_trace", "cycle_unit")
+        ):
+            return False
+        if action in ("pick_trace", "next_trace"):  # shown (and run) only with several traces
+            return len(self.paths) > 1
+        return True
+
     # -- actions ----------------------------------------------------------------
     def active_view(self) -> View:
         return self.views[self.query_one(TabbedContent).active]
 
     def action_show_view(self, vid: str) -> None:
         self.query_one(TabbedContent).active = vid
+        self._refresh_view(vid)
         self.views[vid].focus_content()
+        self.show_which_trace()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
+        vid = self.query_one(TabbedContent).active
+        if vid in self.stale:
+            self._refresh_view(vid)
+            self.views[vid].focus_content()
+        self.show_which_trace()
 
     def open_kernels_filtered(self, text: str) -> None:
         self.action_show_view("kernels")
@@ -177,8 +327,16 @@ class KviewApp(App):
         self.action_show_view("kernels")
         self.kernels.group_by(index)
 
+    def action_cycle_unit(self) -> None:
+        units = list(UNITS)
+        FrameTable.unit = units[(units.index(FrameTable.unit) + 1) % len(units)]
+        for t in self.query(FrameTable):
+            t.relayout()
+        self.notify(f"durations in {FrameTable.unit}", timeout=2)
+
     def action_copy(self, kind: str) -> None:
-        frame, name = self.active_view().table_for_copy()
+        shown = self.active_view().shown()
+        frame = shown.frame if kind == "md" else without_bars(shown)
         if frame.height == 0:
             self.notify("nothing to copy yet", severity="warning")
             return
@@ -187,43 +345,59 @@ class KviewApp(App):
         where = f" → {path}" if path else ""
         size = "" if "terminal (OSC 52)" in channels else " (too large for the terminal clipboard)"
         self.notify(
-            f"copied {frame.height:,} rows as {'Markdown' if kind == 'md' else 'TSV'} via "
+            f"copied {shown.what} ({frame.height:,} rows) as {'Markdown' if kind == 'md' else 'TSV'} via "
             f"{', '.join(channels) or 'nothing'}{size}{where}",
             title="copy",
             timeout=6,
         )
 
     def action_export(self) -> None:
-        self.push_screen(ExportScreen(), self.export_as)
+        shown = self.active_view().shown()
+        if shown.frame.height == 0:
+            self.notify("nothing to export yet", severity="warning")
+            return
+        stem = f"{Path(self.paths[self.current]).stem}_{shown.what}"
+        targets = [destination(stem, fmt) for fmt in EXPORT_FORMATS]
+        options = [f"{fmt:<4}  → {path}" for fmt, path in zip(EXPORT_FORMATS, targets)]
+        title = f"Export {shown.what} ({shown.frame.height:,} rows)"
+        self.push_screen(
+            PickScreen(title, options), lambda i: self.export_as(EXPORT_FORMATS[i]) if i is not None else None
+        )
 
     def export_as(self, fmt: str | None) -> None:
+        """Write what is shown as `fmt` into the working directory (a new name when a file of
+        that name exists: nothing is overwritten), or the copies folder when it is read-only."""
         if not fmt:
             return
-        frame, name = self.active_view().table_for_copy()
+        shown = self.active_view().shown()
+        frame = shown.frame if fmt == "md" else without_bars(shown)
         text = render.render(frame, fmt)
-        out = Path.cwd() / f"{Path(self.paths[0]).stem}_{name}.{render.EXTENSIONS[fmt]}"
+        stem = f"{Path(self.paths[self.current]).stem}_{shown.what}"
+        out = destination(stem, fmt)
         try:
-            out.write_text(text)
+            with open(out, "x") as f:
+                f.write(text)
         except OSError:
             from kview.tui.clipboard import copy_dir
 
             copy_dir().mkdir(parents=True, exist_ok=True)
-            out = copy_dir() / out.name
-            out.write_text(text)
-        self.notify(f"exported {frame.height:,} rows to {out}", title="export", timeout=6)
+            out = destination(stem, fmt, copy_dir())
+            with open(out, "x") as f:
+                f.write(text)
+        self.notify(f"exported {shown.what} ({frame.height:,} rows) to {out}", title="export", timeout=8)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.query_one(TabbedContent).active))
+        self.push_screen(HelpScreen(self.query_one(TabbedContent).active, len(self.paths) > 1))
 
     def action_step_back(self) -> None:
         self.active_view().back()
 
-    def check_action(self, action: str, parameters) -> bool | None:
-        # typing into the filter must not trigger single-letter keys
-        focused = self.focused
-        if focused is not None and focused.id == "filter" and action in ("copy", "export", "help", "quit", "show_view"):
-            return False
-        return True
+    async def run_view_action(self, vid: str, action: str, table: bool = False) -> None:
+        """Run `action` of view `vid` (or of its table), showing the view first (the palette)."""
+        self.action_show_view(vid)
+        view = self.views[vid]
+        target = view.query(FrameTable).first() if table and view.query(FrameTable) else view
+        await self.run_action(action, target)
 
 
 class _Unjoined(ThreadPoolExecutor):

@@ -1,6 +1,10 @@
-"""Keys as data: every binding of the app, its views, the table and the dialogs once, with its
-help text. Widgets take their BINDINGS from here and the help screen lists the same rows, so a
-key and its description cannot drift apart."""
+"""Keys as data: every binding of the app, its views, the table and the dialogs once, with the
+word the footer shows and the sentence the help screen and the command palette show. Widgets
+take their BINDINGS from here, the help screen lists the same rows and the palette runs the
+same actions, so a key, its description and its palette entry cannot drift apart.
+
+A new view adds its module to tui/views/ (and to VIEWS) and its keys here, under its view id.
+"""
 
 from __future__ import annotations
 
@@ -13,45 +17,66 @@ from textual.binding import Binding, BindingType
 class Key:
     keys: str  # Textual key names; a comma separates alternatives ("up,k")
     action: str  # the action it runs; "" = handled by a widget itself, listed for help only
-    help: str
-    show: bool = False  # shown in the footer
+    help: str  # the sentence in the help screen and the command palette
+    short: str = ""  # the word in the footer; shown there when set
 
 
 GLOBAL_KEYS = [
-    Key("1", "show_view('overview')", "Overview"),
-    Key("2", "show_view('kernels')", "Kernels"),
-    Key("3", "show_view('nvtx')", "NVTX"),
-    Key("4", "show_view('layers')", "Layers"),
-    Key("5", "show_view('compare')", "Compare"),
-    Key("y", "copy('md')", "Copy table as Markdown", show=True),
-    Key("Y", "copy('tsv')", "Copy table as TSV"),
-    Key("e", "export", "Export table to a file"),
-    Key("question_mark", "help", "Help: every key of this view", show=True),
-    Key("ctrl+p", "", "Command palette"),
-    Key("escape", "step_back", "Step back"),
-    Key("q", "quit", "Quit", show=True),
+    Key("T", "pick_trace", "Switch trace: pick which open trace the views show", "trace"),
+    Key("right_square_bracket", "next_trace(1)", "Next trace"),
+    Key("left_square_bracket", "next_trace(-1)", "Previous trace"),
+    Key("u", "cycle_unit", "Durations in ns, µs or ms"),
+    Key("y", "copy('md')", "Copy what is shown as Markdown (the table, or the focused section)", "copy"),
+    Key("Y", "copy('tsv')", "Copy what is shown as TSV"),
+    Key("e", "export", "Export what is shown to a file (md, csv, tsv, json)"),
+    Key("question_mark", "help", "Help: every key of this view", "keys"),
+    Key("ctrl+p", "", "Command palette: every action by name"),
+    Key("escape", "step_back", "Step back (leave a filter, a drill-in, a jump)"),
+    Key("q", "quit", "Quit", "quit"),
 ]
 
 VIEW_KEYS = {
-    "overview": [],
+    "overview": [
+        Key("slash", "search", "Search the overview", "search"),
+        Key("n", "search_next(1)", "Next match"),
+        Key("N", "search_next(-1)", "Previous match"),
+        Key("tab", "", "Next section (y copies the focused one)"),
+        Key("up,down,pageup,pagedown,home,end", "", "Scroll"),
+    ],
     "kernels": [
-        Key("slash", "open_filter", "Filter (dir:, layer:, op:, cat:, range:, dur>50us, -term, regex)"),
-        Key("t", "toggle_rows", "Toggle summary / per-kernel rows"),
-        Key("g", "cycle_grouping", "Cycle grouping: name, short name, category, layer, op, direction, range"),
+        Key(
+            "slash", "open_filter", "Filter kernels (dir:, layer:, op:, cat:, range:, dur>50us, -term, regex)", "filter"
+        ),
+        Key("t", "toggle_rows", "Toggle summary / per-kernel rows", "rows"),
+        Key("g", "cycle_grouping", "Cycle grouping: name, short name, category, layer, op, direction, range", "group"),
+        Key("F", "frequency", "Frequency of the column under the cursor: count, time, share per value", "freq"),
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
-        Key("S", "sort(True)", "Sort by the column under the cursor, descending"),
-        Key("enter", "", "Show the instances of the group under the cursor"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+        Key("c", "context", "Kernel context: launch call, latency, NVTX path, kernels around it on its stream"),
+        Key("enter", "open_row", "Open: a group's kernels, a kernel's context, a value's kernels", "open"),
     ],
     "nvtx": [
-        Key("enter", "", "Open Kernels filtered to the range"),
+        Key("enter", "open_range", "Kernels of the range: exactly the ops its GPU time counts", "kernels"),
+        Key("slash", "search", "Search ranges (in the whole tree, collapsed parts too)", "search"),
+        Key("n", "search_next(1)", "Next match"),
+        Key("N", "search_next(-1)", "Previous match"),
         Key("space", "", "Expand / collapse"),
         Key("shift+left", "", "Go to the parent range"),
     ],
-    "layers": [Key("o", "toggle_order", "Order by layer index / by time")],
-    "compare": [Key("s", "sort(False)", "Sort ascending"), Key("S", "sort(True)", "Sort descending")],
+    "layers": [
+        Key("o", "toggle_order", "Order by layer index / by time", "order"),
+        Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+    ],
+    "compare": [
+        Key("b", "cycle_by", "Compare by range, layer, category or kernel (kview compare --by)", "by"),
+        Key("m", "cycle_metric", "GPU or CPU time (kview compare --metric; CPU for ranges only)", "metric"),
+        Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+    ],
 }
 
-# the Line-API table (FrameTable): vi keys beside the arrows
+# the Line-API table (FrameTable): vi keys beside the arrows, VisiData's column keys
 TABLE_KEYS = [
     Key("up,k", "cursor(-1)", "Up"),
     Key("down,j", "cursor(1)", "Down"),
@@ -61,24 +86,59 @@ TABLE_KEYS = [
     Key("end", "jump(-1)", "Bottom"),
     Key("left,h", "column(-1)", "Column left"),
     Key("right,l", "column(1)", "Column right"),
+    Key("minus", "hide_column", "Hide the column under the cursor"),
+    Key("equals_sign", "show_columns", "Show every column again, at its own width"),
+    Key("greater_than_sign", "widen(4)", "Widen the column under the cursor"),
+    Key("less_than_sign", "widen(-4)", "Narrow the column under the cursor"),
+    Key("underscore", "full_width", "Show the column under the cursor full width (again: fit)"),
     Key("enter", "select", "Open"),
 ]
 FILTER_KEYS = [Key("up", "history(-1)", "Previous filter"), Key("down", "history(1)", "Next filter")]
+SEARCH_KEYS = [Key("up", "history(-1)", "Previous search"), Key("down", "history(1)", "Next search")]
 HELP_SCREEN_KEYS = [Key("escape,q,question_mark", "dismiss", "Close")]
-EXPORT_SCREEN_KEYS = [Key("escape", "dismiss('')", "Cancel")]
+PICK_SCREEN_KEYS = [Key("escape", "cancel", "Cancel")]
 
-# views whose table moves with the cursor keys (the help screen says so)
+# views whose table moves with the cursor keys (the help screen lists the table's keys there)
 TABLE_VIEWS = ("kernels", "layers", "compare")
-KEY_LABELS = {"question_mark": "?", "slash": "/", "escape": "esc"}
+KEY_LABELS = {
+    "question_mark": "?",
+    "slash": "/",
+    "escape": "esc",
+    "minus": "-",
+    "equals_sign": "=",
+    "greater_than_sign": ">",
+    "less_than_sign": "<",
+    "underscore": "_",
+    "right_square_bracket": "]",
+    "left_square_bracket": "[",
+    "up,down,pageup,pagedown,home,end": "↑ ↓ PgUp PgDn Home End",
+    "up,k": "↑ k",
+    "down,j": "↓ j",
+    "left,h": "← h",
+    "right,l": "→ l",
+    "shift+left": "shift+←",
+    "pageup": "PgUp",
+    "pagedown": "PgDn",
+}
 
 
 def bindings(keys: list[Key]) -> list[BindingType]:
-    """Textual bindings of the keys that run an action."""
-    return [Binding(k.keys, k.action, k.help, show=k.show) for k in keys if k.action]
+    """Textual bindings of the keys that run an action (the footer shows those with a word)."""
+    return [Binding(k.keys, k.action, k.short or k.help, show=bool(k.short)) for k in keys if k.action]
 
 
-def help_rows(view: str) -> list[tuple[str, str]]:
-    rows = [(KEY_LABELS.get(k.keys, k.keys), k.help) for k in VIEW_KEYS.get(view, [])]
-    rows += [("←/→ ↑/↓ PgUp/PgDn", "Move the cursor")] if view in TABLE_VIEWS else []
-    rows += [(KEY_LABELS.get(k.keys, k.keys), k.help) for k in GLOBAL_KEYS]
+def label(k: Key) -> str:
+    return KEY_LABELS.get(k.keys, k.keys)
+
+
+TRACE_ACTIONS = ("pick_trace", "next_trace")  # keys that exist only with several traces open
+
+
+def help_rows(view: str, several_traces: bool = False) -> list[tuple[str, str]]:
+    """(key, what it does) for the view in front, then its table, then the keys of every view
+    (the trace keys only when several traces are open)."""
+    rows = [(label(k), k.help) for k in VIEW_KEYS.get(view, [])]
+    if view in TABLE_VIEWS:
+        rows += [(label(k), k.help) for k in TABLE_KEYS if k.keys != "enter"]
+    rows += [(label(k), k.help) for k in GLOBAL_KEYS if several_traces or not k.action.startswith(TRACE_ACTIONS)]
     return rows

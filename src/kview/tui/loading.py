@@ -33,7 +33,7 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     from kview.analysis.layers import layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table, path_windows
     from kview.analysis.overview import build
-    from kview.output.format import short_names
+    from kview.output.format import distinct_short_names, short_names
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import open_trace
 
@@ -55,10 +55,17 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
     table = table.with_columns(
-        short_names(table["Kernel"]).alias("_short"), pl.col("NVTX Path").str.split(" > ").list.last().alias("_range")
+        short_names(table["Kernel"]).alias("_short"),
+        distinct_short_names(table["Kernel"]).alias("_name"),
+        pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"),
     )
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
-    yield AttributedKernels(table, names, names + field_words(table))
+    shown = table.select("Kernel", "_name").unique("Kernel")
+    text = [c for c, t in table.schema.items() if t == pl.String]
+    widths = table.select([pl.col(c).str.len_chars().max() for c in text]).row(0, named=True) if table.height else {}
+    widths = {c: int(v or 0) for c, v in widths.items()}
+    widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
+    yield AttributedKernels(table, names, names + field_words(table), shown, widths)
     yield Stage("overview")
     yield OverviewReady(build(trace))
     yield Stage("NVTX tree")
@@ -84,27 +91,44 @@ def field_words(table: pl.DataFrame) -> tuple[str, ...]:
     return tuple(words)
 
 
-def compare(first: TraceLoaded, others: list[TraceLoaded]) -> CompareReady:
-    """Several traces side by side by range (within their last `profiled_step` when every trace
-    has one), or one trace's phases by kernel category."""
+BY = ("range", "layer", "category", "kernel")
+WHAT = {
+    "range": "the GPU time of the work launched while each range was open, from any thread (a layer's "
+    "backward runs after its range closed: b shows by layer)",
+    "layer": "the GPU time of each layer's kernels, forward and backward",
+    "category": "the GPU time per kernel category",
+    "kernel": "the GPU time per kernel",
+}
+
+
+def compare(traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu") -> CompareReady:
+    """Several traces side by side (within their last `profiled_step` when every trace has
+    one), or one trace's phases side by side, by range, layer, category or kernel: exactly
+    `kview compare` (`side_by_side`), whose command line the caption gives."""
     from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side, user_ranges
 
-    traces = [first.trace] + [o.trace for o in others]
-    try:
-        if len(traces) > 1:
-            has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in traces)
-            labels = distinct_labels([t.stem for t in traces])
-            windows = [root_window(t, "profiled_step" if has_root else None, label) for t, label in zip(traces, labels)]
-            legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, traces) if label != t.stem)
-            return CompareReady(
-                side_by_side(windows, "range"),
-                f"{len(traces)} traces by range (GPU time)" + (f" · {legend}" if legend else ""),
-            )
-        if len(first.phase_names) < 2:
-            return CompareReady(None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.")
+    first = traces[0]
+    several = len(traces) > 1
+    by = by or ("range" if several else "category")
+    if not several and len(first.phase_names) < 2:
         return CompareReady(
-            side_by_side(phase_windows(first.trace, list(first.phase_names)), "category"),
-            "phases of this trace by kernel category (GPU time)",
+            None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.", by, metric
         )
+    try:
+        if several:
+            ts = [t.trace for t in traces]
+            has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in ts)
+            labels = distinct_labels([t.stem for t in ts])
+            windows = [root_window(t, "profiled_step" if has_root else None, label) for t, label in zip(ts, labels)]
+            legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, ts) if label != t.stem)
+            command = "kview compare " + " ".join(t.name for t in ts) + (" --root profiled_step" if has_root else "")
+            head = f"{len(ts)} traces by {by}" + (f" · {legend}" if legend else "")
+        else:
+            windows = phase_windows(first.trace, list(first.phase_names))
+            command = f"kview compare {first.trace.name} --ranges {','.join(first.phase_names)}"
+            head = f"the phases of this trace by {by}"
+        command += f" --by {by}" + (" --metric cpu" if metric == "cpu" else "")
+        what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
+        return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
     except ValueError as e:
-        return CompareReady(None, str(e))
+        return CompareReady(None, str(e).splitlines()[0], by, metric)

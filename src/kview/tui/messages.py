@@ -2,13 +2,15 @@
 
 Each message is a frozen dataclass holding finished polars frames; nothing writes to it once it
 is made, so a view may keep it as its data while the worker goes on. A view message names the
-view that shows it (`view`); the worker posts it straight to that view, which handles it in its
-own `on_<message>` method. `Stage`, `TraceLoaded` and `LoadFailed` go to the app.
+view that shows it (`view`). The worker posts it to the app wrapped in a `TraceMessage` (with
+the trace's index); the app keeps every trace's messages and hands those of the trace shown to
+the view's own `on_<message>` method (again when the user switches back to that trace).
+`TraceLoaded` and `LoadFailed` go to the app.
 """
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import polars as pl
@@ -75,6 +77,10 @@ class AttributedKernels(ViewMessage):
     table: pl.DataFrame
     names: tuple[str, ...]
     words: tuple[str, ...] = ()
+    # Kernel -> the name the tables show (`distinct_short_names`, `_name` in `table`)
+    names_shown: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the widest value of each text column, so a million-row table is measured once
+    text_widths: dict[str, int] = field(default_factory=dict)
 
 
 @frozen_message
@@ -111,9 +117,20 @@ class CompareReady(ViewMessage):
     view: ClassVar[str] = "compare"
     frame: pl.DataFrame | None
     caption: str
+    by: str = "range"
+    metric: str = "gpu"
 
 
 # -- for the app ---------------------------------------------------------------------------
+@frozen_message
+class TraceMessage(Message):
+    """A view message or a Stage of trace `index` (its place on the command line): the app
+    keeps it, and hands it to its view while that trace is the one shown."""
+
+    index: int
+    message: ViewMessage | Stage
+
+
 @frozen_message
 class Stage(Message):
     """The loader moved on to `text`; views still waiting say so."""
@@ -146,6 +163,21 @@ class Scope:
     label: str
     idx: pl.Series
     back_to: str = ""
+
+
+@frozen_message
+class CompareAgain(Message):
+    """Make the Compare table again by `by` and `metric` (posted by the Compare view)."""
+
+    by: str
+    metric: str
+
+
+@frozen_message
+class OpenContext(Message):
+    """Show the context of GPU op `idx` (posted by the Kernels view, handled by the app)."""
+
+    idx: int
 
 
 @frozen_message

@@ -1,14 +1,17 @@
-"""Compare: several traces by range, or the phases of one trace by kernel category."""
+"""Compare: several traces, or the phases of one trace, side by side by range, layer, category
+or kernel, GPU or CPU time: the table `kview compare` prints (the caption gives its command)."""
 
 from __future__ import annotations
 
+import polars as pl
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import CompareReady
-from kview.tui.views.base import View
+from kview.tui.loading import BY
+from kview.tui.messages import CompareAgain, CompareReady
+from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
 
 
@@ -16,20 +19,59 @@ class CompareView(View):
     view_id = "compare"
     title = "Compare"
     BINDINGS = bindings(VIEW_KEYS["compare"])
+    every_trace = True
 
     data: var[CompareReady | None] = var(None, init=False)
+    wanted: tuple[str, str] | None = None  # (by, metric) last asked for with b / m
 
     def on_compare_ready(self, m: CompareReady) -> None:
-        self.data = m
+        if self.wanted is None or (m.by, m.metric) == self.wanted:  # an older request's table is dropped
+            self.data = m
 
     def watch_data(self, m: CompareReady) -> None:
         if m.frame is None:  # nothing to compare: the caption says why
-            self.show(Static(m.caption))
+            self.table = None
+            self.show(Static(m.caption, id="compare-caption"))
+            return
+        table = getattr(self, "table", None)
+        if table is not None and table.is_mounted:
+            # b / m: the same widgets take the new table, so the keys stay with it
+            self.query_one("#compare-caption", Static).update(Text(m.caption, style="bold"))
+            table.set_frame(m.frame)
             return
         self.table = FrameTable(m.frame, id="compare-table")
-        self.show(Static(Text(m.caption, style="bold")), self.table)
+        self.show(Static(Text(m.caption, style="bold"), id="compare-caption"), self.table)
         self.focus_if_active(self.table)
 
     def action_sort(self, descending: bool) -> None:
-        if self.data is not None and self.data.frame is not None:
+        if self.data is not None and self.data.frame is not None and self.table is not None:
             self.table.sort_by_cursor(descending)
+
+    def current(self) -> tuple[str, str] | None:
+        """(by, metric) shown, or being made after b / m (keys pressed in a row add up)."""
+        return self.wanted or ((self.data.by, self.data.metric) if self.data is not None else None)
+
+    def action_cycle_by(self) -> None:
+        if (now := self.current()) is None:
+            return
+        by = BY[(BY.index(now[0]) + 1) % len(BY)]
+        self.again(by, now[1] if by == "range" else "gpu")
+
+    def action_cycle_metric(self) -> None:
+        if (now := self.current()) is None:
+            return
+        if now[0] != "range":
+            self.app.notify("CPU time is a range's (b: by range first)", severity="warning", timeout=4)
+            return
+        self.again("range", "cpu" if now[1] == "gpu" else "gpu")
+
+    def again(self, by: str, metric: str) -> None:
+        self.wanted = (by, metric)
+        self.show_stage(f"comparing by {by}")
+        self.post_message(CompareAgain(by, metric))
+        self.app.notify(f"compare by {by}, {metric.upper()} time", timeout=2)
+
+    def shown(self) -> Shown:
+        if self.data is None or self.data.frame is None or self.table is None:
+            return Shown(pl.DataFrame(), "compare")
+        return Shown(self.table.shown(), f"compare by {self.data.by}" + ("" if self.data.metric == "gpu" else " cpu"))

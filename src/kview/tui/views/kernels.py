@@ -1,4 +1,5 @@
-"""Kernels: the kernel summary (exactly `cuda_gpu_kern_sum`), regrouped, filtered, or per kernel."""
+"""Kernels: the kernel summary (exactly `cuda_gpu_kern_sum`), regrouped, filtered, per kernel,
+or as the frequency table of one column (VisiData's `F`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from textual.reactive import var
 from textual.widgets import Input, Static
 
 from kview.analysis import filters
-from kview.analysis.kernel_groups import STATS, group_stats
-from kview.output.format import bar, fmt_ns, short_names
+from kview.analysis.kernel_groups import STATS, frequency, group_stats
+from kview.output.format import bar, distinct_short_names, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import AttributedKernels, KernelSummary, Scope
-from kview.tui.views.base import View
+from kview.tui.messages import AttributedKernels, KernelSummary, OpenContext, Scope
+from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput, TermSuggester
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
 
@@ -33,6 +34,29 @@ GROUPINGS = [
 ]
 # grouping keys the loader derived as columns of the attributed table
 DERIVED = {"Short name": "_short", "Range": "_range"}
+# columns of the table as shown that stand for a column of the attributed table (F, enter)
+SHOWN_AS = {"Name": "Kernel", **DERIVED}
+HIDDEN = ("_full", "_grid", "_block", "_key", "_short", "_range", "_name", "_launch")
+NARROW = (
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Start (ns)",
+    "Stream",
+    "Device",
+    "Grid",
+    "Block",
+    "Correlation",
+    "NVTX Path",
+    "TC",
+    "FLOPs",
+    "Bytes",
+    "Params",
+    "Category",
+    "Count (%)",
+)
+BARS = ("Share",)
 
 
 @dataclass(frozen=True)
@@ -40,18 +64,20 @@ class KernelsState:
     """What the Kernels view shows; one value, so a key that changes several parts (a group
     switch also leaves the drill-in) refreshes the table once."""
 
-    mode: str = "summary"  # "summary": a row per group; "rows": a row per kernel
+    mode: str = "summary"  # "summary": a row per group; "rows": a row per kernel; "freq"
     grouping: int = 0  # index into GROUPINGS
     filter_text: str = ""
-    pick: tuple[str, Any] | None = None  # (grouped-by column, key) of the group drilled into
+    pick: tuple[str, Any] | None = None  # (column, value) of the group or value drilled into
     scope: Scope | None = None  # only these ops (an NVTX range's), until escape
-    before: KernelsState | None = None  # what escape restores after a jump into a scope
+    before: KernelsState | None = None  # what escape restores (after a jump, a frequency table)
+    freq: str | None = None  # the column of the frequency table (mode "freq")
 
 
 class KernelsView(View):
     view_id = "kernels"
     title = "Kernels"
     BINDINGS = bindings(VIEW_KEYS["kernels"])
+    data_vars = ("kern_sum", "attributed")
 
     kern_sum: var[KernelSummary | None] = var(None, init=False)
     attributed: var[AttributedKernels | None] = var(None, init=False)
@@ -87,28 +113,7 @@ class KernelsView(View):
         self.attributed = m
 
     def watch_kern_sum(self) -> None:
-        self.table = FrameTable(
-            hidden=("_full", "_grid", "_block", "_key", "_short", "_range"),
-            id="kernels-table",
-            narrow=(
-                "Med (ns)",
-                "Min (ns)",
-                "Max (ns)",
-                "StdDev (ns)",
-                "Start (ns)",
-                "Stream",
-                "Device",
-                "Grid",
-                "Block",
-                "Correlation",
-                "NVTX Path",
-                "TC",
-                "FLOPs",
-                "Bytes",
-                "Params",
-                "Category",
-            ),
-        )
+        self.table = FrameTable(hidden=HIDDEN, narrow=NARROW, id="kernels-table")
         self.status = Static("", id="kernels-status")
         self.detail = Static("", id="kernels-detail")
         self.finput = FilterInput(
@@ -132,12 +137,18 @@ class KernelsView(View):
         if self.kern_sum is not None:
             self.refresh_table()
 
+    def forget_trace(self) -> None:
+        """Another trace is about to be shown: keep the grouping and the filter, leave what
+        belonged to this trace (a range's ops, a drill-in)."""
+        self.set_reactive(KernelsView.state, KernelsState(grouping=self.grouping, filter_text=self.filter_text))
+
     def _suggester(self) -> TermSuggester:
         words = ["dir:fprop", "dir:bprop", "dir:optim"] + [f"cat:{c}" for c in CATEGORY_COLOURS]
         return TermSuggester(words + (list(self.attributed.words) if self.attributed is not None else []))
 
     # -- the table ----------------------------------------------------------------
-    def _rows(self) -> pl.DataFrame:
+    def _rows(self, pick: bool = True) -> pl.DataFrame:
+        """The attributed kernels of the scope, filter and (with `pick`) drill-in."""
         if self.attributed is None:
             return pl.DataFrame()
         t = self.attributed.table
@@ -145,9 +156,13 @@ class KernelsView(View):
             t = self._scoped(t, self.state.scope)
         if self.filter_text:
             t = filters.apply(t, self.filter_text)
-        if self.pick:
+        if pick and self.pick:
             col, val = self.pick
-            t = t.filter(pl.col(DERIVED.get(col, col)) == val)
+            t = (
+                t.filter(pl.col(SHOWN_AS.get(col, col)) == val)
+                if val is not None
+                else t.filter(pl.col(SHOWN_AS.get(col, col)).is_null())
+            )
         return t
 
     def no_kernels(self) -> bool:
@@ -178,7 +193,7 @@ class KernelsView(View):
             return k.with_columns(
                 bar(pl.col("Total Time (ns)") / total).alias("Share"),
                 pl.col("Name").alias("_full"),
-                short_names(k["Name"]).alias("Name"),
+                distinct_short_names(k["Name"]).alias("Name"),
             )
         rows = self._rows()
         if label == "Kernel":
@@ -186,13 +201,37 @@ class KernelsView(View):
         key = DERIVED.get(label, label)
         g = group_stats(rows, key)
         total = g["Total Time (ns)"].sum() or 1
-        shown = short_names(g[key]) if label == "Kernel" else g[key]
+        shown = self._display_names(g[key]) if label == "Kernel" else g[key]
         return g.with_columns(
             bar(pl.col("Total Time (ns)") / total).alias("Share"),
             pl.col(key).alias("_full"),
             pl.col(key).alias("_key"),
             shown.alias(label),
         ).select(*STATS, label, "Share", *([] if label == "Category" else ["Category"]), "_full", "_key")
+
+    def _display_names(self, kernels: pl.Series) -> pl.Series:
+        """The names the whole trace shows for these kernels (one naming across tables)."""
+        assert self.attributed is not None
+        names = self.attributed.names_shown
+        return (
+            pl.DataFrame({"Kernel": kernels})
+            .join(names, on="Kernel", how="left", maintain_order="left")["_name"]
+            .fill_null(kernels)
+        )
+
+    def freq_table(self, column: str) -> pl.DataFrame:
+        """Count, time and share per value of `column` over the kernels of the filter."""
+        rows = self._rows(pick=False)
+        key = SHOWN_AS.get(column, column)
+        f = frequency(rows, key)
+        total = f["Total Time (ns)"].sum() or 1
+        shown = self._display_names(f[key]) if key == "Kernel" else f[key]
+        return f.with_columns(
+            bar(pl.col("Total Time (ns)") / total).alias("Share"),
+            pl.col(key).alias("_key"),
+            pl.col(key).cast(pl.String).alias("_full"),
+            shown.alias(column),
+        ).select(column, "Count", "Count (%)", "Total Time (ns)", "Time (%)", "Share", "_key", "_full")
 
     def refresh_table(self) -> None:
         if self.kern_sum is not None and self.kern_sum.note:  # no GPU kernels: what there is instead
@@ -202,21 +241,22 @@ class KernelsView(View):
             self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:] + shown, style="bold"))
             self.detail.update("")
             return
+        hints = None
         if self.mode == "summary":
             frame = self.summary()
+            what = f"summary by {GROUPINGS[self.grouping][0]} ({frame.height:,} groups)"
+        elif self.mode == "freq" and self.state.freq is not None:
+            frame = self.freq_table(self.state.freq)
+            what = f"frequency of {self.state.freq} ({frame.height:,} values; enter shows a value's kernels)"
         else:
             rows = self._rows()
-            frame = rows.with_columns(pl.col("Kernel").alias("_full"), short_names(rows["Kernel"]).alias("Kernel"))
-        self.table.set_frame(frame)
-        grouping = GROUPINGS[self.grouping][0]
-        what = (
-            f"per-kernel rows ({frame.height:,})"
-            if self.mode == "rows"
-            else f"summary by {grouping} ({frame.height:,} groups)"
-        )
+            frame = rows.with_columns(pl.col("Kernel").alias("_full"), pl.col("_name").alias("Kernel"))
+            hints = self.attributed.text_widths if self.attributed is not None else None
+            what = f"per-kernel rows ({frame.height:,}; enter: context)"
+        self.table.set_frame(frame, width_hints=hints)
         parts = [what]
         if self.state.scope is not None:
-            rows = self._rows() if self.mode == "summary" else frame
+            rows = self._rows() if self.mode != "rows" else frame
             parts.append(
                 f"range: {self.state.scope.label} ({rows.height:,} kernels, "
                 f"{fmt_ns(int(rows['Duration (ns)'].sum()))}; esc goes back)"
@@ -237,7 +277,7 @@ class KernelsView(View):
             return
         text = row.get("_full") or ""
         if self.mode == "rows":
-            text = f"{row['Direction']}  {row['Layer']}  {row['Op']} {row['Params']}\n{text}"
+            text = f"{row['Direction']}  {row['Layer']}  {row['Op']} {row['Params']}  ·  {row['NVTX Path']}\n{text}"
         self.detail.update(Text(str(text), overflow="fold"))
 
     @on(FrameTable.RowHighlighted)
@@ -246,10 +286,18 @@ class KernelsView(View):
 
     @on(FrameTable.RowSelected)
     def _selected(self, event: FrameTable.RowSelected) -> None:
-        if self.mode == "summary":
-            row = self.table.row(event.row)
-            if row is None:
-                return
+        self.open_row(event.row)
+
+    def open_row(self, i: int | None = None) -> None:
+        """enter: a group's kernels, a value's kernels (frequency table), a kernel's context."""
+        row = self.table.row(i)
+        if row is None:
+            return
+        if self.mode == "rows":
+            self.post_message(OpenContext(int(row["Idx"])))
+        elif self.mode == "freq" and self.state.freq is not None:
+            self.state = replace(self.state, mode="rows", pick=(self.state.freq, row["_key"]))
+        elif self.attributed is not None:
             label = GROUPINGS[self.grouping][1]
             self.state = replace(self.state, mode="rows", pick=(label, row["_key"] if "_key" in row else row["_full"]))
 
@@ -257,13 +305,44 @@ class KernelsView(View):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.kern_sum is not None  # no key does anything before the first table
 
+    def action_open_row(self) -> None:
+        self.open_row()
+
+    def action_context(self) -> None:
+        row = self.table.row()
+        if self.mode != "rows" or row is None:
+            self.app.notify(
+                "kernel context is for one kernel: t shows per-kernel rows, then c or enter",
+                severity="warning",
+                timeout=4,
+            )
+            return
+        self.post_message(OpenContext(int(row["Idx"])))
+
+    def action_frequency(self) -> None:
+        """F: the frequency table of the column under the cursor (in a summary, of the column
+        grouped by when the cursor is on a statistic)."""
+        if self.no_kernels():
+            return
+        if self.attributed is None:
+            self.app.notify("kernels are still being attributed", severity="warning")
+            return
+        col = self.table.column_at_cursor()
+        source = SHOWN_AS.get(col or "", col or "")
+        if col is None or (source not in self.attributed.table.columns) or col in ("Duration (ns)", "Start (ns)"):
+            col = GROUPINGS[self.grouping][1] if self.mode != "freq" else self.state.freq
+        if col is None:
+            return
+        before = self.state if self.mode != "freq" else self.state.before
+        self.state = replace(self.state, mode="freq", freq=col, pick=None, before=before)
+
     def action_toggle_rows(self) -> None:
         if self.no_kernels():
             return
         if self.attributed is None:
             self.app.notify("per-kernel rows are still being attributed", severity="warning")
             return
-        self.state = replace(self.state, mode="rows" if self.mode == "summary" else "summary")
+        self.state = replace(self.state, mode="rows" if self.mode != "rows" else "summary", freq=None)
 
     def action_cycle_grouping(self) -> None:
         self.group_by(self.grouping + 1)
@@ -273,7 +352,7 @@ class KernelsView(View):
         if self.kern_sum is None or self.no_kernels():
             return
         grouping = index % len(GROUPINGS) if self.attributed is not None else 0
-        self.state = replace(self.state, mode="summary", grouping=grouping, pick=None)
+        self.state = replace(self.state, mode="summary", grouping=grouping, pick=None, freq=None)
         self.app.notify(f"grouped by {GROUPINGS[self.grouping][0]}", timeout=2)
 
     def action_sort(self, descending: bool) -> None:
@@ -317,8 +396,7 @@ class KernelsView(View):
         self.state = KernelsState(mode="rows", grouping=self.grouping, scope=scope, before=before)
 
     def show_filtered(self, text: str) -> None:
-        """The kernels matching `text`, one row each (enter on an NVTX range, a recent filter in
-        the palette)."""
+        """The kernels matching `text`, one row each (a recent filter in the palette)."""
         if self.kern_sum is not None and not self.no_kernels():
             self.set_filter(text, rows=True)
 
@@ -328,21 +406,27 @@ class KernelsView(View):
             self.finput.display = False
             self.focus_if_active(self.table)
 
-    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
-        """The rows and columns as shown, with full kernel names (a report wants them whole)."""
+    def shown(self) -> Shown:
+        """The rows and columns as shown, with full kernel names (a report wants them whole),
+        named by what they are (`kernels by layer`, `kernels rows`, `kernels frequency of Op`)."""
         if self.kern_sum is None:
-            return pl.DataFrame(), self.view_id
+            return Shown(pl.DataFrame(), "kernels")
         t = self.table
-        frame = t.sorted_frame()
-        if self.mode == "rows":
-            name_col = "Kernel"
-        elif GROUPINGS[self.grouping][1] == "Kernel":
-            name_col = "Name" if "Name" in frame.columns else "Kernel"  # report summary or regrouped
-        else:
-            name_col = None  # grouped by something else: the shown key is the full value
-        if name_col and "_full" in frame.columns:
-            frame = frame.with_columns(pl.col("_full").alias(name_col))
-        return frame.select([c for c in frame.columns if c not in t.hidden]), self.view_id
+        frame = t.shown()
+        full = t.sorted_frame()["_full"] if "_full" in t.frame.columns else None
+        name_col = next((c for c in ("Kernel", "Name") if c in frame.columns), None)
+        if (
+            full is not None
+            and name_col
+            and (
+                self.mode == "rows" or GROUPINGS[self.grouping][1] == "Kernel" or self.state.freq in ("Kernel", "Name")
+            )
+        ):
+            frame = frame.with_columns(full.alias(name_col))
+        what = {"rows": "kernels rows", "freq": f"kernels frequency of {self.state.freq}"}.get(
+            self.mode, f"kernels by {GROUPINGS[self.grouping][0]}"
+        )
+        return Shown(frame, what, BARS)
 
     def back(self) -> bool:
         if self.kern_sum is None:
@@ -351,14 +435,24 @@ class KernelsView(View):
             self.finput.display = self.ferror.display = False
             self.focus_if_active(self.table)
             return True
-        if self.state.scope is not None:  # leave the jump: the view as it was, and the view we came from
+        if self.pick and self.state.freq:  # out of a value's kernels: its frequency table
+            self.state = replace(self.state, mode="freq", pick=None)
+            return True
+        if self.mode == "freq":  # out of the frequency table: what was shown before it
+            self.state = self.state.before or replace(self.state, mode="summary", freq=None)
+            return True
+        if self.pick:
+            self.state = replace(self.state, mode="summary", pick=None)
+            return True
+        if self.state.scope is not None:
+            # leave the jump: the view as it was, and the view we came from
             scope = self.state.scope
             self.state = self.state.before or KernelsState(grouping=self.grouping)
             if scope.back_to:
                 self.app.call_later(self.app.action_show_view, scope.back_to)  # type: ignore[attr-defined]
             return True
-        if self.pick or self.mode == "rows":
-            self.state = replace(self.state, mode="summary", pick=None)
+        if self.mode == "rows":
+            self.state = replace(self.state, mode="summary")
             return True
         if self.filter_text:
             self.set_filter("")

@@ -1,25 +1,40 @@
-"""NVTX: the range tree, GPU and CPU time per path; enter opens Kernels filtered to a range."""
+"""NVTX: the range tree, GPU and CPU time per path; enter opens Kernels on exactly the ops a
+range's GPU time counts; `/` finds ranges anywhere in the tree (n/N: next and previous)."""
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 from rich.text import Text
 from textual import on
 from textual.reactive import var
-from textual.widgets import Static, Tree
+from textual.widgets import Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from kview.analysis.nvtx_tree import ops_in_windows
 from kview.output.format import bar, fmt_ns
+from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import NvtxTree, OpenKernels, Scope
-from kview.tui.views.base import View
+from kview.tui.views.base import Shown, View
+from kview.tui.widgets.filter_input import FilterInput
+from kview.tui.widgets.frame_table import cut
+
+NAME_WIDTH = 60
 
 
 class NvtxView(View):
     view_id = "nvtx"
     title = "NVTX"
+    BINDINGS = bindings(VIEW_KEYS["nvtx"])
 
     data: var[NvtxTree | None] = var(None, init=False)
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.history: list[str] = []
+        self.found: list[int] = []  # path ids matching the search, most GPU time first
+        self.at = 0
 
     def on_nvtx_tree(self, m: NvtxTree) -> None:
         self.data = m
@@ -40,13 +55,18 @@ class NvtxView(View):
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
         self._add_ranges(self.range_tree.root, None)
+        self.status = Static("", id="nvtx-status")
+        self.status.display = False
         self.detail = Static("", id="nvtx-detail")
-        self.show(self.range_tree, self.detail)
+        self.search_line = FilterInput(self.history, placeholder="search ranges (a word or a regex)", id="search")
+        self.search_line.display = False
+        self.found, self.at = [], 0
+        self.show(self.status, self.range_tree, self.detail, self.search_line)
         self.focus_if_active(self.range_tree)
 
     @staticmethod
     def _label(r: dict) -> Text:
-        t = Text(f"{r['Name'][:60]}  ", style="bold" if r["Depth"] < 2 else "")
+        t = Text(f"{cut(r['Name'], NAME_WIDTH)}  ", style="bold" if r["Depth"] < 2 else "")
         n = r["Kernels"]
         t.append(
             f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  "
@@ -106,16 +126,116 @@ class NvtxView(View):
 
     @on(Tree.NodeSelected)
     def _selected(self, event) -> None:
+        self.open_range(event.node)
+
+    def open_range(self, node: TreeNode[dict] | None) -> None:
         """Kernels restricted to the ops this range's GPU time counts (launched while one of
         its instances was open), not a text filter: kernel rows never carry op-marker labels."""
-        r = event.node.data
+        r = node.data if node is not None else None
         if not r or self.data is None:
             return
         idx = ops_in_windows(self.data.windows, self.data.timeline, r["path_id"])
         self.post_message(OpenKernels(scope=Scope(r["Path"], idx, back_to=self.view_id)))
 
-    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
-        if self.data is None:
-            return pl.DataFrame(), self.view_id
-        cols = ["Path", "Instances", "CPU (ns)", "GPU (ns)", "Kernels"]
-        return self.data.paths.sort("Path").select(cols), self.view_id
+    def action_open_range(self) -> None:
+        if self.data is not None and hasattr(self, "range_tree"):
+            self.open_range(self.range_tree.cursor_node)
+
+    # -- search ------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        if self.data is None or not hasattr(self, "range_tree"):
+            return
+        self.search_line.display = True
+        self.search_line.open("")
+        self.search_line.focus()
+
+    @on(Input.Submitted, "#search")
+    def _searched(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        self.search_line.display = False
+        self.range_tree.focus()
+        if not text or self.data is None:
+            return
+        if not self.history or self.history[-1] != text:
+            self.history.append(text)
+        try:
+            re.compile(text)
+            hit = pl.col("Name").str.contains("(?i)" + text)
+        except (re.error, pl.exceptions.PolarsError):
+            hit = pl.col("Name").str.to_lowercase().str.contains(text.lower(), literal=True)
+        try:
+            found = self.data.paths.filter(hit).sort(["GPU (ns)", "path_id"], descending=[True, False])
+        except pl.exceptions.PolarsError:
+            found = self.data.paths.filter(pl.col("Name").str.to_lowercase().str.contains(text.lower(), literal=True))
+        self.found, self.at = found["path_id"].to_list(), 0
+        self.search_text = text
+        if not self.found:
+            self.status.update(Text(f"no range matches {text!r}", style="bold yellow"))
+            self.status.display = True
+            return
+        self.go_to_match()
+
+    def action_search_next(self, step: int) -> None:
+        if self.found:
+            self.at = (self.at + step) % len(self.found)
+            self.go_to_match()
+
+    def go_to_match(self) -> None:
+        self.reveal(self.found[self.at])
+        self.status.update(
+            Text(
+                f"{self.search_text!r}: match {self.at + 1} of {len(self.found)} "
+                f"(most GPU time first; n/N: next/previous, esc: done)",
+                style="bold",
+            )
+        )
+        self.status.display = True
+
+    def back(self) -> bool:
+        if self.data is None or not hasattr(self, "range_tree"):
+            return False
+        if self.search_line.display:
+            self.search_line.display = False
+            self.range_tree.focus()
+            return True
+        if self.status.display:
+            self.status.display = False
+            self.found = []
+            return True
+        return False
+
+    # -- copy --------------------------------------------------------------------------------
+    def shown(self) -> Shown:
+        """The ranges as shown: the expanded part of the tree, in its order, indented."""
+        if self.data is None or not hasattr(self, "range_tree"):
+            return Shown(pl.DataFrame(), "nvtx tree")
+        rows: list[dict] = []
+
+        def walk(node: TreeNode[dict], depth: int) -> None:
+            for child in node.children:
+                r = child.data
+                if r is None:
+                    continue
+                rows.append(
+                    {
+                        "Range": "  " * depth + r["Name"],
+                        "GPU (ns)": r["GPU (ns)"],
+                        "CPU (ns)": r["CPU (ns)"],
+                        "Instances": r["Instances"],
+                        "Kernels": r["Kernels"],
+                        "Path": r["Path"],
+                    }
+                )
+                if child.is_expanded:
+                    walk(child, depth + 1)
+
+        walk(self.range_tree.root, 0)
+        schema = {
+            "Range": pl.String,
+            "GPU (ns)": pl.Int64,
+            "CPU (ns)": pl.Int64,
+            "Instances": pl.Int64,
+            "Kernels": pl.Int64,
+            "Path": pl.String,
+        }
+        return Shown(pl.DataFrame(rows, schema=schema), "nvtx tree as shown")

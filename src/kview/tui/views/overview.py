@@ -1,76 +1,222 @@
-"""Overview: what the trace is, how busy the GPU was, where the time went, and the findings."""
+"""Overview: what the trace is, how busy the GPU was, where the time went, and the findings.
+
+Each part is a section that takes the keyboard focus (tab moves between them, the arrows and
+PgUp/PgDn scroll), so every part is reachable at 80x24; `y` copies the focused section and
+`/` finds text in any of them (n/N: next and previous match).
+"""
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 from rich.table import Table
 from rich.text import Text
+from textual import on
 from textual.containers import VerticalScroll
+from textual.geometry import Region
 from textual.reactive import var
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
-from kview.output.format import short_names
+from kview.output.format import distinct_short_names
+from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import OverviewReady
-from kview.tui.views.base import View
-from kview.tui.widgets.frame_table import CATEGORY_COLOURS
+from kview.tui.views.base import Shown, View
+from kview.tui.widgets.filter_input import FilterInput
+from kview.tui.widgets.frame_table import CATEGORY_COLOURS, fmt_cell
+
+# lines of a titled rich Table above its first row: title, top rule, header, header rule
+ROWS_FROM = 4
+
+
+class Section(Static, can_focus=True):
+    """One part of the overview: its title, its rows (for copy and search) and how it looks."""
+
+    def __init__(self, title: str, frame: pl.DataFrame, colour: str | None = None, table: bool = True):
+        super().__init__()
+        self.title, self.frame, self.colour, self.table = title, frame, colour, table
+        self.marked: int | None = None  # the row a search found
+        self.update(self.render_section())
+
+    def render_section(self) -> Table | Text:
+        if not self.table:  # a list: the findings
+            t = Text(self.title + "\n", style="bold")
+            for i, line in enumerate(self.frame[self.frame.columns[0]].to_list()):
+                t.append("• " + line + "\n", style="reverse" if i == self.marked else "")
+            return t
+        grid = self.title == "Trace"
+        table = (
+            Table.grid(padding=(0, 2))
+            if grid
+            else Table(title=self.title, title_justify="left", title_style="bold", expand=False)
+        )
+        if not grid:
+            for c, dt in self.frame.schema.items():
+                table.add_column(
+                    c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=70, no_wrap=True
+                )
+        for i, row in enumerate(self.frame.iter_rows(named=True)):
+            style = CATEGORY_COLOURS.get(str(row.get(self.colour))) if self.colour else None
+            if i == self.marked:
+                style = f"{style or ''} reverse".strip()
+            cells = [fmt_cell(v) for v in row.values()]
+            if grid:
+                table.add_row(Text(cells[0], style="bold"), cells[1], style=style)
+            else:
+                table.add_row(*cells, style=style)
+        return table
+
+    def mark(self, row: int | None) -> None:
+        self.marked = row
+        self.update(self.render_section())
+
+    def row_offset(self, row: int) -> int:
+        """Lines from the section's top to `row`."""
+        return row + 1 if not self.table else row if self.title == "Trace" else row + ROWS_FROM
+
+    def matches(self, pattern: re.Pattern[str]) -> list[int]:
+        """Rows holding `pattern` in any cell (the title counts as row 0's)."""
+        text = self.frame.select(
+            pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in self.frame.columns], separator="  ").alias(
+                "t"
+            )
+        )["t"].to_list()
+        rows = [i for i, line in enumerate(text) if pattern.search(line)]
+        return rows or ([0] if pattern.search(self.title) and self.frame.height else [])
 
 
 class OverviewView(View):
     view_id = "overview"
     title = "Overview"
+    BINDINGS = bindings(VIEW_KEYS["overview"])
 
     data: var[OverviewReady | None] = var(None, init=False)
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.history: list[str] = []
+        self.found: list[tuple[Section, int]] = []
+        self.at = 0
 
     def on_overview_ready(self, m: OverviewReady) -> None:
         self.data = m
 
     def watch_data(self, m: OverviewReady) -> None:
         o = m.overview
-        facts = Table.grid(padding=(0, 2))
-        for k, v in o.facts:
-            facts.add_row(Text(k, style="bold"), v)
-        parts = [Static(facts)]
-        if o.busy.height:
-            parts.append(Static(self._table("GPU busy", o.busy)))
-        if o.gaps.height:
-            parts.append(
-                Static(self._table("Largest idle gaps", o.gaps.with_columns(short_names(o.gaps["Next kernel"]))))
+        parts = [
+            Section(
+                "Trace",
+                pl.DataFrame(
+                    {"Fact": [k for k, _ in o.facts], "Value": [v for _, v in o.facts]},
+                    schema={"Fact": pl.String, "Value": pl.String},
+                ),
             )
+        ]
+        if o.busy.height:
+            parts.append(Section("GPU busy", o.busy))
+        if o.gaps.height:
+            parts.append(Section("Largest idle gaps", o.gaps.with_columns(distinct_short_names(o.gaps["Next kernel"]))))
         if o.categories.height:
-            parts.append(Static(self._table("Time by category", o.categories, colour="Category")))
+            parts.append(Section("Time by category", o.categories, colour="Category"))
         if o.phases.height:
-            parts.append(Static(self._table("Time by phase", o.phases)))
+            parts.append(Section("Time by phase", o.phases))
         if o.top_kernels.height:
             parts.append(
-                Static(
-                    self._table(
-                        "Top kernels",
-                        o.top_kernels.with_columns(short_names(o.top_kernels["Kernel"])),
-                        colour="Category",
-                    )
+                Section(
+                    "Top kernels",
+                    o.top_kernels.with_columns(distinct_short_names(o.top_kernels["Kernel"])),
+                    colour="Category",
                 )
             )
         if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
-            parts.append(Static(self._table("Top CPU ops (self time)", o.cpu_ops)))
-        findings = Text("Findings\n", style="bold")
-        for f in o.findings:
-            findings.append("• " + f + "\n")
-        parts.append(Static(findings))
-        self.show(VerticalScroll(*parts))
+            parts.append(Section("Top CPU ops (self time)", o.cpu_ops))
+        parts.append(
+            Section("Findings", pl.DataFrame({"Finding": o.findings}, schema={"Finding": pl.String}), table=False)
+        )
+        self.sections = parts
+        self.search_line = FilterInput(self.history, placeholder="search the overview (a word or a regex)", id="search")
+        self.search_line.display = False
+        self.show(VerticalScroll(*parts, id="overview-scroll"), self.search_line)
+        # once mounted, and only if the Overview is still in front (a focused section in a hidden
+        # pane would bring the Overview forward again)
+        self.call_after_refresh(lambda: self.focus_content() if self.is_active() else None)
 
-    @staticmethod
-    def _table(title, df: pl.DataFrame, colour: str | None = None) -> Table:
-        t = Table(title=title, title_justify="left", title_style="bold", expand=False)
-        for c, dt in df.schema.items():
-            t.add_column(
-                c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=60, no_wrap=True
-            )
-        for row in df.iter_rows(named=True):
-            style = CATEGORY_COLOURS.get(str(row.get(colour))) if colour else None
-            t.add_row(
-                *[("" if v is None else f"{v:,}" if isinstance(v, int) else str(v)) for v in row.values()], style=style
-            )
-        return t
+    def is_active(self) -> bool:
+        tabs = self.app.query("#tabs")
+        return bool(tabs) and getattr(tabs.first(), "active", None) == self.view_id
 
-    def table_for_copy(self) -> tuple[pl.DataFrame, str]:
-        return (self.data.overview.categories if self.data else pl.DataFrame()), self.view_id
+    def focus_content(self) -> None:
+        """The first section (or the one last focused) takes the keys: arrows scroll, tab moves on."""
+        sections = self.query(Section)
+        if sections and not any(s.has_focus for s in sections):
+            sections.first().focus()
+
+    def focused_section(self) -> Section | None:
+        sections = [s for s in self.query(Section) if s.has_focus]
+        return sections[0] if sections else (self.query(Section).first() if self.query(Section) else None)
+
+    def shown(self) -> Shown:
+        """The focused section (Time by category, Top kernels, ...), named."""
+        s = self.focused_section()
+        if s is None:
+            return Shown(pl.DataFrame(), "overview")
+        return Shown(s.frame, f"overview {s.title.lower()}")
+
+    # -- search ------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        if self.data is None:
+            return
+        self.search_line.display = True
+        self.search_line.open("")
+        self.search_line.focus()
+
+    @on(Input.Submitted, "#search")
+    def _searched(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        self.search_line.display = False
+        if not text:
+            return
+        if not self.history or self.history[-1] != text:
+            self.history.append(text)
+        try:
+            pattern = re.compile(text, re.IGNORECASE)
+        except re.error:
+            pattern = re.compile(re.escape(text), re.IGNORECASE)
+        self.found = [(s, r) for s in self.sections for r in s.matches(pattern)]
+        self.at = 0
+        if not self.found:
+            self.app.notify(f"no {text!r} in the overview", severity="warning", timeout=3)
+            self.focus_content()
+            return
+        self.go_to_match()
+
+    def action_search_next(self, step: int) -> None:
+        if self.found:
+            self.at = (self.at + step) % len(self.found)
+            self.go_to_match()
+
+    def go_to_match(self) -> None:
+        section, row = self.found[self.at]
+        for s in self.sections:
+            if s.marked is not None and s is not section:
+                s.mark(None)
+        section.mark(row)
+        section.focus(scroll_visible=False)
+        scroll = self.query_one("#overview-scroll", VerticalScroll)
+        y = section.virtual_region.y + section.row_offset(row)
+        scroll.scroll_to_region(Region(0, y, 1, 1), animate=False, center=True)
+        self.app.notify(f"match {self.at + 1} of {len(self.found)} in {section.title} (n/N: next/previous)", timeout=3)
+
+    def back(self) -> bool:
+        if self.data is None:
+            return False
+        if self.search_line.display:
+            self.search_line.display = False
+            self.focus_content()
+            return True
+        if any(s.marked is not None for s in self.sections):
+            for s in self.sections:
+                s.mark(None)
+            self.found = []
+            return True
+        return False

@@ -3,9 +3,17 @@
 The frame stays in polars; a screen of rows is formatted on demand, so a million-row table
 scrolls, sorts and filters at the speed of polars, not of a widget per cell. Cursor row and
 column, sorting by the column under the cursor, category colours, and share bars.
+
+Column widths come from the whole column, not the first rows, so a sort or `end` never shows a
+cut value. Numbers are never cut (the table scrolls sideways instead); names shorten in the
+middle (kernel names) or keep their end (paths). Like VisiData, a column can be hidden (`-`),
+shown again (`=`), widened and narrowed (`>` `<`) or shown full (`_`); `u` shows durations in
+ns, µs or ms.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import polars as pl
 from rich.segment import Segment
@@ -35,17 +43,95 @@ CATEGORY_COLOURS = {
     "other": "white",
 }
 DIRECTION_COLOURS = {"fprop": "green", "bprop": "yellow", "optim": "bright_blue"}
-MAX_WIDTH = {"Kernel": 60, "Name": 60, "Layer": 36, "NVTX Path": 48, "Params": 28, "Range": 40, "Path": 60}
+# the widest a text column starts (`_` shows it full) and the narrowest it is squeezed to
+MAX_WIDTH = {
+    "Kernel": 70,
+    "Name": 70,
+    "Short name": 60,
+    "Layer": 40,
+    "NVTX Path": 60,
+    "Params": 32,
+    "Range": 60,
+    "Path": 70,
+    "Op": 24,
+}
+MIN_WIDTH = {
+    "Kernel": 40,
+    "Name": 40,
+    "Short name": 30,
+    "Layer": 20,
+    "NVTX Path": 24,
+    "Params": 16,
+    "Range": 24,
+    "Path": 30,
+}
+HARD_MIN_WIDTH = 14  # the narrowest any text column gets before the table scrolls sideways
+# text columns that keep their end when cut (the innermost range, the sublayer)
+KEEP_END = frozenset({"Layer", "NVTX Path", "Range", "Path"})
+EXACT_ROWS = 100_000  # above this, text widths come from the frame's width hints (computed once)
+UNITS = {"ns": 1, "µs": 1_000, "ms": 1_000_000}
 
 
-def fmt_cell(v, dtype) -> str:
+def fmt_cell(v, decimals: int = 1) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:,.1f}"
+        return f"{v:,.{decimals}f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
+
+
+def cut(text: str, width: int, keep_end: bool = False) -> str:
+    """`text` in `width` cells: the middle elided (`at::native::vecto…MulFunctor…>`), or the
+    start when `keep_end` (`…forward_pass > layer_3`)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    if keep_end:
+        return "…" + text[len(text) - width + 1 :]
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def distinct_cuts(values: list[str], width: int) -> dict[str, str]:
+    """`cut` of each value, except that values whose cuts would read the same keep the part
+    where they differ: `sm80_xmma_gemm_…_tn_n_tilesize64x64x8…` and `…_nn_n_tilesize…`, not two
+    rows of `sm80_xmma_g…_cublas`. Values that still read the same differ only further on (the
+    detail line shows them whole)."""
+    import os
+
+    out = {v: cut(v, width) for v in values}
+    groups: dict[str, list[str]] = {}
+    for v in values:
+        if len(v) > width:
+            groups.setdefault(out[v], []).append(v)
+    for same in groups.values():
+        if len(same) < 2:
+            continue
+        p = len(os.path.commonprefix(same))
+        head = max(4, width // 4)
+        if p <= head or width < 12:
+            continue
+        budget = width - head - 1
+        at_difference = {}
+        for v in same:
+            window = v[p - min(p - head, 4) :]  # a few characters of context before the difference
+            at_difference[v] = v[:head] + "…" + (window if len(window) <= budget else window[: budget - 1] + "…")
+        others = {out[v] for v in values} - {out[same[0]]}
+        shown = set(at_difference.values())
+        if len(shown) > 1 and not shown & others:  # told apart better, and from every other name
+            out.update(at_difference)
+    return out
+
+
+# text columns whose values are names told apart by `distinct_cuts`
+NAME_COLUMNS = frozenset({"Kernel", "Name", "Short name", "Next kernel"})
+
+
+def is_duration(column: str) -> bool:
+    return column.endswith("(ns)")
 
 
 class FrameTable(ScrollView, can_focus=True):
@@ -55,6 +141,7 @@ class FrameTable(ScrollView, can_focus=True):
 
     cursor_row: reactive[int] = reactive(0)
     cursor_col: reactive[int] = reactive(0)
+    unit: ClassVar[str] = "ns"  # every table shows durations in the same unit (`u`)
 
     class RowHighlighted(Message):
         def __init__(self, table: FrameTable, row: int):
@@ -73,17 +160,23 @@ class FrameTable(ScrollView, can_focus=True):
         hidden: tuple[str, ...] = (),
         narrow: tuple[str, ...] = (),
         narrow_below: int = 120,
+        bar_colours: dict[str, dict[str, str]] | None = None,
         id=None,
     ):
         super().__init__(id=id)
         self.hidden = set(hidden)
         self.narrow = set(narrow)  # columns dropped when the terminal is narrower than narrow_below
         self.narrow_below = narrow_below
-        self.natural: list[int] = []
+        self.bar_colours = bar_colours or {}  # column -> glyph -> colour (stacked bars)
+        self.user_hidden: set[str] = set()  # hidden by `-`, by name, across frames
+        self.width_of: dict[str, int] = {}  # set by `<` `>` `_`, by name, across frames
+        self.natural: dict[str, int] = {}  # the widest value of each column
         self.frame = pl.DataFrame()
         self.order: pl.Series | None = None  # row permutation after a sort (no column is gathered)
         self.widths: list[int] = []
         self.sort_state: tuple[str, bool] | None = None
+        self.width_hints: dict[str, int] = {}
+        self.cut_cache: dict[tuple[str, int], dict[str, str]] = {}
         if frame is not None:
             self.set_frame(frame)
 
@@ -91,54 +184,131 @@ class FrameTable(ScrollView, can_focus=True):
     @property
     def columns(self) -> list[str]:
         narrow = self.narrow if 0 < self.size.width < self.narrow_below else set()
-        return [c for c in self.frame.columns if c not in self.hidden and c not in narrow]
+        return [c for c in self.frame.columns if c not in self.hidden and c not in narrow and c not in self.user_hidden]
+
+    def header(self, column: str) -> str:
+        """The column's name as shown (durations in the chosen unit)."""
+        if is_duration(column) and self.unit != "ns":
+            return column[: -len("(ns)")] + f"({self.unit})"
+        return column
 
     def shown(self) -> pl.DataFrame:
-        """The table as shown (filtered and sorted, visible columns)."""
+        """The table as shown (filtered and sorted, visible columns, durations in the unit shown)."""
         f = self.sorted_frame()
-        return f.select(self.columns) if f.width else f
+        if not f.width:
+            return f
+        scale = UNITS[self.unit]
+        return f.select(
+            [
+                (pl.col(c) / scale).round(3).alias(self.header(c))
+                if is_duration(c) and scale > 1 and f.schema[c].is_numeric()
+                else pl.col(c)
+                for c in self.columns
+            ]
+        )
 
     def sorted_frame(self) -> pl.DataFrame:
         return self.frame if self.order is None else self.frame[self.order]
 
-    def set_frame(self, frame: pl.DataFrame, keep_cursor: bool = False) -> None:
+    def set_frame(
+        self, frame: pl.DataFrame, keep_cursor: bool = False, width_hints: dict[str, int] | None = None
+    ) -> None:
+        """Show `frame`. `width_hints` (column -> widest value, computed once for a large source
+        table) stand in for measuring text columns of more than EXACT_ROWS rows."""
         self.frame = frame
         self.order = None
         self.sort_state = None if not keep_cursor else self.sort_state
+        self.width_hints = width_hints or {}
+        self.cut_cache = {}
+        self._measure()
         self._fit()
         if not keep_cursor:
             self.cursor_row, self.cursor_col = 0, min(self.cursor_col, max(len(self.columns) - 1, 0))
         self.cursor_row = min(self.cursor_row, max(frame.height - 1, 0))
-        self.virtual_size = Size(sum(w + 2 for w in self.widths), frame.height + 1)
         self.refresh()
 
+    def _measure(self) -> None:
+        """The widest formatted value of every column, over all rows: numbers from their minimum
+        and maximum (the widest value is one of the two), text from its longest value."""
+        f = self.frame
+        self.natural = {}
+        if f.height == 0:
+            return
+        nums = [c for c in f.columns if f.schema[c].is_numeric() and c not in self.hidden]
+        texts = [c for c in f.columns if not f.schema[c].is_numeric() and c not in self.hidden]
+        big = f.height > EXACT_ROWS
+        measured = [c for c in texts if not (big and c in self.width_hints)]
+        ends = f.select(
+            [pl.col(c).min().alias(f"{c}\0min") for c in nums]
+            + [pl.col(c).max().alias(f"{c}\0max") for c in nums]
+            + [pl.col(c).cast(pl.String).str.len_chars().max().alias(c) for c in measured]
+        ).row(0, named=True)
+        scale = UNITS[self.unit]
+        for c in nums:
+            lo, hi = ends[f"{c}\0min"], ends[f"{c}\0max"]
+            if is_duration(c) and scale > 1:
+                lo, hi = (None if lo is None else lo / scale), (None if hi is None else hi / scale)
+            decimals = 3 if is_duration(c) and scale > 1 else 1
+            self.natural[c] = max(len(fmt_cell(lo, decimals)), len(fmt_cell(hi, decimals)))
+        for c in texts:
+            self.natural[c] = int((ends.get(c) if c in measured else self.width_hints[c]) or 0)
+        for c in f.columns:
+            self.natural.setdefault(c, 1)
+
     def _fit(self) -> None:
-        """Column widths from the header and the first rows; until the table fits the terminal,
-        number columns shrink to their values (the header cut), then text columns (widest
-        first, down to 14 cells)."""
-        sample = self.frame.head(200)
-        self.widths, values = [], []
-        for c in self.columns:
-            v = max([0] + [len(fmt_cell(v, None)) for v in sample[c].to_list()])
-            values.append(v)
-            self.widths.append(min(max(len(c), v), MAX_WIDTH.get(c, 40)))
+        """Widths: a number column as wide as its widest value (its header may be cut), a text
+        column as wide as its widest value up to its cap (MAX_WIDTH). When that is wider than
+        the terminal, text columns give way, the widest first, down to their floor (MIN_WIDTH);
+        what still does not fit is reached by scrolling sideways. `<` `>` `_` set a width."""
+        cols = self.columns
+        numeric = [self.frame.schema[c].is_numeric() for c in cols]
+        values = [self.natural.get(c, 1) for c in cols]
+        headers = [self.header(c) for c in cols]
+        self.widths = []
+        for c, n, v, h in zip(cols, numeric, values, headers):
+            if c in self.width_of:
+                w = self.width_of[c]
+            elif n:
+                w = max(len(h) + 1, v)  # room for the sort arrow
+            else:
+                w = min(max(len(h) + 1, v), MAX_WIDTH.get(c, 40))
+            self.widths.append(max(w, v) if n else max(w, 1))
         avail = self.size.width - 1
         if avail > 20:
-            # numbers under a long header (a trace name in Compare) give up the header first
-            shrink_headers(
-                self.widths, values, self.columns, [self.frame.schema[c].is_numeric() for c in self.columns], avail
+            # numbers under a long header (a trace name in Compare) give up the header first,
+            # then text columns down to their floor, then any number header down to its values,
+            # then text columns down to a few words when that fits the whole row on screen
+            shrink_headers(self.widths, values, headers, numeric, avail)
+            squeezable = [i for i, c in enumerate(cols) if not numeric[i] and c not in self.width_of]
+            self._squeeze(
+                squeezable, {i: max(MIN_WIDTH.get(cols[i], 10), len(headers[i]) + 1) for i in squeezable}, avail
             )
-            text = [i for i, c in enumerate(self.columns) if not self.frame.schema[c].is_numeric()]
-            while sum(w + 2 for w in self.widths) > avail:
-                cand = [i for i in text if self.widths[i] > 14]
-                if not cand:
-                    break
-                i = max(cand, key=lambda j: self.widths[j])
-                self.widths[i] = max(14, self.widths[i] - (sum(w + 2 for w in self.widths) - avail))
-        self.cursor_col = min(self.cursor_col, max(len(self.columns) - 1, 0))
+            shrink_headers(self.widths, values, headers, numeric, avail, long=8)
+            hard = {i: min(self.widths[i], max(HARD_MIN_WIDTH, min(len(headers[i]) + 1, 12))) for i in squeezable}
+            at_floor = sum(hard.get(i, w) + 2 for i, w in enumerate(self.widths))
+            if at_floor <= avail:  # only when that makes the whole row fit; else names keep their room
+                self._squeeze(squeezable, hard, avail)
+        self.cursor_col = min(self.cursor_col, max(len(cols) - 1, 0))
         self.virtual_size = Size(sum(w + 2 for w in self.widths), self.frame.height + 1)
 
+    def _squeeze(self, squeezable: list[int], floor: dict[int, int], avail: int) -> None:
+        """Narrow the text columns `squeezable`, the most above its floor first, until the row
+        fits `avail` or every one is at its floor."""
+        while sum(w + 2 for w in self.widths) > avail:
+            cand = [i for i in squeezable if self.widths[i] > floor[i]]
+            if not cand:
+                return
+            i = max(cand, key=lambda j: self.widths[j] - floor[j])
+            over = sum(w + 2 for w in self.widths) - avail
+            self.widths[i] = max(floor[i], self.widths[i] - over)
+
     def on_resize(self, _event) -> None:
+        self._fit()
+        self.refresh()
+
+    def relayout(self) -> None:
+        """Measure and fit again (the unit or the hidden columns changed)."""
+        self._measure()
         self._fit()
         self.refresh()
 
@@ -164,6 +334,18 @@ class FrameTable(ScrollView, can_focus=True):
             return None
         return self.frame.row(self._index(i), named=True)
 
+    def _cuts(self, column: str, width: int) -> dict[str, str]:
+        """How the names of `column` read in `width` cells (once per frame, column and width)."""
+        key = (column, width)
+        if key not in self.cut_cache:
+            names = self.frame[column].drop_nulls().unique().cast(pl.String).to_list()
+            self.cut_cache[key] = distinct_cuts(names, width)
+        return self.cut_cache[key]
+
+    def column_at_cursor(self) -> str | None:
+        cols = self.columns
+        return cols[self.cursor_col] if cols else None
+
     # -- rendering ----------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -174,16 +356,23 @@ class FrameTable(ScrollView, can_focus=True):
         if i >= self.frame.height or not self.columns:
             return Strip.blank(width)
         row = self.frame.row(self._index(i), named=True)
-        segs = []
+        segs: list[Segment] = []
         cursor = i == self.cursor_row
         base = Style(reverse=True) if cursor else Style()
+        scale = UNITS[self.unit]
         for j, (c, w) in enumerate(zip(self.columns, self.widths)):
             v = row[c]
-            text = fmt_cell(v, None)
-            if len(text) > w:
-                text = text[: max(w - 1, 0)] + "…"
             numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
-            text = text.rjust(w) if numeric else text.ljust(w)
+            if numeric and is_duration(c) and scale > 1:
+                text = fmt_cell(v / scale, 3)
+            else:
+                text = fmt_cell(v)
+            if numeric:
+                text = text.rjust(w)
+            elif c in NAME_COLUMNS and len(text) > w:
+                text = self._cuts(c, w).get(text, cut(text, w)).ljust(w)
+            else:
+                text = cut(text, w, c in KEEP_END).ljust(w)
             style = base
             if c == "Category" and v in CATEGORY_COLOURS:
                 style = base + Style(color=CATEGORY_COLOURS[v])
@@ -196,9 +385,25 @@ class FrameTable(ScrollView, can_focus=True):
                 style = base + Style(color=CATEGORY_COLOURS.get(str(cat), "cyan"))
             if cursor and j == self.cursor_col:
                 style = style + Style(bold=True, underline=True)
-            segs.append(Segment(text + "  ", style))
+            if c in self.bar_colours:
+                segs.extend(self._bar_segments(text, self.bar_colours[c], style))
+                segs.append(Segment("  ", base))
+            else:
+                segs.append(Segment(text + "  ", style))
         strip = Strip(segs).crop(scroll_x, scroll_x + width)
         return strip.extend_cell_length(width)
+
+    @staticmethod
+    def _bar_segments(text: str, colours: dict[str, str], style: Style) -> list[Segment]:
+        """A stacked bar with each glyph's run in its own colour (forward green, backward yellow)."""
+        segs: list[Segment] = []
+        start = 0
+        for k in range(1, len(text) + 1):
+            if k == len(text) or text[k] != text[start]:
+                colour = colours.get(text[start])
+                segs.append(Segment(text[start:k], style + Style(color=colour) if colour else style))
+                start = k
+        return segs
 
     def _header(self, scroll_x: int, width: int) -> Strip:
         segs = []
@@ -206,7 +411,7 @@ class FrameTable(ScrollView, can_focus=True):
             mark = ""
             if self.sort_state and self.sort_state[0] == c:
                 mark = "▼" if self.sort_state[1] else "▲"
-            label = (fit_header(c, w - len(mark)) + mark).ljust(w)
+            label = (fit_header(self.header(c), w - len(mark)) + mark).ljust(w)
             style = Style(bold=True, underline=(j == self.cursor_col))
             segs.append(Segment(label + "  ", style))
         return Strip(segs).crop(scroll_x, scroll_x + width).extend_cell_length(width)
@@ -249,3 +454,40 @@ class FrameTable(ScrollView, can_focus=True):
     def action_select(self) -> None:
         if self.frame.height:
             self.post_message(self.RowSelected(self, self.cursor_row))
+
+    # -- columns (VisiData's keys) ----------------------------------------------------------
+    def action_hide_column(self) -> None:
+        c = self.column_at_cursor()
+        if c is not None and len(self.columns) > 1:
+            self.user_hidden.add(c)
+            self._fit()
+            self._follow()
+            self.notify(f"column {c} hidden (= shows every column)", timeout=3)
+
+    def action_show_columns(self) -> None:
+        if self.user_hidden or self.width_of:
+            self.user_hidden.clear()
+            self.width_of.clear()
+            self.relayout()
+            self.notify("every column shown at its own width", timeout=3)
+
+    def action_widen(self, delta: int) -> None:
+        c = self.column_at_cursor()
+        if c is not None:
+            w = self.widths[self.cursor_col]
+            floor = self.natural.get(c, 1) if self.frame.schema[c].is_numeric() else 4
+            self.width_of[c] = max(floor, w + delta)
+            self._fit()
+            self._follow()
+
+    def action_full_width(self) -> None:
+        """`_`: the column under the cursor as wide as its widest value (again: back to its fit)."""
+        c = self.column_at_cursor()
+        if c is None:
+            return
+        if c in self.width_of:
+            del self.width_of[c]
+        else:
+            self.width_of[c] = max(self.natural.get(c, 1), len(self.header(c)) + 1)
+        self._fit()
+        self._follow()

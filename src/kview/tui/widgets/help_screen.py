@@ -1,31 +1,42 @@
-"""The `?` dialog: every key of the view in front, read from the keymap."""
+"""The `?` dialog: every key of the view in front, read from the keymap; it scrolls, so it is
+whole at 80x24 too."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from kview.tui.keymap import HELP_SCREEN_KEYS, bindings, help_rows
 
 FILTER_EXAMPLES = (
-    "gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  stream:7  dur>50us  grid>1024  -cat:memset"
+    "gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  stream:7  dur>50us  "
+    "dur > 1ms  grid>1024  -cat:memset"
 )
 
 
 class HelpScreen(ModalScreen):
     BINDINGS = bindings(HELP_SCREEN_KEYS)
 
-    def __init__(self, view: str):
+    def __init__(self, view: str, several_traces: bool = False):
         super().__init__()
-        self.view = view
+        self.view, self.several_traces = view, several_traces
 
     def compose(self) -> ComposeResult:
-        t = Text(f"Keys of the {self.view} view\n\n", style="bold")
-        for key, text in help_rows(self.view):
-            t.append(f"{key:>18}  ", style="bold cyan")
+        t = Text(f"Keys of the {self.view} view   (↑ ↓ PgUp PgDn scroll · esc closes)\n\n", style="bold")
+        from kview.tui.views import VIEWS
+
+        t.append(f"{' '.join(str(n) for n in range(1, len(VIEWS) + 1)):>22}  ", style="bold cyan")
+        t.append(", ".join(v.title for v in VIEWS) + "\n")
+        for key, text in help_rows(self.view, self.several_traces):
+            t.append(f"{key:>22}  ", style="bold cyan")
             t.append(text + "\n")
-        t.append(f"\nFilter: {FILTER_EXAMPLES}", style="dim")
-        yield Vertical(Static(t, id="help-text"))
+        if self.view == "kernels":
+            t.append(f"\nFilter: {FILTER_EXAMPLES}", style="dim")
+        with VerticalScroll(id="help-scroll"):
+            yield Static(t, id="help-text")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-scroll").focus()

@@ -1,0 +1,40 @@
+"""A dialog that asks for one of a few choices, under a title (which trace, which format)."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+
+from kview.tui.keymap import PICK_SCREEN_KEYS, bindings
+
+
+class PickScreen(ModalScreen[int | None]):
+    """Returns the index of the option chosen (None on escape)."""
+
+    BINDINGS = bindings(PICK_SCREEN_KEYS)
+
+    def __init__(self, title: str, options: list[str], initial: int | None = None):
+        super().__init__()
+        self.title_text, self.options, self.initial = title, options, initial
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="pick"):
+            yield Static(self.title_text, id="pick-title")
+            yield OptionList(*self.options, id="pick-options")
+            yield Static("enter: choose · esc: cancel", id="pick-hint")
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        if self.initial is not None:
+            options.highlighted = self.initial
+        options.focus()
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option_index)
+
+    def action_cancel(self) -> None:  # escape: nothing chosen
+        self.dismiss(None)
