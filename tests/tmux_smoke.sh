@@ -41,7 +41,7 @@ echo "$buf" | sed '1,2d' | grep -viq -- "$word" && fail "copied rows that do not
 t send-keys -t kv 3
 wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
 t send-keys -t kv 4
-sleep 1
+for _ in $(seq 1 100); do t capture-pane -p -t kv | grep -qE "█|No repeated layer" && break; sleep 0.2; done
 t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
 if [ -n "$second" ]; then
   wait_for "trace 1/2 (T)" 10 || fail "the header does not say which trace is shown"
@@ -55,7 +55,11 @@ if [ -n "$second" ]; then
   wait_for "trace 1/2 (T)" 10 || fail "T did not switch back to the first trace"
 fi
 t send-keys -t kv q
-sleep 1
+for _ in $(seq 1 50); do  # the pane ends (or its command does) once kview has quit
+  t has-session -t kv 2>/dev/null && [ -n "$(t list-panes -t kv -F '#{pane_dead}' 2>/dev/null | grep 0)" ] && \
+    t capture-pane -p -t kv | grep -q "summary by" || break
+  sleep 0.2
+done
 t has-session -t kv 2>/dev/null && [ -n "$(t list-panes -t kv -F '#{pane_dead}' 2>/dev/null | grep 0)" ] && \
   t capture-pane -p -t kv | grep -q "summary by" && fail "q did not quit"
 t kill-server 2>/dev/null
