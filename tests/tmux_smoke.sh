@@ -53,6 +53,7 @@ if [ -n "$second" ]; then
   wait_for "Show which trace" 10 || fail "T shows no trace picker"
   t send-keys -t kv Up; sleep 0.3; t send-keys -t kv Enter
   wait_for "trace 1/2 (T)" 10 || fail "T did not switch back to the first trace"
+  wait_for "summary by name" 30 || fail "no kernel table after switching back"
 fi
 t send-keys -t kv q
 for _ in $(seq 1 50); do  # the pane ends (or its command does) once kview has quit

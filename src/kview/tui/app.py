@@ -289,11 +289,12 @@ class KviewApp(App):
         self.switch_trace((self.current + step) % len(self.paths))
 
     def check_action(self, action: str, parameters) -> bool | None:
-        # typing into a text line must not trigger single-letter keys
+        # typing into a text line must not trigger single-letter keys (a hidden one takes none)
         focused = self.focused
         if (
             focused is not None
             and focused.id in ("filter", "search")
+            and focused.display
             and action in ("copy", "export", "help", "quit", "show_view", "pick_trace", "next_trace", "cycle_unit")
         ):
             return False
