@@ -90,6 +90,7 @@ INDIRECT = {
     "pyarrow": "connectorx hands SQLite columns to polars as Arrow tables through it",
     "pytest-asyncio": "runs the async TUI tests (asyncio_mode = auto)",
     "pytest-textual-snapshot": "the snap_compare fixture of the snapshot tests",
+    "pytest-xdist": "runs the tests one worker per core (-n auto in addopts)",
     "ruff": ".ci/run lints and format-checks the tree with it",
     "mypy": ".ci/run type-checks src/kview with it",
 }
