@@ -1,5 +1,6 @@
 """A tiny language model trained for a few steps on the CPU in a second (kview's CI profiles it).
 A plain script that knows nothing about kview; --fail-at N raises in step N."""
+
 import argparse
 
 import torch
@@ -8,6 +9,7 @@ from torch import nn
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--fail-at", type=int, default=None)
+p.add_argument("--device", default="cpu")
 args = p.parse_args()
 torch.manual_seed(0)
 
@@ -36,13 +38,13 @@ class TinyLM(nn.Module):
         return self.head(x)
 
 
-model = TinyLM()
+model = TinyLM().to(args.device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
 for step in range(1, args.steps + 1):
     if step == args.fail_at:
         raise RuntimeError(f"failing on purpose in step {step}")
-    ids = torch.randint(0, 64, (4, 8))
+    ids = torch.randint(0, 64, (4, 8), device=args.device)
     loss = loss_fn(model(ids).flatten(0, 1), ids.flatten())
     loss.backward()
     opt.step()

@@ -122,6 +122,25 @@ def _handed_over(p: argparse.ArgumentParser) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
+MEMORY_TABLES = ("summary", "timeline", "phases", "by-site", "by-size", "top")
+
+
+def _memory_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "trace", metavar="FILE", help="a memory snapshot (.pickle, .gz/.xz too) or a trace with one beside it"
+    )
+    p.add_argument("--device", type=int, default=None, help="CUDA device index (default: the one with most events)")
+    p.add_argument("--top", type=int, default=15, help="rows of each table (default: 15)")
+    p.add_argument("--width", type=int, default=None, help="plot width (default: the terminal's, at most 160)")
+    p.add_argument("--height", type=int, default=12, help="plot rows (default: 12)")
+    p.add_argument(
+        "--table",
+        default=None,
+        choices=MEMORY_TABLES,
+        help="print only this table (csv/tsv need one; timeline = every event's allocated and reserved bytes)",
+    )
+
+
 def _report_names(arg: str | None) -> list[str]:
     from kview.reports import DEFAULT_REPORTS, REPORTS
 
@@ -402,6 +421,55 @@ def cmd_external(args) -> int:
     return module.main(rest)
 
 
+def cmd_memory(args) -> int:
+    import shutil
+
+    import polars as pl
+
+    from kview.analysis import memory_timeline as mt
+    from kview.output import render
+    from kview.output.memory_plot import plot
+
+    if args.table is None:
+        _one_table_per_document(
+            args.format, "the memory tables", f"give --table ({', '.join(MEMORY_TABLES)}), or use -f json, md or table"
+        )
+    tl = mt.open_memory(args.trace, args.device, use_cache=not args.no_cache)
+    facts = mt.summary(tl)
+    live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
+    t0 = tl.start
+    sections = {
+        "summary": pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
+        "timeline": tl.series.select(
+            "idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), "allocated", "reserved"
+        ).rename({"idx": "Event", "allocated": "Allocated", "reserved": "Reserved"}),
+        "phases": mt.phase_peaks(tl),
+        "by-site": mt.by_site(live, args.top),
+        "by-size": mt.by_size(live, args.top),
+        "top": mt.top_allocations(tl, args.top),
+    }
+    if args.table:
+        return _write(args, render.render(sections[args.table], args.format))
+    titles = {
+        "summary": "Memory",
+        "phases": "Allocated bytes per phase",
+        "by-site": "Live at the peak, by call site",
+        "by-size": "Live at the peak, by size",
+        "top": "Largest allocations",
+    }
+    shown = {titles[k]: v for k, v in sections.items() if k in titles}
+    texts = {}
+    if args.format == "table":
+        width = args.width or min(shutil.get_terminal_size((100, 24)).columns, 160)
+        shown = {"Allocated and reserved over time": pl.DataFrame(), **shown}
+        texts["Allocated and reserved over time"] = (
+            "\n".join(plot(tl.series, tl.phases, width, args.height, tl.peak)) + "\n"
+        )
+    elif args.format == "json":
+        shown["timeline"] = sections["timeline"]
+    return _write(args, render.render_sections(shown, args.format, empty="(none)\n", texts=texts))
+
+
 COMMANDS = [
     Command(
         "stats",
@@ -437,6 +505,16 @@ COMMANDS = [
         "(or per --ranges phase), then the difference of each later column to the first.",
     ),
     Command("diff", "what changed between two runs (kernels, counts, phases)", cmd_diff, _diff_options),
+    Command(
+        "memory",
+        "the CUDA allocator's memory over time: plot, peak, what was live at the peak, largest allocations",
+        cmd_memory,
+        _memory_options,
+        "FILE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, kview capture --memory, "
+        "kview bench --memory-snapshot; .gz/.xz too) or a trace with TRACE.memory.pickle beside it. Allocated = "
+        "bytes requested and not yet freed (torch's requested_bytes), reserved = the allocator's segments; the "
+        "phases come from the trace beside the snapshot, else from its record_function ranges.",
+    ),
     # Handed over whole to packages outside the core, imported by name only when used.
     Command(
         "capture",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import sys
 import timeit
@@ -30,9 +31,16 @@ def parser() -> argparse.ArgumentParser:
         "standard deviation of one step over --steps timed steps after --warmup warm-up steps, "
         "and peak GPU memory, with sweeps over context length, dtype and warm-up. Runs on the GPU "
         "when CUDA is available, else on the CPU (and says so).",
-        epilog="example: kview bench lm --size small --ctx 256,512 --dtype fp32,bf16 --warmup 0,1,5",
+        epilog="example: kview bench lm --size small --ctx 256,512 --dtype fp32,bf16 --warmup 0,1,5\n"
+        "attention: kview bench attention --help (d_model x sequence length, forward/backward, memory, OOM)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", choices=MODELS, metavar="MODEL", help=f"the workload: {', '.join(MODELS)}")
+    p.add_argument(
+        "model",
+        choices=MODELS,
+        metavar="MODEL",
+        help=f"the workload: {', '.join(MODELS)}; or `attention` (kview bench attention --help)",
+    )
     p.add_argument("--size", default="small", choices=LM_SIZES, help="LM size (default: small)")
     p.add_argument("--ctx", default=None, help="context length, or a comma list to sweep (default: LM 512, BERT 128)")
     p.add_argument(
@@ -56,8 +64,8 @@ def parser() -> argparse.ArgumentParser:
         "--memory-snapshot",
         default=None,
         metavar="PICKLE",
-        help="record the allocator history of the last pass into PICKLE and list its largest "
-        "allocations (GPU only; default: off)",
+        help="record the allocator history of the last pass into PICKLE, for `kview memory PICKLE` and "
+        "the Memory view (GPU only; default: off)",
     )
     p.add_argument("-f", "--format", default="table", choices=FORMATS, help="output format (default: table)")
     return p
@@ -85,10 +93,15 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     for _ in range(warmup):
         step(model, loss_fn, opt, mode, autocast)
     sync()
+    clock = None
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         if snapshot:
-            torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+            from kview.capture import memory_history
+            from kview.models import annotate
+
+            clock = memory_history.start()
+            annotate.also_record_functions(True)  # the phases as the snapshot's own annotations
     times = []
     for _ in range(a.steps):
         t0 = timeit.default_timer()
@@ -96,9 +109,9 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
         sync()
         times.append(timeit.default_timer() - t0)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-    if device == "cuda" and snapshot:
-        torch.cuda.memory._dump_snapshot(snapshot)
-        torch.cuda.memory._record_memory_history(enabled=None)
+    if clock is not None:
+        annotate.also_record_functions(False)
+        memory_history.finish(snapshot, clock)
     del model, opt
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -121,41 +134,11 @@ def _device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
-def largest_allocations(snapshot: str, n: int = 10):
-    """The largest allocations recorded in the allocator history, grouped by size and by the
-    innermost Python frame outside torch that asked for them."""
-    import pickle
-
-    import polars as pl
-
-    with open(snapshot, "rb") as f:
-        snap = pickle.load(f)
-    rows = []
-    for trace in snap.get("device_traces", []):
-        for ev in trace:
-            if ev.get("action") != "alloc":
-                continue
-            frames = [fr for fr in (ev.get("frames") or []) if str(fr.get("filename", "")).endswith(".py")]
-            user = next(
-                (fr for fr in frames if "/torch/" not in str(fr.get("filename", ""))), frames[0] if frames else None
-            )
-            where = (
-                f"{user['filename'].rsplit('/', 2)[-1]}:{user.get('line', '')} {user.get('name', '')}"
-                if user
-                else "(no Python frame: autograd engine or C++)"
-            )
-            rows.append({"Size (MiB)": ev.get("size", 0) / 2**20, "Where": where})
-    df = pl.DataFrame(rows, schema={"Size (MiB)": pl.Float64, "Where": pl.String})
-    return (
-        df.group_by(["Size (MiB)", "Where"])
-        .agg(pl.len().alias("Count"))
-        .sort(["Size (MiB)", "Count"], descending=True)
-        .head(n)
-        .with_columns(pl.col("Size (MiB)").round(2))
-    )
-
-
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["attention"]:
+        from kview.capture import attention_bench
+
+        return attention_bench.main(argv[1:])
     a = parser().parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES] + [d for d in a.dtype.split(",") if d not in DTYPE_NAMES]
@@ -180,18 +163,23 @@ def main(argv: list[str]) -> int:
                 for w in _ints(a.warmup):
                     snap = a.memory_snapshot if (mode == modes[-1] and a.memory_snapshot) else None
                     rows.append(measure(a.model, a, ctx, dtype, mode, w, snap))
-    import polars as pl
+    rounded = {"Mean (s)": 6, "Std (s)": 6, "Peak Mem (GiB)": 3}
+    rows = [{k: (round(v, rounded[k]) if k in rounded and v is not None else v) for k, v in r.items()} for r in rows]
+    if a.format == "json":  # without polars: the GPU machines that have only torch
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
+    else:
+        import polars as pl
 
-    from kview.output import render
+        from kview.output import render
 
-    df = pl.DataFrame(rows).with_columns(
-        pl.col("Mean (s)").round(6), pl.col("Std (s)").round(6), pl.col("Peak Mem (GiB)").cast(pl.Float64).round(3)
-    )
-    sys.stdout.write(render.render(df, a.format))
+        sys.stdout.write(
+            render.render(pl.DataFrame(rows).with_columns(pl.col("Peak Mem (GiB)").cast(pl.Float64)), a.format)
+        )
     if a.memory_snapshot:
-        try:
-            top = largest_allocations(a.memory_snapshot)
-            sys.stdout.write("\nLargest live allocations in the snapshot:\n" + render.render(top, a.format))
-        except (OSError, ValueError, KeyError) as e:
-            print(f"kview bench: could not summarize {a.memory_snapshot}: {e}", file=sys.stderr)
+        print(
+            f"kview bench: wrote the allocator history of the last pass to {a.memory_snapshot}: its timeline, peak "
+            f"and largest allocations with `kview memory {a.memory_snapshot}`, or the Memory view of "
+            f"`kview {a.memory_snapshot}`",
+            file=sys.stderr,
+        )
     return 0

@@ -76,6 +76,13 @@ def parser() -> argparse.ArgumentParser:
         help="record tensor shapes of every op (nsys --pytorch=autograd-shapes-nvtx; default: off)",
     )
     p.add_argument(
+        "--memory",
+        action="store_true",
+        help="also record the CUDA allocator's history (torch.cuda.memory._record_memory_history) of the "
+        "profiled steps into TRACE.memory.pickle (`kview memory`, the Memory view), and under nsys "
+        "its CUDA memory usage (--cuda-memory-usage=true) (default: off)",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="overwrite the traces of an earlier capture (default: refuse before running)",
@@ -137,7 +144,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def workload_args(a) -> list[str]:
+def workload_args(a, tmp: Path | None = None) -> list[str]:
     out = [
         "--model",
         a.model,
@@ -152,6 +159,8 @@ def workload_args(a) -> list[str]:
         "--steps",
         str(a.steps),
     ]
+    if a.memory and tmp is not None:
+        out += ["--memory-snapshot", str(tmp / "memory.pickle")]
     for flag, v in (("--ctx", a.ctx), ("--batch", a.batch), ("--layers", a.layers)):
         if v is not None:
             out += [flag, str(v)]
@@ -168,6 +177,7 @@ def capture_nsys(a, out: Path) -> dict:
             "--sample=none",
             "--cpuctxsw=none",
             f"--pytorch={'autograd-shapes-nvtx' if a.shapes else 'autograd-nvtx'}",
+            *(["--cuda-memory-usage=true"] if a.memory else []),
             "--capture-range=cudaProfilerApi",
             "--capture-range-end=stop",
             "--force-overwrite",
@@ -177,7 +187,7 @@ def capture_nsys(a, out: Path) -> dict:
             sys.executable,
             "-m",
             "kview.capture.workload",
-            *workload_args(a),
+            *workload_args(a, Path(tmp)),
         ]
         print(f"kview capture: profiling under nsys ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run(cmd, capture=True)
@@ -186,7 +196,26 @@ def capture_nsys(a, out: Path) -> dict:
             ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
             capture=True,
         )
-        return _workload_info(r.stderr)
+        info = _workload_info(r.stderr)
+        _memory_beside(a, Path(tmp), out, info)
+        return info
+
+
+def _memory_beside(a, tmp: Path, out: Path, info: dict) -> None:
+    """--memory: align the snapshot with the finished trace and move it beside it."""
+    if not a.memory:
+        return
+    from kview.capture.memory_file import finalize, memory_name
+
+    snap = tmp / "memory.pickle"
+    if not snap.exists():
+        info["memory_note"] = "no CUDA device: no allocator history was recorded"
+        return
+    note = finalize(snap, out)
+    shutil.move(str(snap), memory_name(out))
+    info["memory_written"] = str(memory_name(out))
+    if note:
+        info["memory_note"] = note
 
 
 def _workload_info(stderr: str) -> dict:
@@ -199,11 +228,12 @@ def _workload_info(stderr: str) -> dict:
 def capture_torch(a, out: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as tmp:
         js = Path(tmp) / "trace.json"
-        args = workload_args(a) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
+        args = workload_args(a, Path(tmp)) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
         print(f"kview capture: profiling under torch.profiler ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True)
         info = _workload_info(r.stderr)
         convert_kineto(js, out, info, " ".join(["kview", "capture", *sys.argv[2:]]))
+        _memory_beside(a, Path(tmp), out, info)
         return info
 
 
@@ -275,9 +305,12 @@ def main(argv: list[str]) -> int:
         return _main_command(a, command, out, backend)
     if a.skip is not None or a.annotate or a.one_file or a.keep_json:
         p.error("--skip, --annotate, --one-file and --keep-json go with `-- COMMAND`")
-    if out.exists() and not a.force:
-        print(f"kview capture: output {out}: exists (give --force to overwrite it)", file=sys.stderr)
-        return 2
+    from kview.capture.memory_file import memory_name
+
+    for o in [out] + ([memory_name(out)] if a.memory else []):
+        if o.exists() and not a.force:
+            print(f"kview capture: output {o}: exists (give --force to overwrite it)", file=sys.stderr)
+            return 2
     a.steps = a.steps or 1
     try:
         info = (capture_nsys if backend == "nsys" else capture_torch)(a, out)
@@ -285,7 +318,10 @@ def main(argv: list[str]) -> int:
         print(f"kview capture: {e.problem}", file=sys.stderr)
         return 2
     cpu = f"; {CPU_NOTE}" if info.get("device") == "cpu" else ""
-    print(f"kview capture: wrote {out} ({backend} backend{cpu})", file=sys.stderr)
+    if info.get("memory_note"):
+        print(f"kview capture: --memory: {info['memory_note']}", file=sys.stderr)
+    also = f" and {info['memory_written']}" if info.get("memory_written") else ""
+    print(f"kview capture: wrote {out}{also} ({backend} backend{cpu})", file=sys.stderr)
     return 0
 
 
@@ -310,6 +346,7 @@ def _main_command(a, command: list[str], out: Path, backend: str) -> int:
             one_file=a.one_file,
             keep_json=a.keep_json,
             force=a.force,
+            memory=a.memory,
         )
     except cmd.CommandFailed as e:
         print(f"kview capture: {e}", file=sys.stderr)

@@ -123,24 +123,30 @@ def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
     return Program(launcher, ns.module, script, args, opts, True, python)
 
 
-def nsys_options(shapes: bool, window: bool) -> list[str]:
-    return [
-        "--trace=cuda,nvtx,osrt",
-        "--sample=none",
-        "--cpuctxsw=none",
-        f"--pytorch={'autograd-shapes-nvtx' if shapes else 'autograd-nvtx'}",
-        "--force-overwrite",
-        "true",
-    ] + (["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if window else [])
+def nsys_options(shapes: bool, window: bool, memory: bool = False) -> list[str]:
+    return (
+        [
+            "--trace=cuda,nvtx,osrt",
+            "--sample=none",
+            "--cpuctxsw=none",
+            f"--pytorch={'autograd-shapes-nvtx' if shapes else 'autograd-nvtx'}",
+            "--force-overwrite",
+            "true",
+        ]
+        + (["--cuda-memory-usage=true"] if memory else [])
+        + (["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if window else [])
+    )
 
 
-def build(prog: Program, backend: str, tmp: Path, *, shapes: bool, window: bool, one_file: bool) -> list[str]:
+def build(
+    prog: Program, backend: str, tmp: Path, *, shapes: bool, window: bool, one_file: bool, memory: bool = False
+) -> list[str]:
     """The command line that runs the program under the chosen backend."""
     if backend == "torch":
         if prog.distributed:
             return [*prog.launcher, *prog.torchrun_opts, *prog.launched()]
         return [*prog.launcher, *prog.launched()]
-    nsys = ["nsys", "profile", *nsys_options(shapes, window)]
+    nsys = ["nsys", "profile", *nsys_options(shapes, window, memory)]
     if prog.distributed and not one_file:  # one nsys per rank, each writing its own report
         return [
             *prog.launcher,
@@ -183,7 +189,7 @@ class Outcome:
     notes: list[str]
 
 
-def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool) -> None:
+def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool, memory: bool = False) -> None:
     """Refuse before the program runs: the output folder must exist, and no trace of an earlier
     capture is overwritten without --force (per rank: any TRACE.rank*.sqlite)."""
     from kview.errors import OutputError
@@ -194,6 +200,8 @@ def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool) -> Non
     names = [f"{stem}.rank*{out.suffix}"] if prog.distributed else [out.name]
     if keep_json:
         names.append(f"{stem}.rank*.json.gz" if prog.distributed else f"{stem}.json.gz")
+    if memory:
+        names.append(f"{stem}.rank*.memory.pickle" if prog.distributed else f"{stem}.memory.pickle")
     existing = sorted(p for n in names for p in out.parent.glob(n))
     if existing and not force:
         raise OutputError(existing[0], "exists (give --force to overwrite it)")
@@ -211,9 +219,10 @@ def run(
     one_file: bool,
     keep_json: bool,
     force: bool = False,
+    memory: bool = False,
 ) -> Outcome:
     prog = parse(cmd)
-    check_outputs(out, prog, keep_json, force)
+    check_outputs(out, prog, keep_json, force, memory)
     window = skip is not None or steps is not None
     with tempfile.TemporaryDirectory(prefix="kview-capture-") as t:
         tmp = Path(t)
@@ -228,9 +237,10 @@ def run(
                 "steps": steps,
                 "shapes": shapes,
                 "annotate": annotate,
+                "memory": memory,
             }
         )
-        full = build(prog, backend, tmp, shapes=shapes, window=window, one_file=one_file)
+        full = build(prog, backend, tmp, shapes=shapes, window=window, one_file=one_file, memory=memory)
         where = "Nsight Systems" if backend == "nsys" else "torch.profiler"
         print(f"kview capture: running `{shlex.join(cmd)}` under {where}", file=sys.stderr)
         try:
@@ -255,13 +265,41 @@ def run(
                 drop_range(db, f"step_{n}")
         single = len(made) == 1 and not prog.distributed
         plan = [(src, output_name(out, None if single else tag), js) for tag, src, js in made]
+        notes = _notes(statuses, steps)
+        snapshots = _memory_snapshots(tmp, made, notes) if memory else {}
+        written = []
         for src, dst, js in plan:
             shutil.move(str(src), dst)
+            written.append(dst)
             if keep_json and js is not None:
                 with open(js, "rb") as f, gzip.open(dst.with_suffix(".json.gz"), "wb") as g:
                     shutil.copyfileobj(f, g)
-        notes = _notes(statuses, steps)
-        return Outcome([dst for _, dst, _ in plan], statuses, notes)
+            if src in snapshots:
+                from kview.capture.memory_file import memory_name
+
+                shutil.move(str(snapshots[src]), memory_name(dst))
+                written.append(memory_name(dst))
+        return Outcome(written, statuses, notes)
+
+
+def _memory_snapshots(tmp: Path, made: list, notes: list[str]) -> dict[Path, Path]:
+    """trace -> its allocator history (memory.{tag}.pickle of the process that wrote it), each
+    aligned with its trace (memory_file.finalize)."""
+    from kview.capture.memory_file import finalize
+
+    found = {p.name[len("memory.") : -len(".pickle")]: p for p in tmp.glob("memory.*.pickle")}
+    pairs = {}
+    for tag, db, _ in made:
+        snap = found.get(tag) if tag is not None else (next(iter(found.values())) if len(found) == 1 else None)
+        if snap is None:
+            continue
+        note = finalize(snap, db)
+        if note:
+            notes.append(f"--memory: {note}")
+        pairs[db] = snap
+    if not found:
+        notes.append("--memory: no allocator history was recorded (the program used no CUDA device)")
+    return pairs
 
 
 class CommandFailed(Exception):

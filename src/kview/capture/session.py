@@ -23,6 +23,7 @@ Imports only the standard library and torch (kview's core is not needed in the p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -58,6 +59,8 @@ class Session:
         self.steps = cfg.get("steps")
         self.shapes = bool(cfg.get("shapes"))
         self.annotate = cfg.get("annotate")
+        self.memory = bool(cfg.get("memory"))
+        self.memory_clock: dict | None = None
         self.pid = os.getpid()
         self.rank = os.environ.get("RANK")
         self.source: str | None = None
@@ -295,6 +298,29 @@ class Session:
             self.dist_at_start = _dist_ready()
             self.prof.start()
         self.profiling = True
+        if self.memory and torch.cuda.is_available():
+            from kview.capture import memory_history
+
+            self.memory_clock = memory_history.start(self._marker)
+
+    @contextlib.contextmanager
+    def _marker(self, name: str):
+        token = self._push(name)
+        try:
+            yield
+        finally:
+            self._pop(token)
+
+    def _finish_memory(self) -> None:
+        """The allocator history of the profiled window, written before the profiler stops."""
+        clock, self.memory_clock = self.memory_clock, None
+        if clock is None or not torch.cuda.is_initialized():  # the program never used CUDA
+            if clock is not None:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            return
+        from kview.capture import memory_history
+
+        memory_history.finish(str(self.dir / f"memory.{self.tag}.pickle"), clock)
 
     def _stop_profiling(self) -> None:
         if self.open is not None:  # the run ended inside a step that never completed
@@ -305,6 +331,7 @@ class Session:
             return
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last step's kernels land inside the window
+        self._finish_memory()
         if self.backend == "nsys":
             if self.window:
                 torch.cuda.profiler.stop()

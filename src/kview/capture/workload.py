@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from kview.capture import memory_history
 from kview.capture.options import MODES
 from kview.models import bert, dlrm, ncf, transformer_lm
 from kview.models.annotate import annotate
@@ -78,6 +79,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--kineto-json", default=None, help="profile with torch.profiler and save its trace here")
     p.add_argument("--shapes", action="store_true")
+    p.add_argument(
+        "--memory-snapshot",
+        default=None,
+        help="record the allocator history of the profiled steps into this pickle (CUDA only)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -99,23 +105,29 @@ def main(argv=None) -> int:
             step(model, loss_fn, optimizer, args.mode, autocast)
     sync()
 
+    memory = args.memory_snapshot if device == "cuda" else None
+    facts: dict = {}
+
+    def profiled_steps():
+        clock = memory_history.start(annotate) if memory else None
+        for _ in range(args.steps):
+            with annotate("profiled_step"):
+                step(model, loss_fn, optimizer, args.mode, autocast)
+            sync()
+        if memory:
+            facts.update(memory_history.finish(memory, clock))
+
     if args.kineto_json:
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         with profile(activities=acts, record_shapes=args.shapes) as prof:
-            for _ in range(args.steps):
-                with annotate("profiled_step"):
-                    step(model, loss_fn, optimizer, args.mode, autocast)
-                sync()
+            profiled_steps()
         prof.export_chrome_trace(args.kineto_json)
     else:
         if device == "cuda":
             torch.cuda.profiler.start()
-        for _ in range(args.steps):
-            with annotate("profiled_step"):
-                step(model, loss_fn, optimizer, args.mode, autocast)
-            sync()
+        profiled_steps()
         if device == "cuda":
             torch.cuda.profiler.stop()
     info = {
@@ -128,6 +140,8 @@ def main(argv=None) -> int:
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
     }
+    if facts:
+        info.update({k: facts[k] for k in ("max_memory_allocated", "max_memory_reserved", "requested_bytes_peak")})
     print("KVIEW_CAPTURE " + json.dumps(info), file=sys.stderr)
     return 0
 

@@ -45,6 +45,15 @@ def _nvtx_push_pop() -> tuple[Callable[[str], object], Callable[[], object]] | N
 
 _NVTX = None
 _NVTX_CHECKED = False
+_ALSO_RECORD_FUNCTION = False
+
+
+def also_record_functions(on: bool) -> None:
+    """Make every range a record_function too, outside a profiler (`kview bench --memory-snapshot`:
+    the allocator history keeps record_function ranges as its annotations, so the phases show on
+    the memory timeline without a trace). Never under nsys: it would re-emit them as NVTX."""
+    global _ALSO_RECORD_FUNCTION
+    _ALSO_RECORD_FUNCTION = on
 
 
 def _nvtx():
@@ -59,6 +68,10 @@ def _nvtx():
 def annotate(name: str) -> Iterator[None]:
     """A named range visible to nsys (NVTX) or to torch.profiler (record_function)."""
     if _profiler_is_kineto():
+        with torch.profiler.record_function(name):
+            yield
+        return
+    if _ALSO_RECORD_FUNCTION:
         with torch.profiler.record_function(name):
             yield
         return

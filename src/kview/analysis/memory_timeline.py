@@ -1,0 +1,391 @@
+"""The CUDA caching allocator's history as a timeline: bytes in use and reserved after every
+event, the peak and what was live at it, the largest allocations, and the phases to mark.
+
+Input is a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, `kview capture --memory`,
+`kview bench --memory-snapshot`) read by kview.io.snapshot_pickle, optionally with the trace it
+was captured beside (its NVTX phases, placed through the clock pair `kview capture` stores).
+
+What the numbers are:
+- *Allocated* is the bytes the program asked for and has not freed: +size at `alloc`, -size at
+  `free_requested` (when the caching allocator takes the block back; torch's own counters drop
+  there too). The history records requested sizes, so the series and its peak equal torch's
+  `requested_bytes` counters; torch's `max_memory_allocated` counts whole blocks (rounded to 512
+  bytes, and a cached block larger than the request is not always split), so it is that much higher.
+- *Reserved* is the bytes of the allocator's segments: +size at `segment_alloc`/`segment_map`,
+  -size at `segment_free`/`segment_unmap` (what torch's `memory_reserved` counts).
+- Both start from what was already there when the recording began: the blocks still allocated
+  at the snapshot (and its segments) minus the history's net change.
+
+Everything past the parse is polars: the series is a cumulative sum, an allocation's free is the
+next `free_requested` at its address (a shift within each address), live-at-peak is a filter.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from kview.errors import TraceError
+from kview.io import snapshot_pickle
+
+ALLOC = "alloc"
+FREE = "free_requested"
+SEGMENT_PLUS = ("segment_alloc", "segment_map")
+SEGMENT_MINUS = ("segment_free", "segment_unmap")
+BEFORE = "(allocated before the recording)"
+NO_FRAME = "(no Python frame: autograd engine or C++)"
+
+EVENT_SCHEMA = {
+    "idx": pl.Int64,
+    "t_us": pl.Int64,
+    "action": pl.String,
+    "addr": pl.Int64,
+    "size": pl.Int64,
+    "stream": pl.Int64,
+    "site": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    name: str
+    device: int
+    events: pl.DataFrame  # idx, t (ns on the timeline's clock), action, addr, size, stream, site
+    series: pl.DataFrame  # idx, t, allocated, reserved: the values after each event
+    allocations: pl.DataFrame  # one row per allocation: idx, t, size, site, free_idx, free_t (null: never freed)
+    phases: pl.DataFrame  # Phase, start, end (ns on the timeline's clock)
+    clock: str  # "trace" (the trace's ns) or "snapshot" (ns since the first event)
+    facts: dict = field(default_factory=dict)  # torch's own counters, when kview wrote the snapshot
+
+    @property
+    def peak(self) -> dict:
+        """The first event at which allocated bytes were highest: idx, t, allocated, reserved."""
+        if self.series.height == 0:
+            return {"idx": None, "t": None, "allocated": 0, "reserved": 0}
+        i = self.series["allocated"].arg_max()
+        return self.series.row(i, named=True)
+
+    @property
+    def start(self) -> int:
+        return int(self.series["t"].min()) if self.series.height else 0
+
+
+def call_site(frames) -> str:
+    """The innermost Python frame outside torch that asked for the memory, as `file.py:line name`
+    (the two last path parts, so models/foo.py tells packages apart)."""
+    for fr in frames or ():
+        fn = str(fr.get("filename", ""))
+        if fn.endswith(".py") and "/torch/" not in fn and "\\torch\\" not in fn:
+            tail = "/".join(fn.replace("\\", "/").rsplit("/", 2)[-2:])
+            return f"{tail}:{fr.get('line', '')} {fr.get('name', '')}"
+    return NO_FRAME
+
+
+def _events(trace: list) -> pl.DataFrame:
+    """One device's history as columns (the one pass over the unpickled entries)."""
+    frees = {"free", FREE}  # torch < 2.1 wrote `free`
+    action = [FREE if e.get("action") in frees else str(e.get("action")) for e in trace]
+    return pl.DataFrame(
+        {
+            "idx": range(len(trace)),
+            "t_us": [int(e.get("time_us") or 0) for e in trace],
+            "action": action,
+            "addr": [int(e.get("addr") or 0) for e in trace],
+            "size": [int(e.get("size") or 0) for e in trace],
+            "stream": [int(e.get("stream") or 0) for e in trace],
+            "site": [call_site(e.get("frames")) if a == ALLOC else None for a, e in zip(action, trace)],
+        },
+        schema=EVENT_SCHEMA,
+    )
+
+
+def _at_end(data: dict, device: int) -> tuple[int, int, pl.DataFrame]:
+    """Bytes requested by blocks still allocated at the snapshot, bytes of its segments, and
+    those blocks (addr, size)."""
+    allocated = reserved = 0
+    addrs, sizes = [], []
+    for seg in data.get("segments") or []:
+        if seg.get("device", device) != device:
+            continue
+        reserved += int(seg.get("total_size") or 0)
+        for b in seg.get("blocks") or []:
+            if b.get("state") == "active_allocated":
+                size = int(b.get("requested_size", b.get("size")) or 0)
+                allocated += size
+                addrs.append(int(b.get("address") or 0))
+                sizes.append(size)
+    return (
+        allocated,
+        reserved,
+        pl.DataFrame({"addr": addrs, "size": sizes}, schema={"addr": pl.Int64, "size": pl.Int64}),
+    )
+
+
+def _busiest_device(data: dict) -> int:
+    traces = data["device_traces"]
+    return max(range(len(traces)), key=lambda d: len(traces[d]))
+
+
+def build(data: dict, name: str, device: int | None = None, trace_phases: pl.DataFrame | None = None) -> MemoryTimeline:
+    """The timeline of one device of a loaded snapshot (default: the device with most events).
+    `trace_phases` (Phase, start, end in the trace's ns) are used when the snapshot carries the
+    clock pair that places it on that trace."""
+    dev = _busiest_device(data) if device is None else device
+    if not 0 <= dev < len(data["device_traces"]):
+        raise TraceError(Path(name), f"has no device {dev} (devices 0-{len(data['device_traces']) - 1})")
+    ev = _events(data["device_traces"][dev])
+    facts = dict(data.get(snapshot_pickle.KVIEW_KEY) or {})
+    clock = facts.get("clock") or {}
+
+    # the clock: the trace's ns when kview capture aligned the snapshot with a trace, else ns
+    # since the first event of the history
+    if trace_phases is not None and clock.get("trace_ns") is not None:
+        offset, kind = int(clock["trace_ns"]) - int(clock["unix_ns"]), "trace"
+        phases = trace_phases.select("Phase", "start", "end")
+    else:
+        offset, kind = -int(ev["t_us"].min() or 0) * 1000, "snapshot"
+        phases = annotation_phases(data.get("external_annotations") or [], dev, offset)
+    ev = ev.with_columns((pl.col("t_us") * 1000 + offset).alias("t")).drop("t_us")
+
+    d_alloc = (
+        pl.when(pl.col("action") == ALLOC)
+        .then(pl.col("size"))
+        .when(pl.col("action") == FREE)
+        .then(-pl.col("size"))
+        .otherwise(0)
+    )
+    d_res = (
+        pl.when(pl.col("action").is_in(SEGMENT_PLUS))
+        .then(pl.col("size"))
+        .when(pl.col("action").is_in(SEGMENT_MINUS))
+        .then(-pl.col("size"))
+        .otherwise(0)
+    )
+    deltas = ev.select("idx", "t", d_alloc.alias("d_alloc"), d_res.alias("d_res"))
+    end_alloc, end_res, end_blocks = _at_end(data, dev)
+    base_alloc = end_alloc - int(deltas["d_alloc"].sum())
+    base_res = end_res - int(deltas["d_res"].sum())
+    series = deltas.select(
+        "idx",
+        "t",
+        (base_alloc + pl.col("d_alloc").cum_sum()).alias("allocated"),
+        (base_res + pl.col("d_res").cum_sum()).alias("reserved"),
+    )
+    allocations = _allocations(ev, end_blocks)
+    return MemoryTimeline(name, dev, ev, series, allocations, phases, kind, facts)
+
+
+def _allocations(ev: pl.DataFrame, end_blocks: pl.DataFrame) -> pl.DataFrame:
+    """One row per allocation with the event that freed it. Allocations made before the
+    recording began appear too (site BEFORE, idx -1): those freed during it (a free without an
+    alloc before it at that address) and those still live at the snapshot without an alloc in
+    the history."""
+    af = (
+        ev.filter(pl.col("action").is_in([ALLOC, FREE]))
+        .select("idx", "t", "action", "addr", "size", "site")
+        .sort(["addr", "idx"])
+    )
+    af = af.with_columns(
+        pl.col("action").shift(-1).over("addr").alias("_next"),
+        pl.col("idx").shift(-1).over("addr").alias("_next_idx"),
+        pl.col("t").shift(-1).over("addr").alias("_next_t"),
+        pl.col("action").shift(1).over("addr").alias("_prev"),
+    )
+    freed = pl.col("_next") == FREE
+    made = af.filter(pl.col("action") == ALLOC).select(
+        "idx",
+        "t",
+        "addr",
+        "size",
+        "site",
+        pl.when(freed).then(pl.col("_next_idx")).alias("free_idx"),
+        pl.when(freed).then(pl.col("_next_t")).alias("free_t"),
+    )
+    earlier = af.filter((pl.col("action") == FREE) & (pl.col("_prev").is_null() | (pl.col("_prev") == FREE))).select(
+        pl.lit(-1, pl.Int64).alias("idx"),
+        pl.lit(None, pl.Int64).alias("t"),
+        "addr",
+        "size",
+        pl.lit(BEFORE).alias("site"),
+        pl.col("idx").alias("free_idx"),
+        pl.col("t").alias("free_t"),
+    )
+    live_in_history = made.filter(pl.col("free_idx").is_null())["addr"]
+    untouched = end_blocks.filter(~pl.col("addr").is_in(live_in_history.implode())).select(
+        pl.lit(-1, pl.Int64).alias("idx"),
+        pl.lit(None, pl.Int64).alias("t"),
+        "addr",
+        "size",
+        pl.lit(BEFORE).alias("site"),
+        pl.lit(None, pl.Int64).alias("free_idx"),
+        pl.lit(None, pl.Int64).alias("free_t"),
+    )
+    return pl.concat([made, earlier, untouched], how="vertical_relaxed").sort("idx")
+
+
+def annotation_phases(annotations: list, device: int, offset_ns: int) -> pl.DataFrame:
+    """record_function ranges the history kept (`external_annotations`), paired START to END per
+    name, as phases: the outermost ranges, or the children of a lone outer range family (as
+    kview's phases of a trace)."""
+    rows = [
+        a
+        for a in annotations
+        if isinstance(a, dict) and a.get("device", device) == device and a.get("stage") in ("START", "END")
+    ]
+    empty = pl.DataFrame(schema={"Phase": pl.String, "start": pl.Int64, "end": pl.Int64})
+    if not rows:
+        return empty
+    a = pl.DataFrame(
+        {
+            "name": [str(r.get("name")) for r in rows],
+            "start_stage": [r["stage"] == "START" for r in rows],
+            "t": [int(r.get("time_us") or 0) * 1000 + offset_ns for r in rows],
+        }
+    )
+    a = a.with_row_index("order").with_columns(
+        pl.when(pl.col("start_stage")).then(1).otherwise(-1).cum_sum().alias("_depth_after")
+    )
+    # nth START of a name pairs with its nth END
+    a = a.with_columns(pl.int_range(pl.len()).over(["name", "start_stage"]).alias("_n"))
+    starts = a.filter(pl.col("start_stage")).select(
+        "name", "_n", pl.col("t").alias("start"), (pl.col("_depth_after") - 1).alias("depth")
+    )
+    ends = a.filter(~pl.col("start_stage")).select("name", "_n", pl.col("t").alias("end"))
+    r = starts.join(ends, on=["name", "_n"], how="inner").sort("start")
+    if r.height == 0:
+        return empty
+    top = r.filter(pl.col("depth") == r["depth"].min())
+    if top["name"].n_unique() == 1:
+        kids = r.filter(pl.col("depth") == r["depth"].min() + 1)
+        if kids.height:
+            top = kids
+    return top.select(pl.col("name").alias("Phase"), "start", "end")
+
+
+def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
+    """The timeline of a snapshot file, or of the snapshot `kview capture --memory` wrote beside a
+    trace (TRACE.memory.pickle); either way the trace beside it gives the phases."""
+    p = Path(path).expanduser()
+    trace_like = p.name.endswith((".sqlite", ".sqlite3", ".db", ".json", ".json.gz"))
+    if snapshot_pickle.is_snapshot_file(p) or not trace_like or p.is_dir():
+        snap, trace = p, _trace_beside(p)
+    else:
+        snap, trace = snapshot_pickle.memory_name(p), p
+        if not snap.exists():
+            if not p.exists():
+                raise TraceError(p, "no such file")
+            raise TraceError(p, f"has no allocator history beside it ({snap.name}: record one with "
+                                f"`kview capture --memory`, or give a torch.cuda.memory._dump_snapshot pickle)")
+    data = snapshot_pickle.load(snap)
+    phases = None
+    if trace is not None and (data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None:
+        phases = trace_phases(trace, use_cache)
+    return build(data, p.name, device, phases)
+
+
+def trace_phases(path: Path, use_cache: bool = True) -> pl.DataFrame:
+    """Every instance of the trace's phases (kview's phase names: forward_pass, backward_pass, ...)."""
+    from kview.analysis.compare import user_ranges
+    from kview.analysis.layers import phase_labels
+    from kview.trace import open_trace
+
+    trace = open_trace(path, use_cache=use_cache)
+    names = phase_labels(trace)
+    return (user_ranges(trace).filter(pl.col("label").is_in(names)).sort("start")
+            .select(pl.col("label").alias("Phase"), "start", "end"))
+
+
+def _trace_beside(snap: Path) -> Path | None:
+    """run.memory.pickle -> run.sqlite (or the .json trace torch.profiler wrote), when it exists."""
+    if not snap.name.endswith(snapshot_pickle.SUFFIX):
+        return None
+    stem = snap.name[: -len(snapshot_pickle.SUFFIX)]
+    for ext in (".sqlite", ".json", ".json.gz"):
+        t = snap.with_name(stem + ext)
+        if t.exists():
+            return t
+    return None
+
+
+def live_at(tl: MemoryTimeline, idx: int) -> pl.DataFrame:
+    """The allocations live right after event `idx` (their sizes add up to `allocated` there)."""
+    return tl.allocations.filter(
+        (pl.col("idx") <= idx) & (pl.col("free_idx").is_null() | (pl.col("free_idx") > idx)))
+
+
+def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
+    """Live bytes per call site, largest first."""
+    total = max(int(live["size"].sum()), 1)
+    return (live.group_by("site").agg(pl.col("size").sum().alias("Bytes"), pl.len().alias("Count"),
+                                      pl.col("size").max().alias("Largest"))
+            .sort(["Bytes", "site"], descending=[True, False]).head(n)
+            .select(pl.col("site").alias("Call site"), "Bytes", (pl.col("Bytes") / total * 100).round(1).alias("%"),
+                    "Count", "Largest"))
+
+
+def by_size(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
+    """Live allocations grouped by size, largest sizes first, with the site that made most of them."""
+    return (live.group_by("size").agg(pl.len().alias("Count"), pl.col("site").mode().sort().first().alias("Call site"))
+            .sort("size", descending=True).head(n)
+            .select(pl.col("size").alias("Size"), "Count", (pl.col("size") * pl.col("Count")).alias("Bytes"),
+                    "Call site"))
+
+
+def top_allocations(tl: MemoryTimeline, n: int = 15) -> pl.DataFrame:
+    """The largest allocations of the history, each with when it was made and how long it lived."""
+    a = tl.allocations.filter(pl.col("idx") >= 0)
+    t0 = tl.start
+    return (a.sort(["size", "idx"], descending=[True, False]).head(n)
+            .select(pl.col("size").alias("Size"), pl.col("site").alias("Call site"),
+                    ((pl.col("t") - t0) / 1e6).round(3).alias("At (ms)"),
+                    ((pl.col("free_t") - pl.col("t")) / 1e6).round(3).alias("Lived (ms)")))
+
+
+def phase_peaks(tl: MemoryTimeline) -> pl.DataFrame:
+    """Per phase instance: allocated bytes at its start and end and the highest inside it."""
+    if tl.phases.height == 0:
+        return pl.DataFrame(schema={"Phase": pl.String, "Start (ms)": pl.Float64, "At start": pl.Int64,
+                                    "Peak": pl.Int64, "At end": pl.Int64})
+    s = tl.series.select("t", "allocated").sort("t")
+    ph = tl.phases.sort("start").with_row_index("_i")
+    # the level at a time: the value after the last event at or before it (join_asof)
+    at = lambda col: ph.select("_i", pl.col(col).alias("t")).sort("t").join_asof(s, on="t").select(  # noqa: E731
+        "_i", pl.col("allocated").alias(col))
+    inside = (ph.join_where(s, pl.col("t") >= pl.col("start"), pl.col("t") <= pl.col("end"))
+              .group_by("_i").agg(pl.col("allocated").max().alias("_in")))
+    t0 = tl.start
+    out = (ph.join(at("start"), on="_i", how="left", suffix="_a").join(at("end"), on="_i", how="left", suffix="_b")
+           .join(inside, on="_i", how="left").sort("_i"))
+    return out.select("Phase", ((pl.col("start") - t0) / 1e6).round(3).alias("Start (ms)"),
+                      pl.col("start_a").alias("At start"),
+                      pl.max_horizontal("start_a", "end_b", "_in").alias("Peak"), pl.col("end_b").alias("At end"))
+
+
+def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
+    """Facts of the timeline as (name, value) rows; torch's own counters beside the replayed ones
+    when kview wrote the snapshot."""
+    from kview.output.memory_plot import human_bytes
+
+    pk = tl.peak
+    f = tl.facts
+    rows = [("Snapshot", tl.name), ("Device", f"{tl.device}" + (f" ({f['device']})" if f.get("device") else "")),
+            ("Events", f"{tl.events.height:,}"),
+            ("Span", f"{(int(tl.series['t'].max()) - tl.start) / 1e6:,.3f} ms" if tl.series.height else "-"),
+            ("Peak allocated", f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)"),
+            ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
+            ("Peak reserved", f"{human_bytes(int(tl.series['reserved'].max() or 0))}"),
+            ("Phases from", "the trace's NVTX" if tl.clock == "trace" else
+             ("the snapshot's record_function ranges" if tl.phases.height else "(none recorded)"))]
+    if f.get("requested_bytes_peak") is not None:
+        rows.append(("torch requested_bytes peak", f"{human_bytes(f['requested_bytes_peak'])} "
+                                                   f"({f['requested_bytes_peak']:,} B)"))
+    if f.get("max_memory_allocated") is not None:
+        m = f["max_memory_allocated"]
+        rows.append(("torch max_memory_allocated", f"{human_bytes(m)} ({m:,} B; whole blocks: "
+                                                   f"{(m / max(pk['allocated'], 1) - 1) * 100:+.2f}% vs the peak)"))
+    if f.get("max_memory_reserved") is not None:
+        rows.append(("torch max_memory_reserved", human_bytes(f["max_memory_reserved"])))
+    return rows
