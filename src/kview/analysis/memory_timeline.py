@@ -70,7 +70,7 @@ class MemoryTimeline:
 
     @property
     def start(self) -> int:
-        return int(self.series["t"].min()) if self.series.height else 0
+        return int(self.series.select(pl.col("t").min()).item() or 0) if self.series.height else 0
 
 
 def call_site(frames) -> str:
@@ -146,7 +146,7 @@ def build(data: dict, name: str, device: int | None = None, trace_phases: pl.Dat
         offset, kind = int(clock["trace_ns"]) - int(clock["unix_ns"]), "trace"
         phases = trace_phases.select("Phase", "start", "end")
     else:
-        offset, kind = -int(ev["t_us"].min() or 0) * 1000, "snapshot"
+        offset, kind = -int(ev.select(pl.col("t_us").min()).item() or 0) * 1000, "snapshot"
         phases = annotation_phases(data.get("external_annotations") or [], dev, offset)
     ev = ev.with_columns((pl.col("t_us") * 1000 + offset).alias("t")).drop("t_us")
 
@@ -257,9 +257,9 @@ def annotation_phases(annotations: list, device: int, offset_ns: int) -> pl.Data
     r = starts.join(ends, on=["name", "_n"], how="inner").sort("start")
     if r.height == 0:
         return empty
-    top = r.filter(pl.col("depth") == r["depth"].min())
+    top = r.filter(pl.col("depth") == pl.col("depth").min())
     if top["name"].n_unique() == 1:
-        kids = r.filter(pl.col("depth") == r["depth"].min() + 1)
+        kids = r.filter(pl.col("depth") == pl.col("depth").min() + 1)
         if kids.height:
             top = kids
     return top.select(pl.col("name").alias("Phase"), "start", "end")
@@ -277,8 +277,11 @@ def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: b
         if not snap.exists():
             if not p.exists():
                 raise TraceError(p, "no such file")
-            raise TraceError(p, f"has no allocator history beside it ({snap.name}: record one with "
-                                f"`kview capture --memory`, or give a torch.cuda.memory._dump_snapshot pickle)")
+            raise TraceError(
+                p,
+                f"has no allocator history beside it ({snap.name}: record one with "
+                f"`kview capture --memory`, or give a torch.cuda.memory._dump_snapshot pickle)",
+            )
     data = snapshot_pickle.load(snap)
     phases = None
     if trace is not None and (data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None:
@@ -294,8 +297,12 @@ def trace_phases(path: Path, use_cache: bool = True) -> pl.DataFrame:
 
     trace = open_trace(path, use_cache=use_cache)
     names = phase_labels(trace)
-    return (user_ranges(trace).filter(pl.col("label").is_in(names)).sort("start")
-            .select(pl.col("label").alias("Phase"), "start", "end"))
+    return (
+        user_ranges(trace)
+        .filter(pl.col("label").is_in(names))
+        .sort("start")
+        .select(pl.col("label").alias("Phase"), "start", "end")
+    )
 
 
 def _trace_beside(snap: Path) -> Path | None:
@@ -312,56 +319,97 @@ def _trace_beside(snap: Path) -> Path | None:
 
 def live_at(tl: MemoryTimeline, idx: int) -> pl.DataFrame:
     """The allocations live right after event `idx` (their sizes add up to `allocated` there)."""
-    return tl.allocations.filter(
-        (pl.col("idx") <= idx) & (pl.col("free_idx").is_null() | (pl.col("free_idx") > idx)))
+    return tl.allocations.filter((pl.col("idx") <= idx) & (pl.col("free_idx").is_null() | (pl.col("free_idx") > idx)))
 
 
 def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
     """Live bytes per call site, largest first."""
     total = max(int(live["size"].sum()), 1)
-    return (live.group_by("site").agg(pl.col("size").sum().alias("Bytes"), pl.len().alias("Count"),
-                                      pl.col("size").max().alias("Largest"))
-            .sort(["Bytes", "site"], descending=[True, False]).head(n)
-            .select(pl.col("site").alias("Call site"), "Bytes", (pl.col("Bytes") / total * 100).round(1).alias("%"),
-                    "Count", "Largest"))
+    return (
+        live.group_by("site")
+        .agg(pl.col("size").sum().alias("Bytes"), pl.len().alias("Count"), pl.col("size").max().alias("Largest"))
+        .sort(["Bytes", "site"], descending=[True, False])
+        .head(n)
+        .select(
+            pl.col("site").alias("Call site"),
+            "Bytes",
+            (pl.col("Bytes") / total * 100).round(1).alias("%"),
+            "Count",
+            "Largest",
+        )
+    )
 
 
 def by_size(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
     """Live allocations grouped by size, largest sizes first, with the site that made most of them."""
-    return (live.group_by("size").agg(pl.len().alias("Count"), pl.col("site").mode().sort().first().alias("Call site"))
-            .sort("size", descending=True).head(n)
-            .select(pl.col("size").alias("Size"), "Count", (pl.col("size") * pl.col("Count")).alias("Bytes"),
-                    "Call site"))
+    return (
+        live.group_by("size")
+        .agg(pl.len().alias("Count"), pl.col("site").mode().sort().first().alias("Call site"))
+        .sort("size", descending=True)
+        .head(n)
+        .select(pl.col("size").alias("Size"), "Count", (pl.col("size") * pl.col("Count")).alias("Bytes"), "Call site")
+    )
 
 
 def top_allocations(tl: MemoryTimeline, n: int = 15) -> pl.DataFrame:
     """The largest allocations of the history, each with when it was made and how long it lived."""
     a = tl.allocations.filter(pl.col("idx") >= 0)
     t0 = tl.start
-    return (a.sort(["size", "idx"], descending=[True, False]).head(n)
-            .select(pl.col("size").alias("Size"), pl.col("site").alias("Call site"),
-                    ((pl.col("t") - t0) / 1e6).round(3).alias("At (ms)"),
-                    ((pl.col("free_t") - pl.col("t")) / 1e6).round(3).alias("Lived (ms)")))
+    return (
+        a.sort(["size", "idx"], descending=[True, False])
+        .head(n)
+        .select(
+            pl.col("size").alias("Size"),
+            pl.col("site").alias("Call site"),
+            ((pl.col("t") - t0) / 1e6).round(3).alias("At (ms)"),
+            ((pl.col("free_t") - pl.col("t")) / 1e6).round(3).alias("Lived (ms)"),
+        )
+    )
 
 
 def phase_peaks(tl: MemoryTimeline) -> pl.DataFrame:
     """Per phase instance: allocated bytes at its start and end and the highest inside it."""
     if tl.phases.height == 0:
-        return pl.DataFrame(schema={"Phase": pl.String, "Start (ms)": pl.Float64, "At start": pl.Int64,
-                                    "Peak": pl.Int64, "At end": pl.Int64})
+        return pl.DataFrame(
+            schema={
+                "Phase": pl.String,
+                "Start (ms)": pl.Float64,
+                "At start": pl.Int64,
+                "Peak": pl.Int64,
+                "At end": pl.Int64,
+            }
+        )
     s = tl.series.select("t", "allocated").sort("t")
     ph = tl.phases.sort("start").with_row_index("_i")
+
     # the level at a time: the value after the last event at or before it (join_asof)
-    at = lambda col: ph.select("_i", pl.col(col).alias("t")).sort("t").join_asof(s, on="t").select(  # noqa: E731
-        "_i", pl.col("allocated").alias(col))
-    inside = (ph.join_where(s, pl.col("t") >= pl.col("start"), pl.col("t") <= pl.col("end"))
-              .group_by("_i").agg(pl.col("allocated").max().alias("_in")))
+    def at(col: str) -> pl.DataFrame:
+        return (
+            ph.select("_i", pl.col(col).alias("t"))
+            .sort("t")
+            .join_asof(s, on="t")
+            .select("_i", pl.col("allocated").alias(col))
+        )
+
+    inside = (
+        ph.join_where(s, pl.col("t") >= pl.col("start"), pl.col("t") <= pl.col("end"))
+        .group_by("_i")
+        .agg(pl.col("allocated").max().alias("_in"))
+    )
     t0 = tl.start
-    out = (ph.join(at("start"), on="_i", how="left", suffix="_a").join(at("end"), on="_i", how="left", suffix="_b")
-           .join(inside, on="_i", how="left").sort("_i"))
-    return out.select("Phase", ((pl.col("start") - t0) / 1e6).round(3).alias("Start (ms)"),
-                      pl.col("start_a").alias("At start"),
-                      pl.max_horizontal("start_a", "end_b", "_in").alias("Peak"), pl.col("end_b").alias("At end"))
+    out = (
+        ph.join(at("start"), on="_i", how="left", suffix="_a")
+        .join(at("end"), on="_i", how="left", suffix="_b")
+        .join(inside, on="_i", how="left")
+        .sort("_i")
+    )
+    return out.select(
+        "Phase",
+        ((pl.col("start") - t0) / 1e6).round(3).alias("Start (ms)"),
+        pl.col("start_a").alias("At start"),
+        pl.max_horizontal("start_a", "end_b", "_in").alias("Peak"),
+        pl.col("end_b").alias("At end"),
+    )
 
 
 def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
@@ -371,21 +419,42 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
 
     pk = tl.peak
     f = tl.facts
-    rows = [("Snapshot", tl.name), ("Device", f"{tl.device}" + (f" ({f['device']})" if f.get("device") else "")),
-            ("Events", f"{tl.events.height:,}"),
-            ("Span", f"{(int(tl.series['t'].max()) - tl.start) / 1e6:,.3f} ms" if tl.series.height else "-"),
-            ("Peak allocated", f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)"),
-            ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
-            ("Peak reserved", f"{human_bytes(int(tl.series['reserved'].max() or 0))}"),
-            ("Phases from", "the trace's NVTX" if tl.clock == "trace" else
-             ("the snapshot's record_function ranges" if tl.phases.height else "(none recorded)"))]
+    rows = [
+        ("Snapshot", tl.name),
+        ("Device", f"{tl.device}" + (f" ({f['device']})" if f.get("device") else "")),
+        ("Events", f"{tl.events.height:,}"),
+        (
+            "Span",
+            f"{(int(tl.series.select(pl.col('t').max()).item() or 0) - tl.start) / 1e6:,.3f} ms"
+            if tl.series.height
+            else "-",
+        ),
+        ("Peak allocated", f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)"),
+        ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
+        ("Peak reserved", f"{human_bytes(int(tl.series.select(pl.col('reserved').max()).item() or 0))}"),
+        (
+            "Phases from",
+            "the trace's NVTX"
+            if tl.clock == "trace"
+            else ("the snapshot's record_function ranges" if tl.phases.height else "(none recorded)"),
+        ),
+    ]
     if f.get("requested_bytes_peak") is not None:
-        rows.append(("torch requested_bytes peak", f"{human_bytes(f['requested_bytes_peak'])} "
-                                                   f"({f['requested_bytes_peak']:,} B)"))
+        rows.append(
+            (
+                "torch requested_bytes peak",
+                f"{human_bytes(f['requested_bytes_peak'])} ({f['requested_bytes_peak']:,} B)",
+            )
+        )
     if f.get("max_memory_allocated") is not None:
         m = f["max_memory_allocated"]
-        rows.append(("torch max_memory_allocated", f"{human_bytes(m)} ({m:,} B; whole blocks: "
-                                                   f"{(m / max(pk['allocated'], 1) - 1) * 100:+.2f}% vs the peak)"))
+        rows.append(
+            (
+                "torch max_memory_allocated",
+                f"{human_bytes(m)} ({m:,} B; whole blocks: "
+                f"{(m / max(pk['allocated'], 1) - 1) * 100:+.2f}% vs the peak)",
+            )
+        )
     if f.get("max_memory_reserved") is not None:
         rows.append(("torch max_memory_reserved", human_bytes(f["max_memory_reserved"])))
     return rows

@@ -14,7 +14,6 @@ import sqlite3
 from pathlib import Path
 
 from kview.io import snapshot_pickle
-
 from kview.io.snapshot_pickle import SUFFIX, memory_name  # noqa: F401  (re-exported for capture)
 
 

@@ -19,8 +19,8 @@ LETTERS = "FBOSABCDEGHIJKLMNPQRTUVWXYZ"
 
 def columns(series: pl.DataFrame, width: int, t0: int | None = None, t1: int | None = None) -> pl.DataFrame:
     """Per column (0..width-1): the highest allocated and reserved bytes in its time slice."""
-    t0 = int(series["t"].min()) if t0 is None else t0
-    t1 = int(series["t"].max()) if t1 is None else t1
+    t0 = int(series.select(pl.col("t").min()).item() or 0) if t0 is None else t0
+    t1 = int(series.select(pl.col("t").max()).item() or 0) if t1 is None else t1
     span = max(t1 - t0, 1)
     col = ((pl.col("t") - t0) * width // (span + 1)).clip(0, width - 1).alias("col")
     agg = (
@@ -65,7 +65,7 @@ def plot(
         return ["(no allocator events)"]
     label_w = 10
     w = max(width - label_w - 1, 10)
-    t0, t1 = int(series["t"].min()), int(series["t"].max())
+    t0, t1 = int(series.select(pl.col("t").min()).item() or 0), int(series.select(pl.col("t").max()).item() or 0)
     cols = columns(series, w, t0, t1)
     alloc = cols["allocated"].to_list()
     res = cols["reserved"].to_list()
