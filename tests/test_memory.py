@@ -212,7 +212,7 @@ class _Evil:
         ("empty", "is empty"),
         ("truncated", "truncated"),
         ("folder", "is a folder"),
-        ("csv", "one table"),
+        ("csv", "do not fit one CSV document"),
         ("trace-without", "has no allocator history beside it"),
     ],
 )
