@@ -19,12 +19,25 @@ MIB = 2**20
 
 
 def test_cpu_sweep_has_every_cell_in_every_format(capsys):
-    args = ["bench", "attention", "--d-model", "8", "--seq", "16,32", "--impl", "naive,sdpa", "--iters", "1",
-            "--warmup", "0"]
+    args = [
+        "bench",
+        "attention",
+        "--d-model",
+        "8",
+        "--seq",
+        "16,32",
+        "--impl",
+        "naive,sdpa",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+    ]
     assert main([*args, "-f", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["Impl"], r["d_model"], r["Seq"]) for r in rows] == [
-        (i, 8, s) for i in ("naive", "sdpa") for s in (16, 32)]
+        (i, 8, s) for i in ("naive", "sdpa") for s in (16, 32)
+    ]
     for r in rows:
         assert r["Forward (ms)"] > 0 and r["Backward (ms)"] > 0
         assert r["Mem before backward (MiB)"] is None  # the CPU does not count memory
@@ -60,7 +73,8 @@ def _rows(name):
 def test_h100_sweep_at_the_notes_sizes():
     rows = _rows("attention_naive_fp32")
     assert {(r["d_model"], r["Seq"]) for r in rows} == {
-        (d, s) for d in (16, 32, 64, 128) for s in (256, 1024, 4096, 8192, 16384)}
+        (d, s) for d in (16, 32, 64, 128) for s in (256, 1024, 4096, 8192, 16384)
+    }
     assert all(r["Batch"] == 8 and r["Device"] == "NVIDIA H100 80GB HBM3" for r in rows)
 
 
