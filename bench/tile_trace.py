@@ -5,12 +5,20 @@ shifted by k times the trace span (plus a gap), and correlation ids by k times (
 so every GPU op still links to exactly one launch call. Everything else (strings, threads,
 devices, metadata) is kept once. SQLite does the copying itself (INSERT .. SELECT).
 
+With --distinct-labels each copy reads like later steps of the same run rather than a replay:
+PyTorch's op ranges get their `seq = N` and `op_id = N` (and the op ids in `input_op_ids` that
+the trace itself produced) advanced by k times the trace's largest value, and `step_N` ranges
+by k times the number of steps, so labels stay as distinct as in one long capture; module
+ranges (`model.layers.3.mlp`) repeat, as they do in a real run.
+
     python bench/tile_trace.py sample_traces/lm-small_ctx256_train_nsys.sqlite 440 /tmp/tiled.sqlite
+    python bench/tile_trace.py --distinct-labels dense.sqlite 25 /work/data/dense/dense_x25.sqlite
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sqlite3
 import time
@@ -26,9 +34,50 @@ TILED = {
 }
 SHIFTED_TIME = {"start", "end"}
 SHIFTED_CORR = {"correlationId"}
+SEQ = re.compile(r"\bseq = (\d+)")
+OP_ID = re.compile(r"\bop_id = (\d+)")
+INPUT_ID = re.compile(r"\((\d+),(-?\d+)\)")
+STEP = re.compile(r"step_(\d+)")
 
 
-def tile(src: str, n: int, dst: str) -> dict[str, int]:
+def _label_offsets(con: sqlite3.Connection) -> tuple[int, int, int, int]:
+    """Largest seq and op_id, smallest op_id and the number of steps of the source's NVTX text."""
+    seq, op_hi, op_lo, steps = 0, 0, None, set()
+    for (text,) in con.execute("SELECT text FROM src.NVTX_EVENTS WHERE text IS NOT NULL"):
+        if (m := SEQ.search(text)) is not None:
+            seq = max(seq, int(m.group(1)))
+        if (m := OP_ID.search(text)) is not None:
+            v = int(m.group(1))
+            op_hi, op_lo = max(op_hi, v), v if op_lo is None else min(op_lo, v)
+        if (m := STEP.fullmatch(text)) is not None:
+            steps.add(int(m.group(1)))
+    return seq + 1, op_hi + 1, op_lo or 0, max(len(steps), 1)
+
+
+def _relabeller(seq_span: int, op_span: int, op_lo: int, n_steps: int):
+    """SQLite function (text, k) -> the label copy k of that range would carry in a longer run."""
+
+    def relabel(text: str | None, k: int) -> str | None:
+        if text is None:
+            return None
+        if (m := STEP.fullmatch(text)) is not None:
+            return f"step_{int(m.group(1)) + k * n_steps}"
+        if "op_id = " not in text and "seq = " not in text:
+            return text
+        text = SEQ.sub(lambda m: f"seq = {int(m.group(1)) + k * seq_span}", text)
+        text = OP_ID.sub(lambda m: f"op_id = {int(m.group(1)) + k * op_span}", text)
+        head, sep, inputs = text.partition("input_op_ids = ")
+        if sep:  # ids made before the capture (parameters) stay, ids made in it move with the copy
+            inputs = INPUT_ID.sub(
+                lambda m: m.group(0) if int(m.group(1)) < op_lo else f"({int(m.group(1)) + k * op_span},{m.group(2)})",
+                inputs,
+            )
+        return head + sep + inputs
+
+    return relabel
+
+
+def tile(src: str, n: int, dst: str, distinct_labels: bool = False) -> dict[str, int]:
     shutil.copyfile(src, dst)
     con = sqlite3.connect(dst)
     con.execute("PRAGMA journal_mode=OFF")
@@ -47,6 +96,8 @@ def tile(src: str, n: int, dst: str) -> dict[str, int]:
         cols = [r[1] for r in con.execute(f"PRAGMA src.table_info({t})")]
         if "correlationId" in cols:
             corr = max(corr, con.execute(f"SELECT coalesce(max(correlationId), 0) FROM src.{t}").fetchone()[0])
+    if distinct_labels and "NVTX_EVENTS" in tables:
+        con.create_function("relabel", 2, _relabeller(*_label_offsets(con)), deterministic=True)
     span = (hi - lo) + 1_000_000  # 1 ms gap between copies
     coff = corr + 1
     for t, where in TILED.items():
@@ -60,6 +111,8 @@ def tile(src: str, n: int, dst: str) -> dict[str, int]:
                     sel.append(f'"{c}" + {k * span}')
                 elif c in SHIFTED_CORR:
                     sel.append(f'"{c}" + {k * coff}')
+                elif distinct_labels and t == "NVTX_EVENTS" and c == "text":
+                    sel.append(f'relabel("text", {k})')
                 else:
                     sel.append(f'"{c}"')
             con.execute(
@@ -75,12 +128,17 @@ def tile(src: str, n: int, dst: str) -> dict[str, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--distinct-labels",
+        action="store_true",
+        help="advance op seq/op_id and step_N in every copy, as a longer capture would",
+    )
     p.add_argument("source")
     p.add_argument("copies", type=int)
     p.add_argument("output")
     a = p.parse_args()
     t0 = time.perf_counter()
-    counts = tile(a.source, a.copies, a.output)
+    counts = tile(a.source, a.copies, a.output, a.distinct_labels)
     print(f"tiled {a.copies}x in {time.perf_counter() - t0:.1f} s:", counts)
 
 
