@@ -24,18 +24,28 @@ NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
 
 
 def detect_layer_pattern(trace: Trace) -> str | None:
+    """The outermost numbered family that repeats: the family with at least two members at the
+    shallowest position of the Layer paths, the largest such family on a tie. Outermost, so a
+    torch.profiler trace's `Qwen2DecoderLayer_N` wins over the `Linear_N` inside each of them."""
     a = attribute(trace)
-    comps = a.select(pl.col("Layer").str.split(":").alias("c")).explode("c").unique()["c"].drop_nulls().to_list()
-    families: dict[str, set[int]] = {}
-    for c in comps:
+    comps = (
+        a.select(pl.col("Layer").str.split(":").alias("c"))
+        .unique()
+        .with_columns(pl.int_ranges(pl.col("c").list.len()).alias("pos"))
+        .explode("c", "pos")
+        .unique()
+        .drop_nulls()
+    )
+    families: dict[tuple[int, str], set[int]] = {}
+    for c, pos in comps.iter_rows():  # one row per distinct (component, position)
         m = NUMBERED.match(c)
         if m:
-            families.setdefault(m["prefix"], set()).add(int(m["index"]))
+            families.setdefault((pos, m["prefix"]), set()).add(int(m["index"]))
     families = {k: v for k, v in families.items() if len(v) >= 2}
     if not families:
         return None
-    best = max(families, key=lambda k: (len(families[k]), k))
-    return "^" + re.escape(best) + r"\d+$"
+    best = min(families, key=lambda k: (k[0], -len(families[k]), k[1]))
+    return "^" + re.escape(best[1]) + r"\d+$"
 
 
 def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
@@ -70,7 +80,7 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
         dur.sum().alias("Total (ns)"),
         pl.len().alias("Kernels"),
     )
-    subs = parts.filter(pl.col("Sublayer").is_not_null())
+    subs = _sublayer_kinds(parts.filter(pl.col("Sublayer").is_not_null()))
     if subs.height:
         # the four largest, in the model's order (where each first ran), the same on every run
         first = subs.with_row_index("_r").group_by("Sublayer").agg(dur.sum(), pl.col("_r").min())
@@ -88,12 +98,33 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     return g.with_columns(idx.alias("_i")).sort(["_i", "Layer"]).drop("_i")
 
 
+def _sublayer_kinds(subs: pl.DataFrame) -> pl.DataFrame:
+    """Sublayers named per instance (torch.profiler's `Qwen2Attention_3` inside
+    `Qwen2DecoderLayer_3`: every name in one layer only) are counted by kind, the name without
+    its index, so each layer's attention lands in one column; names that recur in several
+    layers (`attention_sublayer`, `conv1`) stay as they are."""
+    if subs.height == 0:
+        return subs
+    kind = pl.col("Sublayer").str.extract(NUMBERED.pattern, 1).str.strip_chars_end("_")
+    per_name = subs.group_by("Sublayer").agg(pl.col("Layer").n_unique().alias("_layers"))
+    names = per_name.with_columns(kind.alias("_kind")).with_columns(
+        (
+            (pl.col("_layers") == 1).all().over("_kind") & (pl.len().over("_kind") >= 2) & pl.col("_kind").is_not_null()
+        ).alias("_by_kind")
+    )
+    names = names.select(
+        "Sublayer", pl.when("_by_kind").then(pl.col("_kind")).otherwise(pl.col("Sublayer")).alias("_name")
+    )
+    return subs.join(names, on="Sublayer", how="left").with_columns(pl.col("_name").alias("Sublayer")).drop("_name")
+
+
 STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family of step ranges
 
 
 def phase_labels(trace: Trace) -> list[str]:
     """The phase names, in order of first appearance: the user ranges at the top of their
-    thread's user-range nesting (op markers and library ranges such as NCCL's never count);
+    thread's user-range nesting (op markers, library ranges such as NCCL's and the module calls
+    of a torch.profiler trace never count);
     when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
     one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
     return trace.memo("phase_labels", lambda: _phase_labels(trace))
@@ -102,7 +133,9 @@ def phase_labels(trace: Trace) -> list[str]:
 def _phase_labels(trace: Trace) -> list[str]:
     if not trace.has("NVTX_EVENTS"):
         return []
-    users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library")).select("name_code", "label")
+    users = (
+        nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library") & ~pl.col("module")).select("name_code", "label")
+    )
     r = (
         nv.projection_ranges(trace)
         .filter(pl.col("style") == "PushPop")

@@ -21,6 +21,7 @@ import re
 
 import polars as pl
 
+from kview.io.kineto_reader import MODULE_DOMAIN
 from kview.io.nsys_reader import (
     NVTX_DOMAIN_CREATE,
     NVTX_PUSHPOP,
@@ -148,7 +149,8 @@ def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
-    and whether a library opened it (`library`)."""
+    whether a library opened it (`library`), and whether it is a module call torch.profiler
+    recorded (`module`: a layer range, never a phase)."""
 
     def build() -> pl.DataFrame:
         parts = pl.col("name").str.splitn(":", 2)
@@ -163,6 +165,7 @@ def labels(trace: Trace) -> pl.DataFrame:
                 (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
                     "library"
                 ),
+                (pl.col("domain") == MODULE_DOMAIN).alias("module"),
             )
             .drop("domain")
         )

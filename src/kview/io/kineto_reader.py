@@ -3,7 +3,10 @@
 Kernels, memcpy/memset, runtime and driver calls keep their CUPTI correlation ids; user
 `record_function` ranges become NVTX push/pop ranges on their real threads, and CPU ops become
 ranges in the text nsys writes for `--pytorch=autograd-shapes-nvtx`
-(`aten::linear, seq = N, op_id = K, sizes = [[...]]`), so one attribution serves both.
+(`aten::linear, seq = N, op_id = K, sizes = [[...]]`), so one attribution serves both. The
+module calls a `with_modules=True` / `with_stack=True` trace records (`python_function` events
+`nn.Module: Linear_3`) become ranges of the NVTX domain `nn.Module`: layer ranges, so Layer names
+the modules of a torch.profiler trace without NVTX.
 
 Every era of the format is read: PyTorch <= 1.9 (`Kernel`, `Runtime`, `Memcpy`, `Memset`,
 `Operator` categories, string thread ids, integer microseconds, even the legacy bare JSON
@@ -26,6 +29,7 @@ import polars as pl
 
 from kview.errors import TraceError
 from kview.io import memory_budget
+from kview.io.nsys_reader import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP
 
 VM = 1 << 48  # nsys packs globalTid as VM id << 48 | pid << 24 | tid; kview captures use VM 1
 
@@ -255,7 +259,12 @@ CATEGORIES = {
     "user_annotation": USER,
 }
 # Complete events kview does not read, counted so a view can say what else the trace holds.
+# (python_function events are read only where they are module calls, MODULE_PREFIX.)
 NOT_READ_SILENTLY = {"trace", "python_function", "gpu_user_annotation", "overhead", "cpu_instant_event"}
+# torch.profiler(with_modules=True or with_stack=True) names each nn.Module call's event so;
+# kview files them as NVTX ranges of domain MODULE_DOMAIN (label `nn.Module:Linear_3`).
+MODULE_PREFIX = "nn.Module: "
+MODULE_DOMAIN, MODULE_DOMAIN_ID = "nn.Module", 1
 
 
 def _is_legacy_user_range(name: str, a: dict) -> bool:
@@ -350,7 +359,18 @@ class KinetoFrames:
                 )
             elif cat in (USER, CPU_OP) and _int(e.get("tid")) is not None:
                 user = cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(name, a))
-                ranges.append((ts, dur, _int(e.get("pid")), _int(e.get("tid")), name if user else op_text(e)))
+                ranges.append((ts, dur, _int(e.get("pid")), _int(e.get("tid")), name if user else op_text(e), 0))
+            elif (
+                raw_cat.lower() == "python_function"
+                and name.startswith(MODULE_PREFIX)
+                and _int(e.get("tid")) is not None
+            ):
+                # with_modules / with_stack traces: each nn.Module call, a layer range as
+                # `kview capture --annotate` writes one (named `Linear_3`, as the profiler does),
+                # in its own NVTX domain: layers, never phases
+                ranges.append(
+                    (ts, dur, _int(e.get("pid")), _int(e.get("tid")), name[len(MODULE_PREFIX) :], MODULE_DOMAIN_ID)
+                )
             elif raw_cat.lower() not in NOT_READ_SILENTLY:
                 unread[raw_cat] = unread.get(raw_cat, 0) + 1
         self.unread = unread
@@ -419,20 +439,37 @@ class KinetoFrames:
         self.memset = with_pid(
             _timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
         ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
-        r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String})
+        r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
         # Chrome traces list events in no particular order: order ranges by thread and start,
         # outer before inner, as a push/pop stack would have emitted them.
         r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
+        # The module domain's name, registered once per process that has module ranges (an
+        # NVTX domain is per process), before its first range, as nvtxDomainCreate would be.
+        doms = (
+            r.filter(pl.col("domain_id") == MODULE_DOMAIN_ID)
+            .group_by("pid", maintain_order=True)
+            .agg(pl.col("start").min(), pl.col("tid").first())
+            .select(
+                "start",
+                pl.col("start").alias("end"),
+                "pid",
+                "tid",
+                pl.lit(MODULE_DOMAIN).alias("text"),
+                pl.lit(MODULE_DOMAIN_ID, dtype=i64).alias("domain_id"),
+                pl.lit(NVTX_DOMAIN_CREATE, dtype=i64).alias("event_type"),
+            )
+        )
+        r = pl.concat([doms, r.with_columns(pl.lit(NVTX_PUSHPOP, dtype=i64).alias("event_type"))], how="diagonal")
         self.nvtx_events = r.with_row_index("id", offset=1).select(
             pl.col("id").cast(i64),
             "start",
-            "end",
-            pl.lit(59, dtype=i64).alias("event_type"),
+            pl.when(pl.col("event_type") == NVTX_DOMAIN_CREATE).then(None).otherwise(pl.col("end")).alias("end"),
+            "event_type",
             pl.col("text").cast(pl.Categorical),
             pl.lit(None, dtype=i64).alias("text_id"),
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
             pl.lit(None, dtype=i64).alias("end_global_tid"),
-            pl.lit(0, dtype=i64).alias("domain_id"),
+            "domain_id",
         )
         # Processes that ran host code: GPU devices get a process_name row too (device 0 is pid 0)
         host = set(self.runtime_raw["pid"].drop_nulls().to_list()) | set(r["pid"].drop_nulls().to_list())
