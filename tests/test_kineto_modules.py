@@ -13,12 +13,13 @@ import shutil
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, KINETO, kineto_events
 
 from kview.analysis.attribution import attribute
 from kview.analysis.layers import layer_times, phase_times
 from kview.reports.nvtx import nvtx_sum
 from kview.trace import open_trace
+
+from conftest import FIXTURES, KINETO, kineto_events
 
 HF = ["traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "traces__b200__eager_trace.json.gz"]
 VLLM = "traces__inference__vllm_decode_full__graph_execution.json.gz"  # one module event (LogitsProcessor_0)
@@ -103,6 +104,18 @@ def test_layers_are_the_outermost_repeated_modules(qwen):
             if n in attn and ch[i + 1].startswith("Qwen2Attention_"):
                 attn[n] += dur
     assert dict(zip(lay["Layer"], lay["Qwen2Attention (ns)"])) == attn
+    # sublayer columns in the order the model first runs them, on every run (a pivot's order is not)
+    first = {}
+    for (start, _), (ch, _) in sorted(chains.items()):
+        for i, n in enumerate(ch[:-1]):
+            if n in per_layer:
+                first.setdefault(ch[i + 1].rsplit("_", 1)[0], start)
+    subs = [c for c in lay.columns if c not in ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "Kernels")]
+    assert (
+        subs
+        == [f"{k} (ns)" for k in sorted(first, key=first.get)]
+        == ["Qwen2RMSNorm (ns)", "Qwen2Attention (ns)", "Qwen2MLP (ns)"]
+    )
 
 
 def test_module_ranges_are_never_phases(qwen, tmp_path):

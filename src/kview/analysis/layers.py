@@ -115,7 +115,11 @@ def _sublayer_kinds(subs: pl.DataFrame) -> pl.DataFrame:
     names = names.select(
         "Sublayer", pl.when("_by_kind").then(pl.col("_kind")).otherwise(pl.col("Sublayer")).alias("_name")
     )
-    return subs.join(names, on="Sublayer", how="left").with_columns(pl.col("_name").alias("Sublayer")).drop("_name")
+    return (
+        subs.join(names, on="Sublayer", how="left", maintain_order="left")
+        .with_columns(pl.col("_name").alias("Sublayer"))
+        .drop("_name")
+    )
 
 
 STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family of step ranges
