@@ -587,7 +587,7 @@ def _command_name(argv: list[str]) -> str | None:
 
 def run_tui(args: argparse.Namespace) -> int:
     """`kview [TRACE ...]`: validate every trace, then start the TUI."""
-    from kview.trace import bundled_sample, validate
+    from kview.trace import bundled_sample, open_trace
 
     paths = list(args.traces)
     note = None
@@ -598,9 +598,10 @@ def run_tui(args: argparse.Namespace) -> int:
             return 2
         paths = [str(sample)]
         note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
-    for p in paths:
+    traces = []
+    for p in paths:  # opened and checked once, here: the explorer's loader receives them
         try:
-            validate(p)
+            traces.append(open_trace(p, use_cache=not args.no_cache))
         except TraceError as e:
             print(f"kview: {shown(p)}: {e.problem}", file=sys.stderr)
             return 2
@@ -609,7 +610,7 @@ def run_tui(args: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"kview: the terminal UI cannot start ({e}); reinstall kview (pip install kview)", file=sys.stderr)
         return 2
-    return tui.run(paths, use_cache=not args.no_cache, note=note)
+    return tui.run(paths, use_cache=not args.no_cache, note=note, traces=traces)
 
 
 def _set_max_memory(size: str) -> None:

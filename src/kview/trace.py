@@ -1,54 +1,62 @@
 """The normalized trace model: one object per opened trace, frames loaded on demand.
 
-Each accessor loads only the columns it needs, once, and keeps the frame. Reports, analyses
-and views ask this object, never the file. A parquet cache of the frames (kview.cache) makes
-a second open of a large trace cheap.
+A Trace holds a source (kview.io.source.TraceSource: an Nsight Systems export or a torch.profiler
+JSON, both read into the schema of kview.io.schema) and asks it for each frame once, only the
+columns a caller needs. Reports, analyses and views ask the Trace, never the file. A parquet
+cache of the frames (kview.io.cache) makes a second open of a large trace cheap.
+
+`open_trace` checks a path once, opens it and returns the Trace every caller shares (the CLI's
+commands, and the explorer, whose loader receives it).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
 import polars as pl
 
 from kview.errors import TraceError
-from kview.io import nsys_reader as nr
-from kview.io.sqlite_source import SqliteSource, check_sqlite_file
+from kview.io.source import TraceSource
+
+# string tables up to this size are read whole, once; larger ones only for the ids asked for
+WHOLE_STRINGS = 200_000
 
 
 class Trace:
-    """An Nsight Systems export (or a kview capture in the same schema)."""
+    """One opened trace: its source's frames, each loaded once (and cached on disk)."""
 
-    def __init__(self, path: str | os.PathLike, use_cache: bool = True):
-        self.path = Path(path).expanduser().absolute()
-        self.src = SqliteSource(self.path)
-        nr.check_nsys(self.src)
+    def __init__(self, source: TraceSource, use_cache: bool = True):
+        self.source = source
+        self.path = source.path
         self.use_cache = use_cache
         self._frames: dict[str, pl.DataFrame] = {}
 
     # -- facts -------------------------------------------------------------
     @cached_property
     def metadata(self) -> dict[str, str]:
-        return nr.metadata(self.src)
+        return self.source.metadata()
 
     @property
     def name(self) -> str:
         return self.path.name
 
     @property
-    def origin(self) -> int:
-        """Time zero of the trace's timeline: nsys exports count from the session start already."""
-        return 0
-
-    @property
     def stem(self) -> str:
         return self.path.stem
 
+    @cached_property
+    def origin(self) -> int:
+        """Time zero of the trace's timeline (nsys exports count from the session start already;
+        torch.profiler timestamps are clock readings)."""
+        return self.source.origin()
+
     def has(self, table: str) -> bool:
-        return self.src.has(table)
+        return self.source.has(table)
 
     def memo(self, key: str, build):
         """A derived result (analysis tables, trees) computed once per open trace."""
@@ -58,25 +66,18 @@ class Trace:
         return memo[key]
 
     # -- frames --------------------------------------------------------------
-    def _get(self, key: str, load):
+    def cached(self, key: str, build: Callable[[], pl.DataFrame]) -> pl.DataFrame:
+        """Frame `key` of this trace: kept in memory once built, and in the disk cache (the one
+        path every cached frame takes) unless --no-cache."""
         if key not in self._frames:
-            frame = None
-            if self.use_cache:
-                from kview.io import cache
+            from kview.io import cache
 
-                frame = cache.load(self.path, key)
-            if frame is None:
-                frame = load()
-                if self.use_cache:
-                    from kview.io import cache
-
-                    cache.store(self.path, key, frame)
-            self._frames[key] = frame
+            self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
         return self._frames[key]
 
     @property
     def strings(self) -> pl.DataFrame:
-        return self._get("strings", lambda: nr.strings(self.src))
+        return self.cached("strings", self.source.strings)
 
     def columns(self, key: str, names: list[str]) -> pl.DataFrame:
         """Columns `names` of a logical table (kernels, runtime, memcpy, memset, osrt).
@@ -87,8 +88,9 @@ class Trace:
         have = self._frames.get(key)
         missing = [n for n in names if have is None or n not in have.columns]
         if missing:
-            got = {}
-            if self.use_cache:
+            got: dict[str, pl.Series] = {}
+            use = self.use_cache and self.source.persist_frames
+            if use:
                 from kview.io import cache
 
                 for n in missing:
@@ -103,10 +105,10 @@ class Trace:
                 got = {}
             todo = [n for n in missing if n not in got]
             if todo:
-                fresh = nr.read_columns(self.src, key, todo)
+                fresh = self.source.read_columns(key, todo)
                 for n in todo:
                     got[n] = fresh[n]
-                    if self.use_cache:
+                    if use:
                         from kview.io import cache
 
                         cache.store(self.path, f"{key}.{n}", fresh.select(n))
@@ -121,51 +123,40 @@ class Trace:
         """Raw NVTX range and domain rows, read when kview.nvtx_ranges builds its integer form.
         Neither kept nor cached: that compact form is what is cached, and the raw strings are
         the largest thing a trace holds."""
-        return nr.nvtx_events(self.src)
+        return self.source.nvtx_events()
 
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:
-        return nr.nvtx_max_timestamp(self.src)
+        return self.source.nvtx_max_timestamp()
 
     @cached_property
     def session_ns(self) -> int | None:
         """How long the recorded session lasted from time zero (None where the trace does not say)."""
-        return nr.session_ns(self.src)
+        return self.source.session_ns()
 
     @cached_property
     def memcpy_kind_labels(self) -> dict[int, str]:
-        return nr.memcpy_kind_labels(self.src)
+        return self.source.memcpy_kind_labels()
 
     @property
     def threads(self) -> pl.DataFrame:
-        return self._get("threads", lambda: nr.threads(self.src))
+        return self.cached("threads", self.source.threads)
 
     @property
     def processes(self) -> pl.DataFrame:
-        return self._get("processes", lambda: nr.processes(self.src))
+        return self.cached("processes", self.source.processes)
 
     @property
     def devices(self) -> pl.DataFrame:
-        return self._get("devices", lambda: nr.devices(self.src))
+        return self.cached("devices", self.source.devices)
 
     # -- helpers -------------------------------------------------------------
-    @cached_property
-    def _string_count(self) -> int:
-        return int(self.src.scalar("SELECT count(*) FROM StringIds") or 0) if self.has("StringIds") else 0
-
     def string_values(self, ids: pl.Series) -> pl.DataFrame:
         """(id, value) for the given StringIds ids. Small string tables are read whole once;
         large ones (1M+ strings in long captures) only for the ids asked for."""
-        ids = ids.drop_nulls().unique().cast(pl.Int64)
-        if self._string_count <= 200_000 or "strings" in self._frames:
+        if "strings" in self._frames or self.source.string_count() <= WHOLE_STRINGS:
             return self.strings
-        parts = []
-        for i in range(0, len(ids), 20_000):
-            chunk = ",".join(str(v) for v in ids[i : i + 20_000].to_list())
-            parts.append(self.src.query(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})"))
-        if not parts:
-            return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
-        return pl.concat(parts).select(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
+        return self.source.strings_for(ids.drop_nulls().unique().cast(pl.Int64))
 
     def with_strings(self, df: pl.DataFrame, id_col: str, out_col: str) -> pl.DataFrame:
         """Add the text of a StringIds id column (left join, so unknown ids give null)."""
@@ -174,126 +165,13 @@ class Trace:
 
 
 class JsonTrace(Trace):
-    """A torch.profiler (Kineto) Chrome trace, `.json` or `.json.gz`, in the same model.
-
-    The whole file is decoded once (event by event) into the normalized frames; those frames
-    are cached like an export's columns, so a reopen skips the JSON entirely.
-    """
-
-    TABLES = {
-        "CUPTI_ACTIVITY_KIND_KERNEL": "kernels",
-        "CUPTI_ACTIVITY_KIND_RUNTIME": "runtime",
-        "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy",
-        "CUPTI_ACTIVITY_KIND_MEMSET": "memset",
-        "NVTX_EVENTS": "nvtx_events",
-        "StringIds": "strings",
-    }
-    KEYS = ("kernels", "runtime", "memcpy", "memset", "nvtx_events", "strings", "processes", "devices")
+    """A Trace over a torch.profiler (Kineto) Chrome trace, `.json` or `.json.gz`: the same
+    model, named so callers can tell the kind apart (the source does the reading)."""
 
     def __init__(self, path: str | os.PathLike, use_cache: bool = True):
-        self.path = Path(path).expanduser().absolute()
-        self.use_cache = use_cache
-        self._frames = {}
-        self.src = None  # type: ignore[assignment]  # no SQLite behind a JSON trace
-        self._load()
+        from kview.io.kineto_reader import KinetoSource
 
-    def _load(self) -> None:
-        from kview.io import cache
-
-        frames: dict[str, pl.DataFrame] = {}
-        if self.use_cache:
-            for k in self.KEYS + ("_meta",):
-                f = cache.load(self.path, f"json.{k}")
-                if f is None:
-                    frames = {}
-                    break
-                frames[k] = f
-        if not frames:
-            from kview.io.kineto_reader import read
-
-            try:
-                kf = read(self.path)
-            except TraceError:
-                raise
-            except (
-                ValueError,
-                TypeError,
-                KeyError,
-                AttributeError,
-                IndexError,
-                OverflowError,
-                pl.exceptions.PolarsError,
-            ) as e:  # an event of the wrong shape: the file's damage
-                msg = str(e).splitlines()[0][:80] if str(e) else ""
-                raise TraceError(
-                    self.path, f"has an event kview cannot read ({type(e).__name__}{': ' + msg if msg else ''})"
-                ) from None
-            frames = {k: getattr(kf, k) for k in self.KEYS}
-            frames["_meta"] = pl.DataFrame(
-                {"name": list(kf.metadata), "value": list(kf.metadata.values())},
-                schema={"name": pl.String, "value": pl.String},
-            )
-            if self.use_cache:
-                for k, f in frames.items():
-                    cache.store(self.path, f"json.{k}", f)
-        self._json = frames
-
-    @cached_property
-    def metadata(self) -> dict[str, str]:
-        return dict(self._json["_meta"].iter_rows())
-
-    def has(self, table: str) -> bool:
-        key = self.TABLES.get(table)
-        return key is not None and self._json[key].height > 0
-
-    def columns(self, key: str, names: list[str]) -> pl.DataFrame:
-        return self._json[key].select(names)
-
-    @property
-    def nvtx_events(self) -> pl.DataFrame:
-        return self._json["nvtx_events"]
-
-    @property
-    def strings(self) -> pl.DataFrame:
-        return self._json["strings"]
-
-    @cached_property
-    def _string_count(self) -> int:
-        return self._json["strings"].height
-
-    @cached_property
-    def origin(self) -> int:
-        """Time zero of the trace's timeline: its earliest event (torch.profiler timestamps are
-        clock readings, not offsets)."""
-        keys = ("kernels", "runtime", "memcpy", "memset", "nvtx_events")
-        firsts = [v for k in keys if (v := self._json[k].select(pl.col("start").min()).item()) is not None]
-        return int(min(firsts)) if firsts else 0
-
-    @cached_property
-    def session_ns(self) -> int | None:
-        return None  # a torch.profiler trace records no session bounds
-
-    @cached_property
-    def nvtx_max_timestamp(self) -> int | None:
-        ev = self._json["nvtx_events"]
-        found = [v for v in ev.select(pl.col("start").max(), pl.col("end").max()).row(0) if v is not None]
-        return int(max(found)) if found else None
-
-    @cached_property
-    def memcpy_kind_labels(self) -> dict[int, str]:
-        return dict(nr.MEMCPY_KIND_LABELS)
-
-    @property
-    def threads(self) -> pl.DataFrame:
-        return pl.DataFrame(schema={"global_tid": pl.Int64, "name_id": pl.Int64})
-
-    @property
-    def processes(self) -> pl.DataFrame:
-        return self._json["processes"]
-
-    @property
-    def devices(self) -> pl.DataFrame:
-        return self._json["devices"]
+        super().__init__(KinetoSource(Path(path).expanduser().absolute(), use_cache), use_cache)
 
 
 def _sniff(p: Path) -> str:
@@ -314,8 +192,6 @@ SAMPLE = "lm-small_ctx256_train_nsys.sqlite"
 
 def bundled_sample() -> Path | None:
     """The sample trace `kview` opens with no argument: from a checkout, or installed data."""
-    import sys
-
     here = Path(__file__).resolve().parent
     for cand in (
         here.parents[1] / "sample_traces" / SAMPLE,
@@ -326,8 +202,14 @@ def bundled_sample() -> Path | None:
     return None
 
 
-def _kind(path: str | os.PathLike) -> tuple[Path, str]:
-    """The path and its format ("json" or "sqlite"), or TraceError for what is no trace file."""
+def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
+    """Open any supported trace (nsys SQLite export, kview capture, torch.profiler JSON), checked
+    once on the way in; raises TraceError with a one-line reason otherwise.
+
+    The check is cheap and complete for what is no trace (missing, a folder, empty, not SQLite,
+    truncated, not an nsys export, JSON that is no torch.profiler trace). A torch.profiler trace
+    is read (and inflated) here once and decoded when a frame is first asked for, so the
+    explorer draws its first frame before that work."""
     p = Path(path).expanduser()
     try:  # one stat: a folder on the way the user cannot enter is a reason, not a traceback
         st = p.stat()
@@ -339,30 +221,13 @@ def _kind(path: str | os.PathLike) -> tuple[Path, str]:
         raise TraceError(p, "is a folder, not a trace file")
     if st.st_size == 0:
         raise TraceError(p, "is empty")
-    return p, _sniff(p)
+    if _sniff(p) == "json":
+        return JsonTrace(p, use_cache=use_cache)
+    from kview.io.nsys_reader import NsysSource
+
+    return Trace(NsysSource(p.absolute()), use_cache=use_cache)
 
 
 def validate(path: str | os.PathLike) -> None:
-    """Cheap checks before a UI starts: raises TraceError exactly as open_trace would for a
-    missing, empty, foreign or damaged file, without reading the whole trace."""
-    p, kind = _kind(path)
-    if kind == "json":
-        from kview.io.kineto_reader import _text, events_start
-
-        # Structure only (what kind of JSON, complete to its closing brace): decoding every
-        # event here would delay the first frame by the whole parse; damage deeper inside is
-        # reported by the loader, in the same words.
-        events_start(p, _text(p))
-        return
-    check_sqlite_file(p)
-    Trace(p, use_cache=False).src.close()
-
-
-def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
-    """Open any supported trace (nsys SQLite export, kview capture, torch.profiler JSON);
-    raises TraceError with a one-line reason otherwise."""
-    p, kind = _kind(path)
-    if kind == "json":
-        return JsonTrace(p, use_cache=use_cache)
-    check_sqlite_file(p)
-    return Trace(p, use_cache=use_cache)
+    """Raise TraceError exactly as open_trace would, keeping nothing open."""
+    open_trace(path, use_cache=False).source.close()

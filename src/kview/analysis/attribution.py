@@ -17,7 +17,7 @@ import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.categories import name_categories
-from kview.io.nsys_reader import PID_MASK
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
 PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")

@@ -22,17 +22,16 @@ import re
 import polars as pl
 
 from kview.io.kineto_reader import MODULE_DOMAIN
-from kview.io.nsys_reader import (
+from kview.io.schema import (
     NVTX_DOMAIN_CREATE,
     NVTX_PUSHPOP,
     NVTX_STARTEND,
     NVTXT_PUSHPOP,
     NVTXT_STARTEND,
     PID_MASK,
+    PID_ONLY,
 )
 from kview.trace import Trace
-
-PID_ONLY = 0x0000FFFFFF000000
 
 STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
 STYLE = (

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.io.nsys_reader import (
+from kview.io.schema import (
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
     MEMCPY_KIND_LABELS,
     MEMSET_COLUMNS,
     NVTX_COLUMNS,
     RUNTIME_COLUMNS,
+    VM,
 )
 
 SCHEMA = """
@@ -100,9 +101,7 @@ def write(
         _insert(con, "NVTX_EVENTS", nvtx_events.with_columns(pl.col("text").cast(pl.String)), NVTX_COLUMNS)
         _insert(con, "PROCESSES", processes.select(pl.col("global_pid").alias("globalPid"), "pid", "name"))
         if devices.height:
-            _insert(
-                con, "TARGET_INFO_GPU", devices.select(pl.lit(1 << 48).alias("vmId"), *[c for c in devices.columns])
-            )
+            _insert(con, "TARGET_INFO_GPU", devices.select(pl.lit(VM).alias("vmId"), *[c for c in devices.columns]))
         _insert(
             con,
             "ENUM_CUDA_MEMCPY_OPER",

@@ -19,6 +19,7 @@ import hashlib
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -202,3 +203,29 @@ def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
 
 def clear() -> None:
     shutil.rmtree(cache_root() / "frames", ignore_errors=True)
+
+
+def cached(trace_path: Path, key: str, build: Callable[[], pl.DataFrame], use: bool = True) -> pl.DataFrame:
+    """Frame `key` of this trace from the cache, else built and stored (with `use` False: built)."""
+    frame = load(trace_path, key) if use else None
+    if frame is None:
+        frame = build()
+        if use:
+            store(trace_path, key, frame)
+    return frame
+
+
+def load_all(trace_path: Path, keys: list[str]) -> dict[str, pl.DataFrame] | None:
+    """The frames `keys` of this trace, all of them or None."""
+    frames = {}
+    for k in keys:
+        f = load(trace_path, k)
+        if f is None:
+            return None
+        frames[k] = f
+    return frames
+
+
+def store_all(trace_path: Path, frames: dict[str, pl.DataFrame]) -> None:
+    for k, f in frames.items():
+        store(trace_path, k, f)

@@ -29,9 +29,12 @@ import polars as pl
 
 from kview.errors import TraceError
 from kview.io import memory_budget
-from kview.io.nsys_reader import NVTX_DOMAIN_CREATE, NVTX_PUSHPOP
-
-VM = 1 << 48  # nsys packs globalTid as VM id << 48 | pid << 24 | tid; kview captures use VM 1
+from kview.io.schema import KERNEL as KERNEL_TABLE
+from kview.io.schema import MEMCPY as MEMCPY_TABLE
+from kview.io.schema import MEMCPY_KIND_LABELS, NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, global_pid, global_tid
+from kview.io.schema import MEMSET as MEMSET_TABLE
+from kview.io.schema import NVTX as NVTX_TABLE
+from kview.io.schema import RUNTIME as RUNTIME_TABLE
 
 MEMCPY_KINDS = {
     "HtoD": 1,
@@ -45,10 +48,6 @@ MEMCPY_KINDS = {
     "HtoH": 9,
     "PtoP": 10,
 }
-
-
-def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
-    return pl.lit(VM, dtype=pl.Int64) + (pid.cast(pl.Int64) % 0x1000000) * 0x1000000 + (tid.cast(pl.Int64) % 0x1000000)
 
 
 MAX_DEFLATE_RATIO = 1032  # deflate never inflates more than this: smaller files need no counting
@@ -156,7 +155,11 @@ def load_json(path: Path) -> dict:
     and the columns being built, never the whole tree of Python objects for every event.
     """
     text = _text(path)
-    at, bare = events_start(path, text)
+    return _doc(path, text, *events_start(path, text))
+
+
+def _doc(path: Path, text: str, at: int, bare: bool) -> dict:
+    """load_json's document over text already read and checked (events_start)."""
     doc: dict = {}
     if not bare:
         for key in HEADER_KEYS:
@@ -476,7 +479,7 @@ class KinetoFrames:
         procs = {p: n for p, n in procs.items() if p in host}
         self.processes = pl.DataFrame(
             {
-                "global_pid": [VM + (p % 0x1000000) * 0x1000000 for p in procs],
+                "global_pid": [global_pid(p) for p in procs],
                 "pid": list(procs),
                 "name": list(procs.values()),
             },
@@ -528,3 +531,120 @@ def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
 def read(path: str | Path) -> KinetoFrames:
     p = Path(path)
     return KinetoFrames(p, load_json(p))
+
+
+# the frames a decode makes, cached together: a reopen skips the JSON entirely
+FRAME_KEYS = ("kernels", "runtime", "memcpy", "memset", "nvtx_events", "strings", "processes", "devices", "_meta")
+HAS = {KERNEL_TABLE: "kernels", RUNTIME_TABLE: "runtime", MEMCPY_TABLE: "memcpy", MEMSET_TABLE: "memset"}
+HAS.update({NVTX_TABLE: "nvtx_events", "StringIds": "strings"})
+
+
+class KinetoSource:
+    """A torch.profiler (Kineto) Chrome trace, `.json` or `.json.gz`, in kview's schema.
+
+    Opening it reads (and inflates) the text once and checks its structure, unless the frame
+    cache holds this trace's frames already; the events are decoded, in one pass, when a frame
+    is first asked for, and the frames cached together."""
+
+    persist_frames = False  # cached whole, as one decode
+
+    def __init__(self, path: Path, use_cache: bool = True):
+        from kview.io import cache
+
+        self.path = path
+        self.use_cache = use_cache
+        found = cache.load_all(path, [f"json.{k}" for k in FRAME_KEYS]) if use_cache else None
+        self._frames = None if found is None else {k: found[f"json.{k}"] for k in FRAME_KEYS}
+        self._text: str | None = None
+        if self._frames is None:
+            self._text = _text(path)
+            self._start = events_start(path, self._text)
+
+    @property
+    def frames(self) -> dict[str, pl.DataFrame]:
+        if self._frames is None:
+            self._frames = self._decode()
+        return self._frames
+
+    def _decode(self) -> dict[str, pl.DataFrame]:
+        assert self._text is not None
+        text, self._text = self._text, None  # the text is not kept past its decode
+        try:
+            kf = KinetoFrames(self.path, _doc(self.path, text, *self._start))
+        except TraceError:
+            raise
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            IndexError,
+            OverflowError,
+            pl.exceptions.PolarsError,
+        ) as e:  # an event of the wrong shape: the file's damage
+            msg = str(e).splitlines()[0][:80] if str(e) else ""
+            raise TraceError(
+                self.path, f"has an event kview cannot read ({type(e).__name__}{': ' + msg if msg else ''})"
+            ) from None
+        del text
+        frames = {k: getattr(kf, k) for k in FRAME_KEYS if k != "_meta"}
+        frames["_meta"] = pl.DataFrame(
+            {"name": list(kf.metadata), "value": list(kf.metadata.values())},
+            schema={"name": pl.String, "value": pl.String},
+        )
+        if self.use_cache:
+            from kview.io import cache
+
+            cache.store_all(self.path, {f"json.{k}": f for k, f in frames.items()})
+        return frames
+
+    def has(self, table: str) -> bool:
+        key = HAS.get(table)
+        return key is not None and self.frames[key].height > 0
+
+    def metadata(self) -> dict[str, str]:
+        return dict(self.frames["_meta"].iter_rows())
+
+    def origin(self) -> int:
+        """The earliest event: torch.profiler timestamps are clock readings, not offsets."""
+        keys = ("kernels", "runtime", "memcpy", "memset", "nvtx_events")
+        firsts = [v for k in keys if (v := self.frames[k].select(pl.col("start").min()).item()) is not None]
+        return int(min(firsts)) if firsts else 0
+
+    def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
+        return self.frames[key].select(names)
+
+    def strings(self) -> pl.DataFrame:
+        return self.frames["strings"]
+
+    def string_count(self) -> int:
+        return self.frames["strings"].height
+
+    def strings_for(self, ids: pl.Series) -> pl.DataFrame:
+        return self.frames["strings"].filter(pl.col("id").is_in(ids.implode()))
+
+    def nvtx_events(self) -> pl.DataFrame:
+        return self.frames["nvtx_events"]
+
+    def nvtx_max_timestamp(self) -> int | None:
+        ev = self.frames["nvtx_events"]
+        found = [v for v in ev.select(pl.col("start").max(), pl.col("end").max()).row(0) if v is not None]
+        return int(max(found)) if found else None
+
+    def session_ns(self) -> int | None:
+        return None  # a torch.profiler trace records no session bounds
+
+    def memcpy_kind_labels(self) -> dict[int, str]:
+        return dict(MEMCPY_KIND_LABELS)
+
+    def threads(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={"global_tid": pl.Int64, "name_id": pl.Int64})
+
+    def processes(self) -> pl.DataFrame:
+        return self.frames["processes"]
+
+    def devices(self) -> pl.DataFrame:
+        return self.frames["devices"]
+
+    def close(self) -> None:
+        self._text = None

@@ -8,40 +8,23 @@ text, so grouping a million kernels never hashes a million strings.
 
 from __future__ import annotations
 
+from functools import cached_property
+from pathlib import Path
+
 import polars as pl
 
 from kview.errors import TraceError
+from kview.io.schema import (
+    KERNEL,
+    MEMCPY_KIND_LABELS,
+    NVTX,
+    NVTX_COLUMNS,
+    NVTX_DOMAIN_CREATE,
+    NVTX_RANGE_TYPES,
+    RUNTIME,
+    TABLES,
+)
 from kview.io.sqlite_source import SqliteSource
-
-KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-NVTX = "NVTX_EVENTS"
-OSRT = "OSRT_API"
-
-# ENUM_NSYS_EVENT_TYPE values (stable across versions; 2022.1 has no ENUM tables).
-NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
-NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
-NVTX_DOMAIN_CREATE = 75
-
-# ENUM_CUDA_MEMCPY_OPER labels, for exports that predate the ENUM tables (2022.1).
-MEMCPY_KIND_LABELS = {
-    0: "Unknown",
-    1: "Host-to-Device",
-    2: "Device-to-Host",
-    3: "Host-to-Array",
-    4: "Array-to-Host",
-    5: "Array-to-Array",
-    6: "Array-to-Device",
-    7: "Device-to-Array",
-    8: "Device-to-Device",
-    9: "Host-to-Host",
-    10: "Peer-to-Peer",
-    11: "Unified Host-to-Device",
-    12: "Unified Device-to-Host",
-    13: "Unified Device-to-Device",
-}
 
 NSYS_MARKER_TABLES = (
     "StringIds",
@@ -53,8 +36,6 @@ NSYS_MARKER_TABLES = (
     "TARGET_INFO_SESSION_START_TIME",
     "ANALYSIS_DETAILS",
 )
-
-PID_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid (VM id and PID kept)
 
 
 def check_nsys(src: SqliteSource) -> None:
@@ -79,86 +60,6 @@ def strings(src: SqliteSource) -> pl.DataFrame:
         return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
     df = src.read("StringIds", ["id", "value"])
     return df.with_columns(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
-
-
-KERNEL_COLUMNS = {
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "deviceId": ("device", pl.Int64),
-    "contextId": ("context", pl.Int64),
-    "streamId": ("stream", pl.Int64),
-    "correlationId": ("correlation", pl.Int64),
-    "globalPid": ("global_pid", pl.Int64),
-    "demangledName": ("name_id", pl.Int64),
-    "shortName": ("short_name_id", pl.Int64),
-    "gridX": ("grid_x", pl.Int64),
-    "gridY": ("grid_y", pl.Int64),
-    "gridZ": ("grid_z", pl.Int64),
-    "blockX": ("block_x", pl.Int64),
-    "blockY": ("block_y", pl.Int64),
-    "blockZ": ("block_z", pl.Int64),
-    "registersPerThread": ("registers", pl.Int64),
-    "staticSharedMemory": ("static_smem", pl.Int64),
-    "dynamicSharedMemory": ("dynamic_smem", pl.Int64),
-    "graphNodeId": ("graph_node", pl.Int64),
-}
-RUNTIME_COLUMNS = {
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "globalTid": ("global_tid", pl.Int64),
-    "correlationId": ("correlation", pl.Int64),
-    "nameId": ("name_id", pl.Int64),
-    "eventClass": ("event_class", pl.Int64),
-}
-MEMCPY_COLUMNS = {
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "deviceId": ("device", pl.Int64),
-    "streamId": ("stream", pl.Int64),
-    "correlationId": ("correlation", pl.Int64),
-    "globalPid": ("global_pid", pl.Int64),
-    "bytes": ("bytes", pl.Int64),
-    "copyKind": ("copy_kind", pl.Int64),
-    "srcKind": ("src_kind", pl.Int64),
-    "dstKind": ("dst_kind", pl.Int64),
-}
-MEMSET_COLUMNS = {
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "deviceId": ("device", pl.Int64),
-    "streamId": ("stream", pl.Int64),
-    "correlationId": ("correlation", pl.Int64),
-    "globalPid": ("global_pid", pl.Int64),
-    "bytes": ("bytes", pl.Int64),
-    "memKind": ("mem_kind", pl.Int64),
-}
-NVTX_COLUMNS = {
-    "rowid": ("id", pl.Int64),
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "eventType": ("event_type", pl.Int64),
-    "text": ("text", pl.String),
-    "textId": ("text_id", pl.Int64),
-    "globalTid": ("global_tid", pl.Int64),
-    "endGlobalTid": ("end_global_tid", pl.Int64),
-    "domainId": ("domain_id", pl.Int64),
-}
-OSRT_COLUMNS = {
-    "start": ("start", pl.Int64),
-    "end": ("end", pl.Int64),
-    "globalTid": ("global_tid", pl.Int64),
-    "nameId": ("name_id", pl.Int64),
-    "eventClass": ("event_class", pl.Int64),
-}
-
-
-TABLES = {
-    "kernels": (KERNEL, KERNEL_COLUMNS),
-    "runtime": (RUNTIME, RUNTIME_COLUMNS),
-    "memcpy": (MEMCPY, MEMCPY_COLUMNS),
-    "memset": (MEMSET, MEMSET_COLUMNS),
-    "osrt": (OSRT, OSRT_COLUMNS),
-}
 
 
 def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
@@ -303,3 +204,71 @@ def devices(src) -> pl.DataFrame:
         "chipName",
     ]
     return src.read("TARGET_INFO_GPU", want)
+
+
+class NsysSource:
+    """An Nsight Systems export (or a kview capture in the same schema), read column by column
+    through one read-only SQLite connection. Opening it checks the file once: a complete SQLite
+    database (sqlite_source.check_sqlite_file) holding an nsys export's tables."""
+
+    persist_frames = True
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.db = SqliteSource(path)
+        check_nsys(self.db)
+
+    def has(self, table: str) -> bool:
+        return self.db.has(table)
+
+    def metadata(self) -> dict[str, str]:
+        return metadata(self.db)
+
+    def origin(self) -> int:
+        return 0  # nsys exports count from the session start already
+
+    def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
+        return read_columns(self.db, key, names)
+
+    def strings(self) -> pl.DataFrame:
+        return strings(self.db)
+
+    @cached_property
+    def _string_count(self) -> int:
+        return int(self.db.scalar("SELECT count(*) FROM StringIds") or 0) if self.has("StringIds") else 0
+
+    def string_count(self) -> int:
+        return self._string_count
+
+    def strings_for(self, ids: pl.Series) -> pl.DataFrame:
+        parts = []
+        for i in range(0, len(ids), 20_000):
+            chunk = ",".join(str(v) for v in ids[i : i + 20_000].to_list())
+            parts.append(self.db.query(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})"))
+        if not parts:
+            return pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+        return pl.concat(parts).select(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
+
+    def nvtx_events(self) -> pl.DataFrame:
+        return nvtx_events(self.db)
+
+    def nvtx_max_timestamp(self) -> int | None:
+        return nvtx_max_timestamp(self.db)
+
+    def session_ns(self) -> int | None:
+        return session_ns(self.db)
+
+    def memcpy_kind_labels(self) -> dict[int, str]:
+        return memcpy_kind_labels(self.db)
+
+    def threads(self) -> pl.DataFrame:
+        return threads(self.db)
+
+    def processes(self) -> pl.DataFrame:
+        return processes(self.db)
+
+    def devices(self) -> pl.DataFrame:
+        return devices(self.db)
+
+    def close(self) -> None:
+        self.db.close()

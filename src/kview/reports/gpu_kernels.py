@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kview.io.nsys_reader import PID_MASK
+from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.reports.api import strip_version_suffix
 from kview.reports.base import Report, empty
 from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
@@ -75,8 +75,8 @@ def cuda_kern_exec_sum(trace: Trace) -> Report:
     )
     j = k.join(r, on=["correlation", "global_pid"], how="inner")
     j = j.with_columns(
-        ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
-        (pl.col("global_tid") % 0x1000000).alias("TID"),
+        pid_of(pl.col("global_tid")).alias("PID"),
+        tid_of(pl.col("global_tid")).alias("TID"),
         (pl.col("r_end") - pl.col("r_start")).alias("api"),
         pl.when(pl.col("start") - pl.col("r_end") >= 0).then(pl.col("start") - pl.col("r_end")).alias("que"),
         (pl.col("end") - pl.col("start")).alias("kern"),

@@ -7,7 +7,7 @@ from typing import Literal
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.io.nsys_reader import PID_MASK
+from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.reports.base import Report, empty
 from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
@@ -96,8 +96,8 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         j.join(pairs, on="call_id", how="left")
         .join(ranges.select("id", "name_code", "style"), on="id", how="left")
         .with_columns(
-            ((pl.col("global_tid") // 0x1000000) % 0x1000000).alias("PID"),
-            (pl.col("global_tid") % 0x1000000).alias("TID"),
+            pid_of(pl.col("global_tid")).alias("PID"),
+            tid_of(pl.col("global_tid")).alias("TID"),
             (pl.col("end") - pl.col("start")).alias("kdur"),
         )
     )

@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from kview.output import render
+from kview.trace import Trace
 from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
@@ -69,9 +70,12 @@ class KviewApp(App):
     ] + bindings(GLOBAL_KEYS)
     CSS_PATH = "kview.tcss"
 
-    def __init__(self, paths: list[str], use_cache: bool = True, note: str | None = None):
+    def __init__(
+        self, paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace] | None = None
+    ):
         super().__init__()
         self.paths = paths
+        self.traces = traces  # opened by the CLI, one per path (else each worker opens its path)
         self.use_cache = use_cache
         self.note = note
         self.views: dict[str, View] = {}  # by view id, made in compose
@@ -128,7 +132,7 @@ class KviewApp(App):
         its view when that trace is shown)."""
         self._busy(1)
         try:
-            for message in load(path, self.use_cache, index):
+            for message in load(self.traces[index] if self.traces else path, self.use_cache, index):
                 if isinstance(message, (ViewMessage, Stage)):
                     self.post_message(TraceMessage(index, message))
                 else:
@@ -409,13 +413,13 @@ class _Unjoined(ThreadPoolExecutor):
         super().shutdown(wait=False, cancel_futures=True)
 
 
-def run(paths: list[str], use_cache: bool = True, note: str | None = None) -> int:
+def run(paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace] | None = None) -> int:
     """Run the explorer, then leave at once: a load still running in a thread is not joined,
     and the interpreter's teardown (freeing every frame of the trace, seconds on a large one)
     is skipped; the atexit handlers still run and the output is flushed."""
     import atexit
 
-    app = KviewApp(paths, use_cache=use_cache, note=note)
+    app = KviewApp(paths, use_cache=use_cache, note=note, traces=traces)
     app.run()  # the terminal is restored when this returns
     code = app.return_code or 0
     if app.working:

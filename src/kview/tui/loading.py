@@ -8,6 +8,7 @@ worker posts each as it comes, so the kernel summary is on screen while attribut
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import polars as pl
 from textual.message import Message
@@ -23,11 +24,16 @@ from kview.tui.messages import (
     TraceLoaded,
 )
 
+if TYPE_CHECKING:
+    from kview.trace import Trace
+
 # the filter line suggests at most this many kernel names
 SUGGESTED_NAMES = 5000
 
 
-def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
+def load(trace: Trace | str, use_cache: bool, index: int = 0) -> Iterator[Message]:
+    """The messages of one trace, in the order a user needs them. `trace` is the Trace the CLI
+    opened (and checked), or a path to open here."""
     from kview.analysis.attribution import attribute
     from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.layers import layer_times, phase_times
@@ -35,10 +41,11 @@ def load(path: str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     from kview.analysis.overview import build
     from kview.output.format import distinct_short_names, short_names
     from kview.reports import cuda_gpu_kern_sum
-    from kview.trace import open_trace
+    from kview.trace import Trace, open_trace
 
-    yield Stage(f"opening {path}")
-    trace = open_trace(path, use_cache=use_cache)
+    if not isinstance(trace, Trace):
+        yield Stage(f"opening {trace}")
+        trace = open_trace(trace, use_cache=use_cache)
     yield Stage("kernel summary")
     report = cuda_gpu_kern_sum(trace)
     if report.skipped or report.empty:  # no GPU kernels: say what the trace holds, show its CPU ops

@@ -1,0 +1,149 @@
+"""kview's normalized trace schema, shared by both readers and the capture writer.
+
+The logical tables (kernels, runtime, memcpy, memset, osrt) carry nsys's column names mapped to
+kview's (`deviceId` -> `device`, all int64 ns timestamps); NVTX event types and memcpy kinds
+are nsys's enum values; thread and process ids are nsys's packed globalTid. An nsys export is
+read through these maps, a torch.profiler trace is built into them, and `kview capture` writes
+them back as an nsys-shaped SQLite file.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+NVTX = "NVTX_EVENTS"
+OSRT = "OSRT_API"
+
+# ENUM_NSYS_EVENT_TYPE values (stable across versions; 2022.1 has no ENUM tables).
+NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
+NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
+NVTX_DOMAIN_CREATE = 75
+
+# globalTid packs VM id << 48 | pid << 24 | tid (nsys); kview's own traces use VM 1.
+VM = 1 << 48
+PID_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid (VM id and PID kept)
+PID_ONLY = 0x0000FFFFFF000000  # the PID bits alone (what nsys matches domains by)
+ID_BITS = 0x1000000  # a pid or tid field holds 24 bits
+
+
+def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
+    """nsys's globalTid of (pid, tid) in VM 1, for traces that carry plain ids."""
+    return pl.lit(VM, dtype=pl.Int64) + (pid.cast(pl.Int64) % ID_BITS) * ID_BITS + (tid.cast(pl.Int64) % ID_BITS)
+
+
+def global_pid(pid: int) -> int:
+    """nsys's globalPid of a plain pid, in VM 1."""
+    return VM + (pid % ID_BITS) * ID_BITS
+
+
+# ENUM_CUDA_MEMCPY_OPER labels, for exports that predate the ENUM tables (2022.1).
+MEMCPY_KIND_LABELS = {
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+    11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}
+
+# raw nsys column -> (kview's name, type), per logical table
+KERNEL_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "contextId": ("context", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "demangledName": ("name_id", pl.Int64),
+    "shortName": ("short_name_id", pl.Int64),
+    "gridX": ("grid_x", pl.Int64),
+    "gridY": ("grid_y", pl.Int64),
+    "gridZ": ("grid_z", pl.Int64),
+    "blockX": ("block_x", pl.Int64),
+    "blockY": ("block_y", pl.Int64),
+    "blockZ": ("block_z", pl.Int64),
+    "registersPerThread": ("registers", pl.Int64),
+    "staticSharedMemory": ("static_smem", pl.Int64),
+    "dynamicSharedMemory": ("dynamic_smem", pl.Int64),
+    "graphNodeId": ("graph_node", pl.Int64),
+}
+RUNTIME_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "nameId": ("name_id", pl.Int64),
+    "eventClass": ("event_class", pl.Int64),
+}
+MEMCPY_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "bytes": ("bytes", pl.Int64),
+    "copyKind": ("copy_kind", pl.Int64),
+    "srcKind": ("src_kind", pl.Int64),
+    "dstKind": ("dst_kind", pl.Int64),
+}
+MEMSET_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "streamId": ("stream", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "bytes": ("bytes", pl.Int64),
+    "memKind": ("mem_kind", pl.Int64),
+}
+NVTX_COLUMNS = {
+    "rowid": ("id", pl.Int64),
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "eventType": ("event_type", pl.Int64),
+    "text": ("text", pl.String),
+    "textId": ("text_id", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "endGlobalTid": ("end_global_tid", pl.Int64),
+    "domainId": ("domain_id", pl.Int64),
+}
+OSRT_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "end": ("end", pl.Int64),
+    "globalTid": ("global_tid", pl.Int64),
+    "nameId": ("name_id", pl.Int64),
+    "eventClass": ("event_class", pl.Int64),
+}
+
+# logical table -> (nsys table, column map)
+TABLES = {
+    "kernels": (KERNEL, KERNEL_COLUMNS),
+    "runtime": (RUNTIME, RUNTIME_COLUMNS),
+    "memcpy": (MEMCPY, MEMCPY_COLUMNS),
+    "memset": (MEMSET, MEMSET_COLUMNS),
+    "osrt": (OSRT, OSRT_COLUMNS),
+}
+
+
+def pid_of(gtid: pl.Expr) -> pl.Expr:
+    """The plain pid inside a globalTid or globalPid."""
+    return (gtid // ID_BITS) % ID_BITS
+
+
+def tid_of(gtid: pl.Expr) -> pl.Expr:
+    """The plain tid inside a globalTid."""
+    return gtid % ID_BITS
