@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -35,6 +36,8 @@ class Trace:
         self.path = source.path
         self.use_cache = use_cache
         self._frames: dict[str, pl.DataFrame] = {}
+        # derived tables (kview.derived), keyed by (function, *arguments)
+        self.derived_tables: dict[tuple, Any] = {}
 
     # -- facts -------------------------------------------------------------
     @cached_property
@@ -58,13 +61,6 @@ class Trace:
     def has(self, table: str) -> bool:
         return self.source.has(table)
 
-    def memo(self, key: str, build):
-        """A derived result (analysis tables, trees) computed once per open trace."""
-        memo = self.__dict__.setdefault("_memo", {})
-        if key not in memo:
-            memo[key] = build()
-        return memo[key]
-
     # -- frames --------------------------------------------------------------
     def cached(self, key: str, build: Callable[[], pl.DataFrame]) -> pl.DataFrame:
         """Frame `key` of this trace: kept in memory once built, and in the disk cache (the one
@@ -74,6 +70,20 @@ class Trace:
 
             self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
         return self._frames[key]
+
+    def persisted(self, keys: tuple[str, ...], build: Callable[[], Any], single: bool = False) -> Any:
+        """Derived frames kept in the disk cache under `keys` (all of them or none): a frame, or
+        with several keys a tuple of frames. Used by @derived(persist=...)."""
+        from kview.io import cache
+
+        found = cache.load_all(self.path, list(keys)) if self.use_cache else None
+        if found is not None:
+            frames = tuple(found[k] for k in keys)
+            return frames[0] if single else frames
+        value = build()
+        if self.use_cache:
+            cache.store_all(self.path, dict(zip(keys, (value,) if single else value)))
+        return value
 
     @property
     def strings(self) -> pl.DataFrame:

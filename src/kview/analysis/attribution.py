@@ -17,6 +17,7 @@ import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.categories import name_categories
+from kview.derived import derived
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
@@ -78,8 +79,13 @@ OP_CATEGORIES = {
 }
 
 
-def _labels(trace: Trace) -> pl.DataFrame:
-    """Per distinct range label: what kind of range it is, and the parsed op fields."""
+def _is_phase(label: pl.Expr) -> pl.Expr:
+    return label.is_in(list(PHASE_NAMES)) | label.str.contains(STEP_RANGE_RE)
+
+
+def op_labels(trace: Trace) -> pl.DataFrame:
+    """Per distinct range label: what kind of range it is, and the parsed op fields (made
+    where attribution needs them, not kept: a dense trace has many long op labels)."""
     n = nv.labels(trace)
     lab = pl.col("label")
     base = lab.str.extract(r"^([^,]*)", 1)
@@ -93,7 +99,7 @@ def _labels(trace: Trace) -> pl.DataFrame:
             pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
             pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
             pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-            (lab.is_in(list(PHASE_NAMES)) | lab.str.contains(STEP_RANGE_RE)).alias("phase"),
+            _is_phase(lab).alias("phase"),
         )
         .with_columns(
             (
@@ -109,12 +115,9 @@ def _labels(trace: Trace) -> pl.DataFrame:
     )
 
 
+@derived
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
-    return trace.memo("gpu_ops", lambda: _gpu_ops(trace))
-
-
-def _gpu_ops(trace: Trace) -> pl.DataFrame:
     cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
     parts = []
     if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -148,13 +151,11 @@ def _gpu_ops(trace: Trace) -> pl.DataFrame:
     return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
 
 
+@derived
 def launched_ops(trace: Trace) -> pl.DataFrame:
     """gpu_ops with the launch call of each (r_start, r_end, global_tid; null when the call
     lies outside the trace's window)."""
-    return trace.memo("launched_ops", lambda: _launches(trace, gpu_ops(trace)))
-
-
-def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
+    ops = gpu_ops(trace)
     if ops.height == 0:
         return ops
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
@@ -168,20 +169,18 @@ def _launches(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     return ops.join(r.unique(["correlation", "global_pid"], keep="first"), on=["correlation", "global_pid"], how="left")
 
 
-def _user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
-    """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
-    layer (the same without phase ranges, joined with ":"), and which phases it lies in.
-    Computed once per range, so a million kernels only carry the id of their innermost range."""
-    return trace.memo("attribution.user_paths", lambda: _build_user_paths(trace, labels))
-
-
 # A path shows at most this many levels: the outermost PATH_HEAD, a marker saying how many
 # are left out, and the innermost PATH_TAIL (a push never popped in a loop nests 20,000 deep).
 PATH_HEAD, PATH_TAIL = 3, 28
 ELIDED = "…"
 
 
-def _build_user_paths(trace: Trace, labels: pl.DataFrame) -> pl.DataFrame:
+@derived
+def user_paths(trace: Trace) -> pl.DataFrame:
+    """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
+    layer (the same without phase ranges, joined with ":"), and which phases it lies in.
+    Computed once per range, so a million kernels only carry the id of their innermost range."""
+    labels = nv.labels(trace).with_columns(_is_phase(pl.col("label")).alias("phase"))
     ranges = nv.projection_ranges(trace)
     users = ranges.join(
         labels.filter(~pl.col("marker")).select("name_code", "label", "phase"), on="name_code", how="inner"
@@ -318,7 +317,7 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
         pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes")
     )
     out = calls.select("call_id").join(per_call, on="call_id", how="left")
-    out = out.join(_user_paths(trace, labels), on="uid", how="left").join(ops, on="fop_code", how="left")
+    out = out.join(user_paths(trace), on="uid", how="left").join(ops, on="fop_code", how="left")
     return out.drop("uid", "fop_code")
 
 
@@ -329,7 +328,7 @@ def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> p
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
     inner = nv.user_range_open_at(users, calls.select("call_id", "global_tid", pl.col("start").alias("t")))
-    paths = _user_paths(trace, labels).select("uid", pl.col("path").alias("open_path"))
+    paths = user_paths(trace).select("uid", pl.col("path").alias("open_path"))
     return inner.rename({"id": "uid"}).join(paths, on="uid", how="left").select("call_id", "open_path")
 
 
@@ -440,20 +439,17 @@ def shown(table: pl.DataFrame) -> pl.DataFrame:
     return table.select(COLUMNS)
 
 
+@derived
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""
-    return trace.memo("attribution.table", lambda: _attribute(trace))
-
-
-def _attribute(trace: Trace) -> pl.DataFrame:
     ops = launched_ops(trace)
     if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
         return pl.DataFrame(schema=SCHEMA)
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     if have_nvtx:
-        labels = _labels(trace)
+        labels = op_labels(trace)
         calls = ops.filter(pl.col("r_start").is_not_null()).select(
             "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
         )

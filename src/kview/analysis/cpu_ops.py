@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
+from kview.derived import derived
 from kview.trace import Trace
 
 SCHEMA = pl.Schema(
@@ -18,12 +19,9 @@ SCHEMA = pl.Schema(
 )
 
 
+@derived
 def cpu_op_summary(trace: Trace) -> pl.DataFrame:
     """One row per op name: calls, total and self time, heaviest self time first."""
-    return trace.memo("cpu_ops.summary", lambda: _summary(trace))
-
-
-def _summary(trace: Trace) -> pl.DataFrame:
     if not trace.has("NVTX_EVENTS"):
         return pl.DataFrame(schema=SCHEMA)
     tree = nv.projection_tree(trace)
@@ -56,24 +54,21 @@ def _summary(trace: Trace) -> pl.DataFrame:
     return g.sort(["Self (ns)", "Op"], descending=[True, False]).cast(SCHEMA)
 
 
+@derived
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
+    from kview.analysis.attribution import gpu_ops
 
-    def build() -> dict[str, int]:
-        from kview.analysis.attribution import gpu_ops
-
-        out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
-        if trace.has("NVTX_EVENTS"):
-            marks = nv.projection_ranges(trace).join(
-                nv.labels(trace).select("name_code", "marker"), on="name_code", how="inner"
-            )["marker"]
-            out["CPU ops"] = int(marks.sum())
-            out["ranges"] = int(marks.len() - marks.sum())
-        if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-            out["API calls"] = trace.columns("runtime", ["start"]).height
-        return out
-
-    return trace.memo("cpu_ops.holdings", build)
+    out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
+    if trace.has("NVTX_EVENTS"):
+        marks = nv.projection_ranges(trace).join(
+            nv.labels(trace).select("name_code", "marker"), on="name_code", how="inner"
+        )["marker"]
+        out["CPU ops"] = int(marks.sum())
+        out["ranges"] = int(marks.len() - marks.sum())
+    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        out["API calls"] = trace.columns("runtime", ["start"]).height
+    return out
 
 
 def no_gpu_work_note(trace: Trace) -> str:

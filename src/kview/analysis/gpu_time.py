@@ -12,16 +12,14 @@ import numpy as np
 import polars as pl
 
 from kview.analysis.attribution import launched_ops
+from kview.derived import derived
 from kview.trace import Trace
 
 
+@derived
 def launch_timeline(trace: Trace) -> pl.DataFrame:
     """Idx, launch time `t` and duration of every GPU op, sorted by `t` (ops whose launch call
     is outside the trace's window use their own start)."""
-    return trace.memo("launch_timeline", lambda: _timeline(trace))
-
-
-def _timeline(trace: Trace) -> pl.DataFrame:
     ops = launched_ops(trace)
     if ops.height == 0:
         return pl.DataFrame(schema={"Idx": pl.Int64, "t": pl.Int64, "dur": pl.Int64})

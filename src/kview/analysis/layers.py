@@ -17,6 +17,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.filters import regex_problem
+from kview.derived import derived
 from kview.errors import UsageError
 from kview.trace import Trace
 
@@ -125,16 +126,13 @@ def _sublayer_kinds(subs: pl.DataFrame) -> pl.DataFrame:
 STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family of step ranges
 
 
+@derived
 def phase_labels(trace: Trace) -> list[str]:
     """The phase names, in order of first appearance: the user ranges at the top of their
     thread's user-range nesting (op markers, library ranges such as NCCL's and the module calls
     of a torch.profiler trace never count);
     when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
     one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
-    return trace.memo("phase_labels", lambda: _phase_labels(trace))
-
-
-def _phase_labels(trace: Trace) -> list[str]:
     if not trace.has("NVTX_EVENTS"):
         return []
     users = (
@@ -161,14 +159,6 @@ def _phase_labels(trace: Trace) -> list[str]:
     return phases.group_by("label").agg(pl.col("start").min()).sort(["start", "label"])["label"].to_list()
 
 
-def phase_times(trace: Trace) -> pl.DataFrame:
-    """Per phase: the GPU time and op count of the work launched while it was open (any thread),
-    its share of all GPU time, and its CPU time (how long it was open). The same numbers
-    `kview compare` gives for these ranges (one function computes both). Computed once per
-    trace: Overview, diff and `kview phases` all ask for it."""
-    return trace.memo("phase_times", lambda: _phase_times(trace))
-
-
 PHASE_SCHEMA = pl.Schema(
     {
         "Phase": pl.String,
@@ -180,7 +170,12 @@ PHASE_SCHEMA = pl.Schema(
 )
 
 
-def _phase_times(trace: Trace) -> pl.DataFrame:
+@derived
+def phase_times(trace: Trace) -> pl.DataFrame:
+    """Per phase: the GPU time and op count of the work launched while it was open (any thread),
+    its share of all GPU time, and its CPU time (how long it was open). The same numbers
+    `kview compare` gives for these ranges (one function computes both). Computed once per
+    trace: Overview, diff and `kview phases` all ask for it."""
     from kview.analysis.compare import user_ranges
     from kview.analysis.gpu_time import launch_timeline, range_times
 

@@ -21,6 +21,7 @@ import re
 
 import polars as pl
 
+from kview.derived import derived
 from kview.io.kineto_reader import MODULE_DOMAIN
 from kview.io.schema import (
     NVTX_DOMAIN_CREATE,
@@ -77,22 +78,6 @@ def is_op_marker_expr(label: pl.Expr) -> pl.Expr:
     return label.str.contains(OP_MARKER_RE)
 
 
-def _cached_build(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(labelled, names) from the frame cache when there (integers only, so a reopen skips the
-    strings), else built and stored."""
-    from kview.io import cache
-
-    if trace.use_cache:
-        lab, names = cache.load(trace.path, "nvtx.labelled"), cache.load(trace.path, "nvtx.names")
-        if lab is not None and names is not None:
-            return lab.with_columns(pl.col("style").cast(STYLES)), names
-    lab, names = _build_labelled(trace)
-    if trace.use_cache:
-        cache.store(trace.path, "nvtx.labelled", lab)
-        cache.store(trace.path, "nvtx.names", names)
-    return lab, names
-
-
 def labelled(trace: Trace) -> pl.DataFrame:
     """All range events with an integer `name_code` (see `names`), `style`; `end` may be null.
 
@@ -101,15 +86,23 @@ def labelled(trace: Trace) -> pl.DataFrame:
     nsys, a range joins every domain-create row of its domainId in its process, so the rare
     export with one domain created on several threads counts those ranges once per row.
     """
-    return trace.memo("nvtx.labelled", lambda: _cached_build(trace))[0]
+    return labelled_ranges(trace)[0]
 
 
 def names(trace: Trace) -> pl.DataFrame:
     """name_code -> name (`domain:text`, as nsys prints it)."""
-    return trace.memo("nvtx.labelled", lambda: _cached_build(trace))[1]
+    return labelled_ranges(trace)[1]
 
 
-def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _styled(frames: tuple[pl.DataFrame, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    lab, table = frames
+    return lab.with_columns(pl.col("style").cast(STYLES)), table
+
+
+# integers only, so a reopen skips the strings
+@derived(persist=("nvtx.labelled", "nvtx.names"), restore=_styled)
+def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(labelled, names): see those two."""
     ev = trace.nvtx_events.rename({"text": "text_cat"})
     ev = ev.with_columns(
         pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
@@ -146,51 +139,46 @@ def _build_labelled(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     return labelled_, table.select(pl.col("name_code").cast(pl.Int64), "name")
 
 
+@derived
 def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
     whether a library opened it (`library`), and whether it is a module call torch.profiler
     recorded (`module`: a layer range, never a phase)."""
-
-    def build() -> pl.DataFrame:
-        parts = pl.col("name").str.splitn(":", 2)
-        return (
-            names(trace)
-            .with_columns(
-                parts.struct.field("field_1").fill_null("").alias("label"),
-                parts.struct.field("field_0").fill_null("").alias("domain"),
-            )
-            .with_columns(
-                is_op_marker_expr(pl.col("label")).alias("marker"),
-                (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
-                    "library"
-                ),
-                (pl.col("domain") == MODULE_DOMAIN).alias("module"),
-            )
-            .drop("domain")
+    parts = pl.col("name").str.splitn(":", 2)
+    return (
+        names(trace)
+        .with_columns(
+            parts.struct.field("field_1").fill_null("").alias("label"),
+            parts.struct.field("field_0").fill_null("").alias("domain"),
         )
-
-    return trace.memo("nvtx.labels", build)
+        .with_columns(
+            is_op_marker_expr(pl.col("label")).alias("marker"),
+            (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
+                "library"
+            ),
+            (pl.col("domain") == MODULE_DOMAIN).alias("module"),
+        )
+        .drop("domain")
+    )
 
 
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
     return frame.join(names(trace).rename({"name": out}), on="name_code", how="left")
 
 
+@derived
 def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
-    return trace.memo("nvtx.projection", lambda: _projection(trace))
-
-
-def _projection(trace: Trace) -> pl.DataFrame:
     all_ranges = labelled(trace)
     hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     r = all_ranges.filter(pl.col("end_global_tid").is_null())
     return r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64))).drop("end_global_tid")
 
 
+@derived
 def projection_tree(trace: Trace) -> pl.DataFrame:
     """nest() of the push/pop projection ranges, computed once per trace."""
-    return trace.memo("nvtx.tree", lambda: nest(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
+    return nest(projection_ranges(trace).filter(pl.col("style") == "PushPop"))
 
 
 def nest(ranges: pl.DataFrame) -> pl.DataFrame:

@@ -23,6 +23,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
+from kview.derived import derived
 from kview.trace import Trace
 
 SCHEMA = {
@@ -98,13 +99,14 @@ def _path_text(head: tuple, tail: tuple, n: int) -> str:
 
 
 def path_table(trace: Trace) -> pl.DataFrame:
-    return trace.memo("nvtx_tree", lambda: _build(trace))[0]
+    """One row per distinct path of ranges (SCHEMA), parents before children."""
+    return paths_and_windows(trace)[0]
 
 
 def path_windows(trace: Trace) -> pl.DataFrame:
     """The merged windows of each path's instances (path_id, start, end), sorted by path and
     start: what a path's GPU time counts."""
-    return trace.memo("nvtx_tree", lambda: _build(trace))[1]
+    return paths_and_windows(trace)[1]
 
 
 def path_ops(trace: Trace, path_id: int) -> pl.Series:
@@ -181,7 +183,9 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _build(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+@derived
+def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(path_table, path_windows): see those two."""
     empty = (pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=WINDOWS))
     if not trace.has("NVTX_EVENTS"):
         return empty

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.derived import derived
 from kview.trace import Trace
 
 # logical table, nsys table, what its rows are called
@@ -28,13 +29,10 @@ def impossible(start: pl.Expr, end: pl.Expr, trace: Trace) -> pl.Expr:
     return bad.fill_null(False)
 
 
+@derived
 def counts(trace: Trace) -> dict[str, tuple[int, int]]:
     """{what the rows are: (ending before they start, outside the session)} for the GPU tables
     that hold any."""
-    return trace.memo("sanity.counts", lambda: _counts(trace))
-
-
-def _counts(trace: Trace) -> dict[str, tuple[int, int]]:
     out = {}
     for key, table, what in GPU_TABLES:
         if not trace.has(table):
