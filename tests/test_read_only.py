@@ -18,7 +18,7 @@ from fswatch import Untouched
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 OTHER = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
-COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"], ["diff"]]
+COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"], ["diff"], ["ranks"]]
 
 
 def kview(*args, env=None, timeout=180):

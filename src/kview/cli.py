@@ -118,6 +118,25 @@ def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=15)
 
 
+RUN_TABLES = {
+    "ranks": ("ranks", "time", "collectives", "stragglers", "waits"),
+    "iterations": ("iterations", "statistics"),
+}
+
+
+def _run_options(name: str) -> Callable[[argparse.ArgumentParser], None]:
+    def options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("traces", nargs="+", metavar="TRACE")
+        p.add_argument(
+            "--table",
+            default=None,
+            choices=RUN_TABLES[name],
+            help="print only this table (one table is what -f csv/tsv can hold)",
+        )
+
+    return options
+
+
 def _handed_over(p: argparse.ArgumentParser) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
@@ -351,6 +370,7 @@ def cmd_overview(args) -> int:
         "Time by phase": o.phases,
         "Top kernels": o.top_kernels,
         "Top CPU ops": o.cpu_ops,
+        "Ranks": o.ranks,
         "Findings": pl.DataFrame({"Finding": o.findings}),
     }
     # findings are sentences: bullets in a terminal rather than a truncated table cell
@@ -407,6 +427,64 @@ def cmd_diff(args) -> int:
         args,
         render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n"),
     )
+
+
+def cmd_run_tables(args) -> int:
+    """`kview ranks` and `kview iterations`: the tables of a run, every one or the one asked for."""
+    from kview.analysis.ranks import open_run
+    from kview.output import render
+
+    if args.table is None:
+        _one_table_per_document(
+            args.format,
+            f"the {args.command} tables",
+            "pick one with --table NAME, or use -f json (one object keyed by table), md or table",
+        )
+    run = open_run(args.traces, use_cache=not args.no_cache)
+    for note in run.notes:
+        print(f"kview: {note}", file=sys.stderr)
+    if not run.ranks:
+        print("kview: no GPU work in " + ", ".join(t.name for t in run.traces) + ": no ranks to show", file=sys.stderr)
+    sections = _run_sections(run, args.command, args.format == "table")
+    if args.table is not None:
+        frame = sections[args.table][1]
+        return _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
+    return _write(
+        args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
+    )
+
+
+def _run_sections(run, command: str, for_person: bool) -> dict:
+    """name -> (title, table) of `kview ranks` or `kview iterations`."""
+    if command == "iterations":
+        from kview.analysis.iterations import iteration_stats, iteration_table
+
+        return {
+            "iterations": ("Iterations", iteration_table(run)),
+            "statistics": ("Statistics across iterations", iteration_stats(run)),
+        }
+    from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
+    from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
+    from kview.analysis.ranks import rank_table
+
+    time = rank_summary(run)
+    if for_person and time.height:  # where each rank's wall time went, at a glance, in 80 columns
+        time = with_time_bar(time).select(
+            "Rank",
+            "Wall (ns)",
+            "Busy (% of wall)",
+            "Exposed comm (ns)",
+            "Exposed (% of comm)",
+            "Waited (ns)",
+            BAR_TITLE,
+        )
+    return {
+        "ranks": ("Ranks", rank_table(run)),
+        "time": ("GPU time by rank", time),
+        "collectives": ("Collectives", collectives_by_rank(run)),
+        "stragglers": ("Stragglers by iteration", stragglers(run)),
+        "waits": ("Waiting in each collective", straggler_instances(run)),
+    }
 
 
 def cmd_external(args) -> int:
@@ -515,6 +593,22 @@ COMMANDS = [
         "bytes requested and not yet freed (torch's requested_bytes), reserved = the allocator's segments; the "
         "phases come from the trace beside the snapshot, else from its record_function ranges.",
     ),
+    Command(
+        "ranks",
+        "a distributed run rank by rank: GPU time, exposed communication, collectives, stragglers",
+        cmd_run_tables,
+        _run_options("ranks"),
+        "A distributed run rank by rank. TRACES: one export holding every process, one file per rank, a folder "
+        "of them, or a mix.",
+    ),
+    Command(
+        "iterations",
+        "per-iteration GPU time of every rank (wall, busy, compute, communication, memory, idle), statistics, outliers",
+        cmd_run_tables,
+        _run_options("iterations"),
+        "Per-iteration GPU time of every rank. TRACES: one export holding every process, one file per rank, a "
+        "folder of them, or a mix.",
+    ),
     # Handed over whole to packages outside the core, imported by name only when used.
     Command(
         "capture",
@@ -598,6 +692,13 @@ def run_tui(args: argparse.Namespace) -> int:
             return 2
         paths = [str(sample)]
         note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
+    from kview.analysis.ranks import trace_paths
+
+    try:  # a folder of per-rank traces opens as its traces (`kview run/`)
+        paths = [str(p) for p in trace_paths(paths)]
+    except TraceError as e:
+        print(f"kview: {shown(e.path)}: {e.problem}", file=sys.stderr)
+        return 2
     traces = []
     for p in paths:  # opened and checked once, here: the explorer's loader receives them
         try:

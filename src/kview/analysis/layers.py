@@ -127,14 +127,14 @@ STEP_FAMILY = r"(#\d+|_\d+|\d+)$"  # ProfilerStep#5, step_3, iter12: one family 
 
 
 @derived
-def phase_labels(trace: Trace) -> list[str]:
-    """The phase names, in order of first appearance: the user ranges at the top of their
-    thread's user-range nesting (op markers, library ranges such as NCCL's and the module calls
-    of a torch.profiler trace never count);
-    when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
-    one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
+def user_range_tree(trace: Trace) -> pl.DataFrame:
+    """Push/pop user ranges (op markers, library ranges such as NCCL's and the module calls of a
+    torch.profiler trace left out) with their nesting among user ranges only (a marker in between
+    never hides the top): id, start, end, global_tid, label, depth, parent. Phases and iterations
+    both start from its roots."""
+    schema = {"id": pl.Int64, "start": pl.Int64, "end": pl.Int64, "global_tid": pl.Int64, "label": pl.String}
     if not trace.has("NVTX_EVENTS"):
-        return []
+        return nv.nest(pl.DataFrame(schema=schema))
     users = (
         nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library") & ~pl.col("module")).select("name_code", "label")
     )
@@ -144,9 +144,19 @@ def phase_labels(trace: Trace) -> list[str]:
         .join(users, on="name_code", how="inner")
         .select("id", "start", "end", "global_tid", "label")
     )
-    if r.height == 0:
+    return nv.nest(r)
+
+
+@derived
+def phase_labels(trace: Trace) -> list[str]:
+    """The phase names, in order of first appearance: the user ranges at the top of their
+    thread's user-range nesting (op markers, library ranges such as NCCL's and the module calls
+    of a torch.profiler trace never count);
+    when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
+    one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
+    tree = user_range_tree(trace)
+    if tree.height == 0:
         return []
-    tree = nv.nest(r)  # nesting among user ranges only: a marker in between never hides the top
     roots = tree.filter(pl.col("depth") == 0)
     phases = roots
     if roots["label"].str.replace(STEP_FAMILY, "").n_unique() == 1:

@@ -270,6 +270,39 @@ MODULE_PREFIX = "nn.Module: "
 MODULE_DOMAIN, MODULE_DOMAIN_ID = "nn.Module", 1
 
 
+# bytes per element of the dtypes c10d names in a collective's arguments
+DTYPE_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "Long": 8,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+}
+
+
+def _collective_bytes(a: dict) -> int | None:
+    """The buffer size of a collective kernel (PyTorch >= 2.1 writes its c10d arguments on it):
+    the larger of its input and output element counts times the element size, as nccl-tests
+    reports a collective's size (an AllGather's output, a ReduceScatter's input)."""
+    size = DTYPE_BYTES.get(str(a.get("dtype")))
+    counts = [n for n in (_int(a.get("In msg nelems")), _int(a.get("Out msg nelems"))) if n is not None]
+    return max(counts) * size if size and counts else None
+
+
 def _is_legacy_user_range(name: str, a: dict) -> bool:
     """PyTorch <= 1.9 filed record_function ranges (ProfilerStep#5, user labels) as `Operator`:
     they are the ones without a namespace, autograd sequence number or input tensors."""
@@ -322,6 +355,7 @@ class KinetoFrames:
                         *[_int(b) for b in block[:3]],
                         _int(a.get("registers per thread")),
                         _int(a.get("shared memory")),
+                        _collective_bytes(a) if "Collective name" in a else None,
                     )
                 )
             elif cat in (RUNTIME, DRIVER):
@@ -415,6 +449,7 @@ class KinetoFrames:
                 "block_z": i64,
                 "registers": i64,
                 "smem": i64,
+                "coll_bytes": i64,
             },
         )
         k = (
@@ -515,6 +550,11 @@ class KinetoFrames:
             "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
             "RECORD_SHAPES": str(doc.get("record_shapes", "")),
         }
+        dist = doc.get("distributedInfo")
+        if isinstance(dist, dict):  # which rank of how many wrote this trace
+            for key, name in (("rank", "DIST_RANK"), ("world_size", "DIST_WORLD_SIZE"), ("backend", "DIST_BACKEND")):
+                if dist.get(key) is not None:
+                    self.metadata[name] = str(dist[key])
         if unread:  # e.g. MTIA device events: the trace holds them, kview does not read them
             self.metadata["KINETO_EVENTS_NOT_READ"] = ", ".join(
                 f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1])

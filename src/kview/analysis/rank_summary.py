@@ -1,0 +1,43 @@
+"""One row per rank: where its GPU time went over its iterations, how much of its communication
+was exposed, and how long it waited in collectives for the others.
+
+The sums are those of the iteration table (iterations.iteration_table), so `kview ranks` and
+`kview iterations` never disagree; a rank without iterations is measured over its GPU span.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kview.analysis.collectives import waits
+from kview.analysis.gpu_breakdown import COLUMNS
+from kview.analysis.iterations import iteration_table
+from kview.analysis.ranks import Run
+
+
+def rank_summary(run: Run) -> pl.DataFrame:
+    return run.memo("rank_summary", lambda: _summary(run))
+
+
+def _summary(run: Run) -> pl.DataFrame:
+    t = iteration_table(run)
+    g = t.group_by("Rank").agg(
+        pl.col("Iteration").drop_nulls().len().alias("Iterations"), *[pl.col(c).sum() for c in COLUMNS]
+    )
+    w = (
+        waits(run)
+        .group_by("rank")
+        .agg(pl.col("wait").sum().alias("Waited (ns)"), (pl.col("wait") == 0).sum().alias("Joined last"))
+    )
+    pct = lambda a, b: pl.when(pl.col(b) > 0).then((pl.col(a) * 100.0 / pl.col(b)).round(1))  # noqa: E731
+    return (
+        g.join(w.rename({"rank": "Rank"}), on="Rank", how="left")
+        .with_columns(
+            pl.col("Waited (ns)").fill_null(0),
+            pl.col("Joined last").fill_null(0).cast(pl.Int64),
+            pct("Busy (ns)", "Wall (ns)").alias("Busy (%)"),
+            pct("Exposed comm (ns)", "Communication (ns)").alias("Exposed (% of comm)"),
+        )
+        .select("Rank", "Iterations", *COLUMNS, "Busy (%)", "Exposed (% of comm)", "Waited (ns)", "Joined last")
+        .sort("Rank")
+    )

@@ -1,0 +1,248 @@
+"""The ranks of a distributed run: which rank each process and GPU of the traces ran for.
+
+A run is one or more traces: one nsys export holding every process (`nsys profile torchrun`),
+one file per rank (`TRACE.rank*.sqlite`, a folder, torch.profiler JSONs), or a mix. A rank is a
+(trace, process, device) that ran GPU work. Its number comes from the trace's own metadata
+(torch.profiler's `distributedInfo.rank`, a kview capture's rank, the RANK variable of the one
+process an nsys session launched), else from the file name (`rank3`), else from the order of
+the processes and devices (device first). When two units would get the same number, every
+unit is numbered again in file, device and process order, and the run says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from kview.analysis.attribution import gpu_ops
+from kview.analysis.categories import name_categories
+from kview.errors import TraceError
+from kview.trace import Trace, open_trace
+
+RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)
+# launcher variables holding the global rank, in the order they are trusted
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
+
+UNIT_SCHEMA = pl.Schema(
+    {"trace": pl.Int64, "global_pid": pl.Int64, "device": pl.Int64, "rank": pl.Int64, "source": pl.String}
+)
+
+# collective of an NCCL/RCCL kernel, from its name (ncclDevKernel_AllReduce_Sum_f32_RING_LL,
+# ncclKernel_SendRecv_RING_SIMPLE_Sum_int8, ncclDevKernel_Generic_4)
+COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "SendRecv", "Send", "Recv")
+COLLECTIVE_RE = r"(?i)(" + "|".join(COLLECTIVES) + ")"
+
+
+@dataclass
+class Run:
+    """Traces of one run and its ranks (`units`: trace index, global_pid, device, rank, source)."""
+
+    traces: list[Trace]
+    units: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.units["rank"].unique().to_list())
+
+    def memo(self, key: str, build):
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
+
+
+def trace_paths(paths: list[str]) -> list[Path]:
+    """The trace files named: files as given, a folder's traces in natural name order
+    (rank2 before rank10)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(
+                (f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)),
+                key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)],
+            )
+            if not found:
+                raise TraceError(p, "is a folder without trace files (.sqlite, .json, .json.gz)")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def open_run(paths: list[str], use_cache: bool = True) -> Run:
+    return make_run([open_trace(p, use_cache=use_cache) for p in trace_paths(paths)])
+
+
+def make_run(traces: list[Trace]) -> Run:
+    units = pl.concat([_units(t, i) for i, t in enumerate(traces)], how="vertical")
+    notes = []
+    if units["rank"].n_unique() < units.height:
+        notes.append(
+            "ranks numbered in file, device and process order: "
+            + ", ".join(sorted(set(units["source"].to_list())))
+            + " gave some the same number"
+        )
+        units = units.sort(["trace", "device", "global_pid"], nulls_last=True).with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("rank"), pl.lit("order").alias("source")
+        )
+    return Run(traces, units.sort("rank"), notes)
+
+
+def _units(trace: Trace, index: int) -> pl.DataFrame:
+    """(process, device) pairs that ran GPU work in one trace, with their rank and its source."""
+    ops = gpu_ops(trace)
+    if ops.height == 0:
+        return pl.DataFrame(schema=UNIT_SCHEMA)
+    u = ops.select("global_pid", "device").unique().sort(["device", "global_pid"], nulls_last=True)
+    given, source = _trace_rank(trace)
+    if given is not None and (u["global_pid"].drop_nulls().n_unique() <= 1 or source == "file name"):
+        ranks = pl.lit(given, dtype=pl.Int64) + pl.int_range(pl.len(), dtype=pl.Int64)
+    else:
+        ranks, source = pl.int_range(pl.len(), dtype=pl.Int64), "device"
+    return u.select(
+        pl.lit(index, dtype=pl.Int64).alias("trace"),
+        "global_pid",
+        "device",
+        ranks.alias("rank"),
+        pl.lit(source).alias("source"),
+    ).cast(UNIT_SCHEMA)
+
+
+def _trace_rank(trace: Trace) -> tuple[int | None, str]:
+    meta = trace.metadata
+    for key, source in (("DIST_RANK", "distributedInfo"), ("CAPTURE_RANK", "capture")):
+        if str(meta.get(key, "")).isdigit():
+            return int(meta[key]), source
+    env = _launch_environment(trace)
+    for var in RANK_VARIABLES:
+        if env.get(var, "").isdigit():
+            return int(env[var]), f"${var}"
+    m = RANK_IN_NAME.search(trace.name)
+    if m:
+        return int(m.group(1)), "file name"
+    return None, ""
+
+
+def _launch_environment(trace: Trace) -> dict[str, str]:
+    """The environment of the process an nsys session launched (META_DATA_CAPTURE), so a
+    per-rank `nsys profile` under torchrun knows its RANK."""
+    src = trace.src
+    if src is None or not src.has("META_DATA_CAPTURE"):
+        return {}
+    rows = src.rows("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE'")
+    env = {}
+    for (value,) in rows:
+        k, _, v = str(value).partition("=")
+        env[k] = v.strip('"')
+    return env
+
+
+def rank_table(run: Run) -> pl.DataFrame:
+    """One row per rank: where it comes from (file, process id, device) and how it was numbered."""
+    names = pl.DataFrame(
+        {"trace": list(range(len(run.traces))), "Trace": [t.name for t in run.traces]},
+        schema={"trace": pl.Int64, "Trace": pl.String},
+    )
+    pids = pl.concat(
+        [
+            t.processes.select("global_pid", "pid").with_columns(pl.lit(i, dtype=pl.Int64).alias("trace"))
+            for i, t in enumerate(run.traces)
+        ]
+    )
+    return (
+        run.units.join(names, on="trace", how="left")
+        .join(pids.unique(["trace", "global_pid"]), on=["trace", "global_pid"], how="left")
+        .select(
+            pl.col("rank").alias("Rank"),
+            "Trace",
+            pl.col("pid").alias("Process"),
+            pl.col("device").alias("Device"),
+            pl.col("source").alias("Rank from"),
+        )
+        .sort("Rank")
+    )
+
+
+KINDS = ("compute", "communication", "memory")
+
+
+def rank_ops(run: Run) -> pl.DataFrame:
+    """Every GPU op of the run with its rank: rank, start, end, kind (compute, communication
+    or memory: copies and sets), collective (communication kernels) and bytes (copies, sets,
+    and collectives where the trace records them)."""
+    return run.memo("rank_ops", lambda: _rank_ops(run))
+
+
+def _rank_ops(run: Run) -> pl.DataFrame:
+    parts = []
+    for i, t in enumerate(run.traces):
+        ops = gpu_ops(t)
+        if ops.height == 0:
+            continue
+        ops = ops.select("start", "end", "device", "global_pid", "Kernel", "kind", "bytes", "correlation")
+        coll = _collective_bytes(t)
+        if coll is not None:  # torch.profiler records a collective's size on its kernel
+            ops = (
+                ops.join(coll, on=["correlation", "device", "start"], how="left")
+                .with_columns(pl.coalesce("bytes", "coll_bytes").alias("bytes"))
+                .drop("coll_bytes")
+            )
+        cats = name_categories(ops.filter(pl.col("kind") == "kernel")["Kernel"])
+        comm = cats.filter(pl.col("name_category") == "communication").select(
+            "Kernel", pl.col("Kernel").str.extract(COLLECTIVE_RE, 1).alias("collective")
+        )
+        ops = ops.join(comm, on="Kernel", how="left").with_columns(
+            pl.when(pl.col("kind") != "kernel")
+            .then(pl.lit("memory"))
+            .when(pl.col("Kernel").is_in(comm["Kernel"].implode()))
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("compute"))
+            .alias("kind")
+        )
+        ops = ops.with_columns(
+            pl.when(pl.col("kind") == "communication")
+            .then(_canonical_collective(pl.col("collective")))
+            .alias("collective")
+        )
+        units = run.units.filter(pl.col("trace") == i).select("global_pid", "device", "rank")
+        parts.append(
+            ops.join(units, on=["global_pid", "device"], how="inner", nulls_equal=True).select(
+                "rank", "start", "end", "kind", "collective", "bytes", "Kernel"
+            )
+        )
+    schema = pl.Schema(
+        {
+            "rank": pl.Int64,
+            "start": pl.Int64,
+            "end": pl.Int64,
+            "kind": pl.String,
+            "collective": pl.String,
+            "bytes": pl.Int64,
+            "Kernel": pl.String,
+        }
+    )
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts).cast(schema).sort(["rank", "start"])
+
+
+def _canonical_collective(c: pl.Expr) -> pl.Expr:
+    """The collective's name as NCCL spells it (AllReduce), whatever case the kernel used; the
+    other kernels of a communication library (ncclDevKernel_Generic) are `other`."""
+    spelled = {k.lower(): k for k in COLLECTIVES}
+    return c.str.to_lowercase().replace_strict(spelled, default=None, return_dtype=pl.String).fill_null("other")
+
+
+def _collective_bytes(trace: Trace) -> pl.DataFrame | None:
+    from kview.trace import JsonTrace
+
+    if not isinstance(trace, JsonTrace) or "coll_bytes" not in trace._json["kernels"].columns:
+        return None
+    k = trace.columns("kernels", ["correlation", "device", "start", "coll_bytes"])
+    k = k.filter(pl.col("coll_bytes").is_not_null())
+    return k.unique(["correlation", "device", "start"]) if k.height else None

@@ -1,0 +1,261 @@
+"""Distributed runs: ranks, iterations, GPU time per rank and iteration, collectives and
+stragglers, checked against an independent computation (rank_truth.py) on the 2-rank DDP
+captures (rank 1 sleeps 20 ms before each step), HTA's two public ranks, and hand-made traces
+with known overlaps."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+
+import polars as pl
+import pytest
+import rank_truth as truth
+from conftest import KINETO, ROOT
+
+from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
+from kview.analysis.iterations import iteration_stats, iteration_table
+from kview.analysis.rank_summary import rank_summary
+from kview.analysis.ranks import open_run, rank_table
+
+CAPTURE = ROOT / "tests" / "fixtures" / "capture"
+HTA = [KINETO / "trace_filter__sampled_rank-0.json.gz", KINETO / "trace_filter__sampled_rank-1.json.gz"]
+TORCH_JSON = [CAPTURE / "ddp_torch.rank0.json.gz", CAPTURE / "ddp_torch.rank1.json.gz"]
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory):
+    """The DDP captures unpacked: name -> path."""
+    d = tmp_path_factory.mktemp("ddp")
+    out = {}
+    for xz in sorted(CAPTURE.glob("ddp_*.sqlite.xz")):
+        path = d / xz.name[: -len(".xz")]
+        with lzma.open(xz) as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out[path.name[: -len(".sqlite")]] = path
+    return out
+
+
+RUNS = ["nsys_1file", "nsys_per_rank", "torch_sqlite", "torch_json", "hta_public"]
+
+
+@pytest.fixture(scope="module")
+def runs(ddp):
+    """name -> (kview's run, the independent ranks)."""
+    files = {
+        "nsys_1file": [ddp["ddp_nsys_1file"]],
+        "nsys_per_rank": [ddp["ddp_nsys.rank0"], ddp["ddp_nsys.rank1"]],
+        "torch_sqlite": [ddp["ddp_torch.rank0"], ddp["ddp_torch.rank1"]],
+        "torch_json": TORCH_JSON,
+        "hta_public": HTA,
+    }
+    out = {}
+    for name, paths in files.items():
+        ranks: dict = {}
+        for i, p in enumerate(paths):
+            ranks.update(
+                truth.from_kineto(p)
+                if p.name.endswith(".json.gz")
+                else truth.from_nsys(str(p), first_rank=i if name == "torch_sqlite" else None)
+            )
+        out[name] = (open_run([str(p) for p in paths], use_cache=False), ranks)
+    return out
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_iteration_table_equals_the_independent_computation(runs, name):
+    run, ranks = runs[name]
+    got = iteration_table(run).select(
+        "Rank",
+        "Iteration",
+        "Wall (ns)",
+        "Busy (ns)",
+        "Compute (ns)",
+        "Communication (ns)",
+        "Exposed comm (ns)",
+        "Memory (ns)",
+        "Idle (ns)",
+    )
+    want = truth.iteration_rows(ranks)
+    assert len(want) >= 4 and sorted(got.rows()) == want
+    t = iteration_table(run)
+    assert (t["Communication (ns)"] == t["Exposed comm (ns)"] + t["Overlapped comm (ns)"]).all()
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_collectives_and_stragglers_equal_the_independent_computation(runs, name):
+    run, ranks = runs[name]
+    got = {(r, c): (n, t, b) for r, c, n, t, b in collectives_by_rank(run).rows()}
+    assert got == truth.collectives(ranks)
+    s = straggler_instances(run)
+    got = {(i, c, n): (last, w, m) for i, c, n, _, last, w, m in s.rows()}
+    assert got == truth.stragglers(ranks) and len(got) >= 6
+
+
+def test_the_ddp_straggler_is_rank_1_and_rank_0_waits_for_it(runs):
+    """Rank 1 sleeps 20 ms before each step: in every steady iteration rank 0 waits at least
+    that long in its collectives, and rank 1 is named the straggler."""
+    for name in ("nsys_1file", "nsys_per_rank", "torch_json"):
+        run, _ = runs[name]
+        st = stragglers(run)
+        assert set(st["Straggler"].to_list()) == {1}, name
+        assert (st["Wait (ns)"] > 20_000_000).all(), name
+        summary = rank_summary(run)
+        r0, r1 = summary.row(0, named=True), summary.row(1, named=True)
+        assert r0["Waited (ns)"] > 60_000_000 and r1["Waited (ns)"] < 1_000_000, name
+        assert r0["Exposed comm (ns)"] > 50 * r1["Exposed comm (ns)"], name
+
+
+def test_ranks_come_from_the_traces_own_metadata(runs):
+    sources = {name: rank_table(runs[name][0])["Rank from"].to_list() for name in RUNS}
+    assert sources == {
+        "nsys_1file": ["device", "device"],
+        "nsys_per_rank": ["$RANK", "$RANK"],
+        "torch_sqlite": ["capture", "capture"],
+        "torch_json": ["distributedInfo"] * 2,
+        "hta_public": ["distributedInfo"] * 2,
+    }
+    t = rank_table(runs["nsys_1file"][0])
+    assert t["Device"].to_list() == [0, 1] and t["Process"].n_unique() == 2
+
+
+def test_summary_is_the_sum_of_iterations_and_stats_describe_them(runs):
+    run, _ = runs["nsys_1file"]
+    t = iteration_table(run)
+    s = rank_summary(run)
+    assert (
+        s["Busy (ns)"].to_list()
+        == t.group_by("Rank").agg(pl.col("Busy (ns)").sum()).sort("Rank")["Busy (ns)"].to_list()
+    )
+    st = iteration_stats(run).filter((pl.col("Rank") == 1) & (pl.col("Measure") == "Wall")).row(0, named=True)
+    walls = t.filter(pl.col("Rank") == 1)["Wall (ns)"]
+    assert (st["Min (ns)"], st["Max (ns)"], st["Mean (ns)"]) == (walls.min(), walls.max(), round(walls.mean()))
+    # steps 1 (warm-up) and 5 (the profiler stopping) are ten times the steady steps
+    assert t.filter("Outlier")["Iteration"].unique().sort().to_list() == [1, 5]
+    # NCCL's own ranges (ncclAllReduce, nccl:all_reduce) are never iterations
+    assert set(t["Step"].to_list()) == {f"step_{i}" for i in range(1, 6)}
+
+
+def _kineto(path, rank, events):
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "traceEvents": events,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _k(name, ts, dur, stream=7):
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": stream, "correlation": 0},
+    }
+
+
+def _step(name, ts, dur):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur}
+
+
+def test_exposed_communication_on_a_hand_made_trace(tmp_path):
+    """Known overlaps (µs): compute [0,100] and [250,260] (another stream); AllReduce [50,150]
+    and [200,300]; a copy [350,360]; the step [0,400]. Communication 200, covered by compute
+    50 + 10, so exposed 140 and overlapped 60; busy = [0,150] + [200,300] + [350,360] = 260."""
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    ev = [
+        _step("ProfilerStep#1", 0, 400),
+        _k("ampere_sgemm_128x64_tn", 0, 100),
+        _k(ar, 50, 100, 9),
+        _k(ar, 200, 100, 9),
+        _k("ampere_sgemm_128x64_tn", 250, 10),
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pinned -> Device)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 350,
+            "dur": 10,
+            "args": {"device": 0, "stream": 7, "bytes": 4096},
+        },
+    ]
+    run = open_run([str(_kineto(tmp_path / "r0.json", 0, ev))], use_cache=False)
+    row = iteration_table(run).row(0, named=True)
+    us = 1000
+    assert (row["Wall (ns)"], row["Busy (ns)"], row["Compute (ns)"], row["Communication (ns)"]) == (
+        400 * us,
+        260 * us,
+        110 * us,
+        200 * us,
+    )
+    assert (row["Exposed comm (ns)"], row["Overlapped comm (ns)"], row["Memory (ns)"], row["Idle (ns)"]) == (
+        140 * us,
+        60 * us,
+        10 * us,
+        140 * us,
+    )
+
+
+def test_stragglers_and_optimizer_iterations_on_hand_made_ranks(tmp_path):
+    """Two ranks without step ranges: the optimizer's step markers end each iteration. Rank 0's
+    AllReduce lasts 30 µs, rank 1's 5 µs: rank 1 joined last and rank 0 waited 25 µs."""
+    ar = "ncclKernel_AllReduce_RING_LL_Sum_float"
+
+    def opt(ts):
+        return {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "Optimizer.step#SGD.step",
+            "pid": 10,
+            "tid": 10,
+            "ts": ts,
+            "dur": 10,
+        }
+
+    paths = []
+    for rank, dur in ((0, 30), (1, 5)):
+        ev = [_step("forward", 0, 5), opt(100), opt(300), _k("gemm", 10, 20), _k(ar, 40, dur), _k(ar, 210, dur)]
+        paths.append(str(_kineto(tmp_path / f"trace_rank{rank}.json", rank, ev)))
+    run = open_run([str(tmp_path)], use_cache=False)  # the folder
+    t = iteration_table(run)
+    assert t["Iteration"].to_list() == [1, 2, 1, 2] and t["Step"][0] == "optimizer step 1"
+    assert t["Wall (ns)"].to_list() == [110_000, 200_000] * 2  # [first range, end of step 1], [110, 310]
+    s = straggler_instances(run)
+    assert s["Last rank"].to_list() == [1, 1] and s["Others' wait (ns)"].to_list() == [25_000, 25_000]
+
+
+def test_cli_ranks_and_iterations(ddp, tmp_path, capsys):
+    from kview.cli import main
+
+    def kview(*args):
+        code = main([*map(str, args), "--no-cache"])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    a, b = ddp["ddp_nsys.rank0"], ddp["ddp_nsys.rank1"]
+    code, out, err = kview("ranks", a, b, "-f", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc) == [
+        "Ranks",
+        "GPU time by rank",
+        "Collectives",
+        "Stragglers by iteration",
+        "Waiting in each collective",
+    ]
+    assert [row["Straggler"] for row in doc["Stragglers by iteration"]] == [1, 1, 1]
+    code, out, err = kview("ranks", a, b, "-f", "csv")
+    assert code == 2 and "--table" in err and out == ""
+    code, out, err = kview("iterations", a, b, "--table", "iterations", "-f", "csv")
+    assert code == 0 and pl.read_csv(out.encode()).height == 6
+    code, out, err = kview("ranks", tmp_path)
+    assert code == 2 and "without trace files" in err and "Traceback" not in err
+    code, out, err = kview("iterations", a)
+    assert code == 0 and "step_2" in out and "Statistics across iterations" in out
