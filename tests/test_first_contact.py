@@ -11,7 +11,6 @@ from decimal import Decimal
 
 import polars as pl
 import pytest
-from conftest import KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES, kineto_events
 
 from kview.analysis.attribution import attribute
 from kview.analysis.compare import diff
@@ -19,6 +18,8 @@ from kview.analysis.cpu_ops import cpu_op_summary
 from kview.analysis.overview import build
 from kview.cli import main
 from kview.trace import open_trace
+
+from conftest import KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES, kineto_events
 
 COMMANDS = [
     ["stats"],

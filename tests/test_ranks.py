@@ -12,12 +12,13 @@ import shutil
 import polars as pl
 import pytest
 import rank_truth as truth
-from conftest import KINETO, ROOT
 
 from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
 from kview.analysis.iterations import iteration_stats, iteration_table
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import open_run, rank_table
+
+from conftest import KINETO, ROOT
 
 CAPTURE = ROOT / "tests" / "fixtures" / "capture"
 HTA = [KINETO / "trace_filter__sampled_rank-0.json.gz", KINETO / "trace_filter__sampled_rank-1.json.gz"]
@@ -259,3 +260,24 @@ def test_cli_ranks_and_iterations(ddp, tmp_path, capsys):
     assert code == 2 and "without trace files" in err and "Traceback" not in err
     code, out, err = kview("iterations", a)
     assert code == 0 and "step_2" in out and "Statistics across iterations" in out
+
+
+def test_a_folder_is_its_traces_in_natural_order(tmp_path):
+    from kview.analysis.ranks import trace_paths
+
+    for n in (10, 2, 1):
+        (tmp_path / f"trace.rank{n}.json.gz").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("")
+    assert [p.name for p in trace_paths([str(tmp_path)])] == [f"trace.rank{n}.json.gz" for n in (1, 2, 10)]
+
+
+def test_traces_read_in_worker_processes_give_the_same_run(runs):
+    """Several large traces are read in parallel processes that fill the frame cache; the run
+    this process then opens from the cache is the same."""
+    from kview.analysis.ranks import warm
+
+    for p in TORCH_JSON:  # what each worker runs (the pool itself is the standard library's)
+        warm(str(p))
+    run = open_run([str(p) for p in TORCH_JSON], use_cache=True, jobs=1)
+    assert iteration_table(run).equals(iteration_table(runs["torch_json"][0]))
+    assert straggler_instances(run).equals(straggler_instances(runs["torch_json"][0]))

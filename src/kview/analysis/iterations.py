@@ -1,9 +1,10 @@
 """Iterations (training steps) of each rank and what each one cost on the GPU.
 
 Iterations are the top-level user ranges of one step family, the same roots phases start from
-(layers.user_range_tree: op markers and library ranges such as NCCL's never count):
-`ProfilerStep#N`, `step_N`, `iter12`, or an unnumbered range repeated at the top (`profiled_step`).
-Without those, the optimizer's step markers (`Optimizer.step#AdamW.step`) end one iteration
+(layers.user_range_tree: op markers and library ranges such as NCCL's never count), named for a
+step, iteration or batch: `ProfilerStep#N`, `step_N`, `iter12`, or unnumbered (`profiled_step`,
+whose instances are numbered in order; a `warmup` beside it is no iteration). Where several
+families qualify, the one covering the most time wins. Without any, the optimizer's step markers (`Optimizer.step#AdamW.step`) end one iteration
 each. Steps carry their number across ranks (step_3 of rank 0 and of rank 1 are iteration 3),
 so ranks are matched without a shared clock. A rank without iterations has one window, its
 GPU span.
@@ -59,9 +60,8 @@ def _step_instances(trace: Trace) -> pl.DataFrame:
             .agg(
                 pl.len().alias("n"),
                 (pl.col("end") - pl.col("start")).sum().alias("span"),
-                pl.col("label").str.contains(STEP_FAMILY).all().alias("numbered"),
             )
-            .filter(pl.col("family").str.contains(STEP_WORDS) & (pl.col("numbered") | (pl.col("n") >= 2)))
+            .filter(pl.col("family").str.contains(STEP_WORDS))
             .sort(["span", "family"], descending=[True, False])
         )
         if fam.height:

@@ -13,6 +13,23 @@ from kview.analysis.collectives import waits
 from kview.analysis.gpu_breakdown import COLUMNS
 from kview.analysis.iterations import iteration_table
 from kview.analysis.ranks import Run
+from kview.output.format import stacked_bar
+
+BAR_TITLE = "█comp ▓exposed ▒mem ░idle"
+
+
+def with_time_bar(summary: pl.DataFrame, width: int = 20) -> pl.DataFrame:
+    """`summary` with each rank's wall time as one bar (BAR_TITLE): compute, exposed
+    communication, the rest of busy (memory outside both), idle; scaled to the longest wall
+    time, so ranks compare at a glance. The CLI's table and the TUI's Ranks view draw this bar."""
+    rest = pl.col("Busy (ns)") - pl.col("Compute (ns)") - pl.col("Exposed comm (ns)")
+    return (
+        summary.with_columns(rest.alias("_rest"))
+        .with_columns(
+            stacked_bar(["Compute (ns)", "Exposed comm (ns)", "_rest", "Idle (ns)"], width, "█▓▒░").alias(BAR_TITLE)
+        )
+        .drop("_rest")
+    )
 
 
 def rank_summary(run: Run) -> pl.DataFrame:
@@ -35,9 +52,9 @@ def _summary(run: Run) -> pl.DataFrame:
         .with_columns(
             pl.col("Waited (ns)").fill_null(0),
             pl.col("Joined last").fill_null(0).cast(pl.Int64),
-            pct("Busy (ns)", "Wall (ns)").alias("Busy (%)"),
+            pct("Busy (ns)", "Wall (ns)").alias("Busy (% of wall)"),
             pct("Exposed comm (ns)", "Communication (ns)").alias("Exposed (% of comm)"),
         )
-        .select("Rank", "Iterations", *COLUMNS, "Busy (%)", "Exposed (% of comm)", "Waited (ns)", "Joined last")
+        .select("Rank", "Iterations", *COLUMNS, "Busy (% of wall)", "Exposed (% of comm)", "Waited (ns)", "Joined last")
         .sort("Rank")
     )

@@ -74,8 +74,45 @@ def trace_paths(paths: list[str]) -> list[Path]:
     return out
 
 
-def open_run(paths: list[str], use_cache: bool = True) -> Run:
-    return make_run([open_trace(p, use_cache=use_cache) for p in trace_paths(paths)])
+# Traces read in parallel worker processes first when there are several this large in all: the
+# workers fill the frame cache (the SQLite or JSON reading is the cost), then this process
+# opens each trace from the cache. Smaller runs are read here: starting a worker costs more.
+PARALLEL_BYTES = 256 << 20
+
+
+def open_run(paths: list[str], use_cache: bool = True, jobs: int | None = None) -> Run:
+    """The run of the traces at `paths` (files or folders). With the cache on and several large
+    traces, each is first read by one of `jobs` worker processes (default: one per core)."""
+    files = trace_paths(paths)
+    if use_cache and len(files) > 1 and (jobs or 0) != 1:
+        size = sum(f.stat().st_size for f in files if f.is_file())
+        if jobs or size >= PARALLEL_BYTES:
+            _read_in_workers(files, jobs)
+    return make_run([open_trace(p, use_cache=use_cache) for p in files])
+
+
+def _read_in_workers(files: list[Path], jobs: int | None) -> None:
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(len(files), jobs or os.cpu_count() or 1)
+    # spawn, not fork: polars' thread pool does not survive a fork
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for f in files:  # a trace that fails here fails again, with its one-line reason, below
+            pool.submit(warm, str(f))
+
+
+def warm(path: str) -> None:
+    """Read what a run needs from one trace into the frame cache (in a worker process)."""
+    from kview.analysis.iterations import step_instances
+
+    try:
+        trace = open_trace(path, use_cache=True)
+        gpu_ops(trace)
+        step_instances(trace)
+    except TraceError:
+        pass
 
 
 def make_run(traces: list[Trace]) -> Run:
