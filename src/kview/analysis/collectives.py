@@ -14,15 +14,13 @@ import polars as pl
 
 from kview.analysis.iterations import iteration_windows
 from kview.analysis.ranks import Run, rank_ops
+from kview.derived import derived
 
 
+@derived
 def collective_ops(run: Run) -> pl.DataFrame:
     """Communication kernels with their iteration (null outside every iteration of their rank)
     and their place among the same collective of that rank and iteration (`seq`, from 1)."""
-    return run.memo("collective_ops", lambda: _collective_ops(run))
-
-
-def _collective_ops(run: Run) -> pl.DataFrame:
     c = rank_ops(run).filter(pl.col("kind") == "communication").sort(["rank", "start"])
     w = (
         iteration_windows(run)

@@ -22,7 +22,8 @@ from kview.analysis import nvtx_ranges as nv
 from kview.analysis.gpu_breakdown import COLUMNS, breakdown
 from kview.analysis.layers import STEP_FAMILY, user_range_tree
 from kview.analysis.ranks import Run, rank_ops
-from kview.io.nsys_reader import PID_MASK
+from kview.derived import derived
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
 STEP_WORDS = r"(?i)step|iter|batch"
@@ -33,11 +34,6 @@ STEP_SCHEMA = pl.Schema(
 WINDOW_SCHEMA = pl.Schema(
     {"rank": pl.Int64, "Iteration": pl.Int64, "Step": pl.String, "start": pl.Int64, "end": pl.Int64}
 )
-
-
-def step_instances(trace: Trace) -> pl.DataFrame:
-    """The trace's steps: global_tid, label, number, start, end (empty when it has none)."""
-    return trace.memo("step_instances", lambda: _step_instances(trace))
 
 
 def _numbered(df: pl.DataFrame) -> pl.DataFrame:
@@ -51,7 +47,9 @@ def _numbered(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _step_instances(trace: Trace) -> pl.DataFrame:
+@derived
+def step_instances(trace: Trace) -> pl.DataFrame:
+    """The trace's steps: global_tid, label, number, start, end (empty when it has none)."""
     roots = user_range_tree(trace).filter(pl.col("depth") == 0)
     if roots.height:
         roots = roots.with_columns(pl.col("label").str.replace(STEP_FAMILY, "").alias("family"))
@@ -88,13 +86,10 @@ def _optimizer_steps(trace: Trace) -> pl.DataFrame:
     )
 
 
+@derived
 def iteration_windows(run: Run) -> pl.DataFrame:
     """rank, Iteration, Step (its range's label), start, end: one row per iteration of each rank
     (its step ranges on the rank's process); a rank without steps gets its GPU span, Iteration null."""
-    return run.memo("iteration_windows", lambda: _windows(run))
-
-
-def _windows(run: Run) -> pl.DataFrame:
     parts = []
     for i, t in enumerate(run.traces):
         units = run.units.filter(pl.col("trace") == i)
@@ -132,13 +127,10 @@ def _windows(run: Run) -> pl.DataFrame:
     return pl.concat([w.cast(WINDOW_SCHEMA), bare.cast(WINDOW_SCHEMA)]).sort(["rank", "Iteration", "start"])
 
 
+@derived
 def iteration_table(run: Run) -> pl.DataFrame:
     """One row per rank and iteration: wall time, GPU busy, compute, communication (exposed,
     overlapped), memory, idle, and whether the iteration is an outlier of its rank."""
-    return run.memo("iteration_table", lambda: _iteration_table(run))
-
-
-def _iteration_table(run: Run) -> pl.DataFrame:
     b = breakdown(run, iteration_windows(run))
     wall = pl.col("wall")
     dev = (wall - wall.median().over("rank")).abs()

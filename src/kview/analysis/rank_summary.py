@@ -13,6 +13,7 @@ from kview.analysis.collectives import waits
 from kview.analysis.gpu_breakdown import COLUMNS
 from kview.analysis.iterations import iteration_table
 from kview.analysis.ranks import Run
+from kview.derived import derived
 from kview.output.format import stacked_bar
 
 BAR_TITLE = "█comp ▓exposed ▒mem ░idle"
@@ -32,11 +33,8 @@ def with_time_bar(summary: pl.DataFrame, width: int = 20) -> pl.DataFrame:
     )
 
 
+@derived
 def rank_summary(run: Run) -> pl.DataFrame:
-    return run.memo("rank_summary", lambda: _summary(run))
-
-
-def _summary(run: Run) -> pl.DataFrame:
     t = iteration_table(run)
     g = t.group_by("Rank").agg(
         pl.col("Iteration").drop_nulls().len().alias("Iterations"), *[pl.col(c).sum() for c in COLUMNS]

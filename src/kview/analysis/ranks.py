@@ -19,6 +19,7 @@ import polars as pl
 
 from kview.analysis.attribution import gpu_ops
 from kview.analysis.categories import name_categories
+from kview.derived import derived
 from kview.errors import TraceError
 from kview.trace import Trace, open_trace
 
@@ -44,16 +45,12 @@ class Run:
     traces: list[Trace]
     units: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    # the run's derived tables (kview.derived), as a Trace keeps its own
+    derived_tables: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:
         return sorted(self.units["rank"].unique().to_list())
-
-    def memo(self, key: str, build):
-        memo = self.__dict__.setdefault("_memo", {})
-        if key not in memo:
-            memo[key] = build()
-        return memo[key]
 
 
 def trace_paths(paths: list[str]) -> list[Path]:
@@ -168,7 +165,9 @@ def _trace_rank(trace: Trace) -> tuple[int | None, str]:
 def _launch_environment(trace: Trace) -> dict[str, str]:
     """The environment of the process an nsys session launched (META_DATA_CAPTURE), so a
     per-rank `nsys profile` under torchrun knows its RANK."""
-    src = trace.src
+    from kview.io.nsys_reader import NsysSource
+
+    src = trace.source.db if isinstance(trace.source, NsysSource) else None
     if src is None or not src.has("META_DATA_CAPTURE"):
         return {}
     rows = src.rows("SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE'")
@@ -208,14 +207,11 @@ def rank_table(run: Run) -> pl.DataFrame:
 KINDS = ("compute", "communication", "memory")
 
 
+@derived
 def rank_ops(run: Run) -> pl.DataFrame:
     """Every GPU op of the run with its rank: rank, start, end, kind (compute, communication
     or memory: copies and sets), collective (communication kernels) and bytes (copies, sets,
     and collectives where the trace records them)."""
-    return run.memo("rank_ops", lambda: _rank_ops(run))
-
-
-def _rank_ops(run: Run) -> pl.DataFrame:
     parts = []
     for i, t in enumerate(run.traces):
         ops = gpu_ops(t)
@@ -276,9 +272,9 @@ def _canonical_collective(c: pl.Expr) -> pl.Expr:
 
 
 def _collective_bytes(trace: Trace) -> pl.DataFrame | None:
-    from kview.trace import JsonTrace
+    from kview.io.kineto_reader import KinetoSource
 
-    if not isinstance(trace, JsonTrace) or "coll_bytes" not in trace._json["kernels"].columns:
+    if not isinstance(trace.source, KinetoSource) or "coll_bytes" not in trace.source.frames["kernels"].columns:
         return None
     k = trace.columns("kernels", ["correlation", "device", "start", "coll_bytes"])
     k = k.filter(pl.col("coll_bytes").is_not_null())
