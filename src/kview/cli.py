@@ -698,18 +698,12 @@ def run_tui(args: argparse.Namespace) -> int:
     except TraceError as e:
         print(f"kview: {shown(e.path)}: {e.problem}", file=sys.stderr)
         return 2
-    except OSError as e:  # a folder on the way the user cannot enter
-        print(f"kview: {shown(e.filename or paths[0])}: cannot be read ({e.strerror})", file=sys.stderr)
-        return 2
     traces = []
     for p in paths:  # opened and checked once, here: the explorer's loader receives them
         try:
             traces.append(open_trace(p, use_cache=not args.no_cache))
         except TraceError as e:
             print(f"kview: {shown(p)}: {e.problem}", file=sys.stderr)
-            return 2
-        except OSError as e:  # e.g. a folder on its path the user cannot enter
-            print(f"kview: {shown(p)}: cannot be read ({e.strerror})", file=sys.stderr)
             return 2
     try:
         tui = importlib.import_module("kview.tui.app")

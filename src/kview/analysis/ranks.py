@@ -58,11 +58,13 @@ def trace_paths(paths: list[str]) -> list[Path]:
     (rank2 before rank10)."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(
-                (f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)),
-                key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)],
-            )
+        try:  # a folder on the way the user cannot enter: said like any unreadable trace
+            is_dir = p.is_dir()
+            files = [f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)] if is_dir else []
+        except OSError as e:
+            raise TraceError(p, f"cannot be read ({e.strerror})") from None
+        if is_dir:
+            found = sorted(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)])
             if not found:
                 raise TraceError(p, "is a folder without trace files (.sqlite, .json, .json.gz)")
             out += found
