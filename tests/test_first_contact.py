@@ -32,6 +32,7 @@ COMMANDS = [
     ["compare"],
     ["diff"],
     ["ranks", "-f", "json"],
+    ["timeline", "--width", "100"],
 ]
 
 

@@ -192,10 +192,11 @@ async def test_public_fixtures_open_in_every_view(path):
             for key in ("t", "g", "slash"):  # kernel keys explain instead of failing
                 await pilot.press(key)
                 await pilot.pause()
-        for key in "13452":
+        views = ["overview", "kernels", "nvtx", "layers", "compare", "timeline"]
+        for key in "134562":
             await pilot.press(key)
             await pilot.pause()
-            assert app.query_one("#tabs").active == ["overview", "kernels", "nvtx", "layers", "compare"][int(key) - 1]
+            assert app.query_one("#tabs").active == views[int(key) - 1]
         assert app.return_code is None  # still running: no view died
 
 
@@ -246,6 +247,7 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
         NvtxTree,
         OverviewReady,
         Stage,
+        TimelineReady,
         TraceLoaded,
         ViewMessage,
     )
@@ -254,13 +256,18 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
     messages = [m for m in load(LM, use_cache=False) if not isinstance(m, Stage)]
     assert [type(m) for m in messages] == [
         KernelSummary,
+        TimelineReady,
         AttributedKernels,
+        TimelineReady,
         OverviewReady,
         NvtxTree,
         LayersReady,
         TraceLoaded,
     ]
-    summary, attributed, overview, tree, layers, done = messages
+    summary, gpu_rows, attributed, timeline, overview, tree, layers, done = messages
+    assert gpu_rows.cpu_pending and {r.kind for r in gpu_rows.timeline.rows} == {"gpu"}
+    assert not timeline.cpu_pending and {r.kind for r in timeline.timeline.rows} == {"gpu", "api", "nvtx"}
+    assert timeline.attributed is attributed.table  # the same kernels, so the two views agree
     rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
     assert summary.frame.equals(rep)
     assert attributed.table.height == 3117 and {"_short", "_range"} <= set(attributed.table.columns)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Drive the real `kview` binary in tmux: kernel names on screen, `2 / xmma enter` leaves only
 # matching rows, `y` puts a Markdown table of them into tmux's buffer (OSC 52 with
-# set-clipboard on), `3` shows the ranges, `4` the layer bars; with a second trace, `]` switches
-# the views to it (the header names it) and `T` picks the first again; `q` quits.
+# set-clipboard on), `3` shows the ranges, `4` the layer bars, `6` the timeline (zoomed with +);
+# with a second trace, `]` switches the views to it (the header names it) and `T` picks the first
+# again; `q` quits.
 # Usage: tests/tmux_smoke.sh TRACE [WIDTH HEIGHT] [FILTER WORD] [NVTX WORD] [SECOND TRACE]
 set -u
 trace=$1; w=${2:-160}; h=${3:-45}; word=${4:-xmma}; nvtx=${5:-profiled_step}; second=${6:-}
@@ -43,6 +44,11 @@ wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
 t send-keys -t kv 4
 for _ in $(seq 1 100); do t capture-pane -p -t kv | grep -qE "█|No repeated layer" && break; sleep 0.2; done
 t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
+t send-keys -t kv 6
+wait_for "/cell" 30 || t capture-pane -p -t kv | grep -q "no GPU ops" || fail "Timeline view shows no rows"
+t send-keys -t kv +
+sleep 0.5
+t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)" || fail "Timeline has no GPU, API or NVTX rows"
 if [ -n "$second" ]; then
   wait_for "trace 1/2 (T)" 10 || fail "the header does not say which trace is shown"
   t send-keys -t kv 2; sleep 0.3

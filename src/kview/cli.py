@@ -137,6 +137,21 @@ def _run_options(name: str) -> Callable[[argparse.ArgumentParser], None]:
     return options
 
 
+def _timeline_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument(
+        "--from",
+        dest="t_from",
+        default=None,
+        metavar="T",
+        help="start of the window, from the trace's start (1.5s, 200ms, 30us, or ns); default: the first op",
+    )
+    p.add_argument("--to", dest="t_to", default=None, metavar="T", help="end of the window (default: the last op)")
+    p.add_argument("--width", type=int, default=None, help="characters per line (default: the terminal's, else 120)")
+    p.add_argument("--rows", default="gpu,api,nvtx", help="which rows: a comma list of gpu, api, nvtx")
+    p.add_argument("--depth", type=int, default=3, help="NVTX rows down to this many levels (default 3)")
+
+
 def _handed_over(p: argparse.ArgumentParser) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
@@ -486,6 +501,42 @@ def _run_sections(run, command: str, for_person: bool) -> dict:
     }
 
 
+def cmd_timeline(args) -> int:
+    import shutil
+
+    from kview.analysis import timeline
+    from kview.output import render
+
+    kinds = {k.strip() for k in args.rows.split(",") if k.strip()}
+    if not kinds or kinds - {"gpu", "api", "nvtx"}:
+        raise UsageError(f"--rows takes a comma list of gpu, api, nvtx, not {args.rows!r}")
+    width = args.width or shutil.get_terminal_size((120, 24)).columns
+    if width < 30:
+        raise UsageError(f"--width {width} leaves no room for the picture (at least 30)")
+    if args.depth < 1:
+        raise UsageError("--depth takes 1 or more")
+    try:
+        t_from = timeline.parse_time(args.t_from) if args.t_from is not None else None
+        t_to = timeline.parse_time(args.t_to) if args.t_to is not None else None
+    except ValueError as e:
+        raise UsageError(str(e), what="--from/--to") from None
+    if t_from is not None and t_to is not None and t_to <= t_from:
+        raise UsageError(f"the window is empty (--from {args.t_from} is not before --to {args.t_to})")
+    trace = _open(args, args.trace)
+    tl = timeline.build(trace, cpu=bool(kinds & {"api", "nvtx"}))
+    if not tl.rows:
+        _note(trace, "nothing to put on a timeline (no GPU ops, CUDA API calls or NVTX ranges)")
+    t0 = tl.span[0] if t_from is None else t_from
+    t1 = tl.span[1] if t_to is None else t_to
+    if t1 <= t0:
+        raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
+    if args.format in ("table", "md"):
+        text = timeline.text(tl, t0, t1, width, kinds, args.depth, trace.name)
+        return _write(args, f"```\n{text}```\n" if args.format == "md" else text)
+    cells = timeline.table(tl, t0, t1, max(width - 25, 10), kinds, args.depth)
+    return _write(args, render.render(cells, args.format))
+
+
 def cmd_external(args) -> int:
     module_name = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}[args.command]
     try:
@@ -607,6 +658,16 @@ COMMANDS = [
         _run_options("iterations"),
         "Per-iteration GPU time of every rank. TRACES: one export holding every process, one file per rank, a "
         "folder of them, or a mix.",
+    ),
+    Command(
+        "timeline",
+        "the trace's timeline as text: GPU streams, CUDA API and NVTX rows per thread",
+        cmd_timeline,
+        _timeline_options,
+        "Rows as the Nsight Systems GUI lays them out (a row per GPU stream; per CPU thread a CUDA API "
+        "row and NVTX rows by depth), one character per time bucket: an op's name where it covers a run "
+        "of cells, else a bar of the busy fraction. -f md puts the picture in a code block; -f csv/tsv/json "
+        "give the numbers behind it (op time and op count per row and cell).",
     ),
     # Handed over whole to packages outside the core, imported by name only when used.
     Command(

@@ -36,6 +36,9 @@ SCHEMA = {
     "CPU (ns)": pl.Int64,
     "GPU (ns)": pl.Int64,
     "Kernels": pl.Int64,
+    "_first_start": pl.Int64,
+    "_first_end": pl.Int64,
+    "_first_tid": pl.Int64,
 }
 WINDOWS = pl.Schema({"path_id": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
@@ -201,7 +204,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     codes = names.select("short").unique().sort("short").with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
     names = names.join(codes, on="short", how="left").select("name_code", "lc")
-    r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "name_code").join(
+    r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", "name_code").join(
         names, on="name_code", how="left"
     )
     r = r.join(_path_ids(r), on="id", how="left")
@@ -221,6 +224,10 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("depth").first(),
         pl.len().alias("Instances"),
         (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
+        # the first instance, for the Timeline to show
+        pl.col("start").min().alias("_first_start"),
+        pl.col("end").sort_by("start").first().alias("_first_end"),
+        pl.col("global_tid").sort_by("start").first().alias("_first_tid"),
     )
     g = g.join(per_path, on="pid", how="left").with_columns(
         pl.col("gpu").fill_null(0).cast(pl.Int64).alias("GPU (ns)"),
@@ -246,5 +253,8 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         "CPU (ns)",
         "GPU (ns)",
         "Kernels",
+        "_first_start",
+        "_first_end",
+        "_first_tid",
     )
     return paths, windows

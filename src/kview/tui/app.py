@@ -38,6 +38,7 @@ from kview.tui.messages import (
     LoadFailed,
     OpenContext,
     OpenKernels,
+    ShowOnTimeline,
     Stage,
     TraceLoaded,
     TraceMessage,
@@ -297,7 +298,7 @@ class KviewApp(App):
         focused = self.focused
         if (
             focused is not None
-            and focused.id in ("filter", "search")
+            and focused.id in ("filter", "search", "timeline-filter")
             and focused.display
             and action in ("copy", "export", "help", "quit", "show_view", "pick_trace", "next_trace", "cycle_unit")
         ):
@@ -305,6 +306,18 @@ class KviewApp(App):
         if action in ("pick_trace", "next_trace"):  # shown (and run) only with several traces
             return len(self.paths) > 1
         return True
+
+    @on(ShowOnTimeline)
+    def _show_on_timeline(self, m: ShowOnTimeline) -> None:
+        from kview.tui.views.timeline import TimelineView
+
+        self.action_show_view("timeline")
+        view = cast(TimelineView, self.views["timeline"])
+        # after the tab is laid out, so the jump knows the canvas' width
+        if m.idx is not None:
+            self.call_after_refresh(view.show_gpu_op, m.idx)
+        elif m.start is not None and m.end is not None:
+            self.call_after_refresh(view.show_range, m.start, m.end, m.thread, m.depth)
 
     # -- actions ----------------------------------------------------------------
     def active_view(self) -> View:

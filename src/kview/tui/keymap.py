@@ -54,6 +54,7 @@ VIEW_KEYS = {
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
         Key("c", "context", "Kernel context: launch call, latency, NVTX path, kernels around it on its stream"),
         Key("enter", "open_row", "Open: a group's kernels, a kernel's context, a value's kernels", "open"),
+        Key("J", "show_on_timeline", "Jump to the kernel under the cursor on the Timeline (a group: its longest)"),
     ],
     "nvtx": [
         Key("enter", "open_range", "Kernels of the range: exactly the ops its GPU time counts", "kernels"),
@@ -62,6 +63,29 @@ VIEW_KEYS = {
         Key("N", "search_next(-1)", "Previous match"),
         Key("space", "", "Expand / collapse"),
         Key("shift+left", "", "Go to the parent range"),
+        Key("J", "show_on_timeline", "Jump to the range's first instance on the Timeline"),
+    ],
+    "timeline": [
+        Key("left,h", "pan(-1)", "Pan left (an eighth of the view)"),
+        Key("right,l", "pan(1)", "Pan right (an eighth of the view)"),
+        Key("shift+left,comma", "cell(-1)", "Cursor one cell left"),
+        Key("shift+right,full_stop", "cell(1)", "Cursor one cell right"),
+        Key("plus,equals_sign", "zoom(2.0)", "Zoom in about the cursor (also the mouse wheel)", "zoom"),
+        Key("minus", "zoom(0.5)", "Zoom out about the cursor"),
+        Key("home", "edge(0)", "Go to the start of the trace"),
+        Key("end", "edge(1)", "Go to the end of the trace"),
+        Key("f", "fit", "Fit the whole trace", "fit"),
+        Key("z", "zoom_op", "Zoom to the kernel or range under the cursor"),
+        Key("up,k", "row(-1)", "Row up"),
+        Key("down,j", "row(1)", "Row down"),
+        Key("pageup", "page(-1)", "Page up"),
+        Key("pagedown", "page(1)", "Page down"),
+        Key("greater_than_sign", "depth(1)", "Show one more NVTX depth on every thread"),
+        Key("less_than_sign", "depth(-1)", "Show one NVTX depth less"),
+        Key("space", "expand", "Expand / collapse every NVTX depth of the thread under the cursor"),
+        Key("enter", "open", "Open the kernel (or user range) under the cursor in Kernels", "open"),
+        Key("slash", "open_filter", "Highlight GPU ops matching a filter (the Kernels filter language)", "filter"),
+        Key("m", "mark", "Set a mark; the status line shows mark → cursor", "mark"),
     ],
     "layers": [
         Key("o", "toggle_order", "Order by layer index / by time", "order"),
@@ -119,6 +143,9 @@ KEY_LABELS = {
     "shift+left": "shift+←",
     "pageup": "PgUp",
     "pagedown": "PgDn",
+    "plus,equals_sign": "+ =",
+    "shift+left,comma": "shift+← ,",
+    "shift+right,full_stop": "shift+→ .",
 }
 
 

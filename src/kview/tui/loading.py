@@ -21,6 +21,7 @@ from kview.tui.messages import (
     NvtxTree,
     OverviewReady,
     Stage,
+    TimelineReady,
     TraceLoaded,
 )
 
@@ -58,6 +59,11 @@ def load(trace: Trace | str, use_cache: bool, index: int = 0) -> Iterator[Messag
             yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
     else:
         yield KernelSummary(report.frame)
+    yield Stage("timeline")
+    from kview.analysis import timeline
+
+    gpu_timeline = timeline.build(trace, cpu=False)
+    yield TimelineReady(gpu_timeline, cpu_pending=True)
     yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
@@ -73,6 +79,12 @@ def load(trace: Trace | str, use_cache: bool, index: int = 0) -> Iterator[Messag
     widths = {c: int(v or 0) for c, v in widths.items()}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
     yield AttributedKernels(table, names, names + field_words(table), shown, widths)
+    yield Stage("timeline: CPU threads")
+    # the CPU rows reuse the NVTX nesting attribution just built; GPU ops take the attributed
+    # category, so the Timeline and Kernels agree
+    att = table if table["Idx"].is_sorted() else table.sort("Idx")
+    full = timeline.recolour(timeline.with_cpu_rows(trace, gpu_timeline), att.select("Idx", "Category"))
+    yield TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
     yield Stage("overview")
     yield OverviewReady(build(trace))
     yield Stage("NVTX tree")

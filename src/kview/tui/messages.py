@@ -18,7 +18,10 @@ from textual.message import Message
 from typing_extensions import dataclass_transform
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from kview.analysis.overview import Overview
+    from kview.analysis.timeline import Timeline
     from kview.trace import Trace
 
 _TEXTUAL_SLOTS = frozenset(Message.__slots__)
@@ -121,6 +124,19 @@ class CompareReady(ViewMessage):
     metric: str = "gpu"
 
 
+@frozen_message
+class TimelineReady(ViewMessage):
+    """The timeline's rows: first the GPU rows alone (`cpu_pending`), right after the kernel
+    summary; then every row, with the attributed kernels' Idx, layer, op, direction and
+    category (sorted by Idx, `attributed_idx` the Idx column) for the status line and `/`."""
+
+    view: ClassVar[str] = "timeline"
+    timeline: Timeline
+    cpu_pending: bool = False
+    attributed: pl.DataFrame | None = None
+    attributed_idx: np.ndarray | None = None
+
+
 # -- for the app ---------------------------------------------------------------------------
 @frozen_message
 class TraceMessage(Message):
@@ -187,3 +203,15 @@ class OpenKernels(Message):
 
     filter_text: str = ""
     scope: Scope | None = None
+
+
+@frozen_message
+class ShowOnTimeline(Message):
+    """Show the Timeline with GPU op `idx` (Kernels' Idx) or the range [start, end] (absolute
+    ns) of thread `thread` at NVTX depth `depth` under the cursor (posted by a view)."""
+
+    idx: int | None = None
+    start: int | None = None
+    end: int | None = None
+    thread: int | None = None
+    depth: int | None = None

@@ -9,6 +9,7 @@ from kview.tui.views.kernels import KernelsView
 from kview.tui.views.layers import LayersView
 from kview.tui.views.nvtx import NvtxView
 from kview.tui.views.overview import OverviewView
+from kview.tui.views.timeline import TimelineView
 
 # tab order: the n-th view is shown by key n (keymap.GLOBAL_KEYS)
-VIEWS: tuple[type[View], ...] = (OverviewView, KernelsView, NvtxView, LayersView, CompareView)
+VIEWS: tuple[type[View], ...] = (OverviewView, KernelsView, NvtxView, LayersView, CompareView, TimelineView)

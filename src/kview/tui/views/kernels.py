@@ -17,7 +17,7 @@ from kview.analysis import filters
 from kview.analysis.kernel_groups import STATS, frequency, group_stats
 from kview.output.format import bar, distinct_short_names, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import AttributedKernels, KernelSummary, OpenContext, Scope
+from kview.tui.messages import AttributedKernels, KernelSummary, OpenContext, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput, TermSuggester
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
@@ -343,6 +343,30 @@ class KernelsView(View):
             self.app.notify("per-kernel rows are still being attributed", severity="warning")
             return
         self.state = replace(self.state, mode="rows" if self.mode != "rows" else "summary", freq=None)
+
+    def action_show_on_timeline(self) -> None:
+        """The kernel under the cursor on the Timeline; on a group's (or a value's) row, its
+        longest instance."""
+        if self.no_kernels():
+            return
+        row = self.table.row()
+        if row is None:
+            return
+        if "Idx" not in row:
+            if self.attributed is None:
+                self.app.notify("kernels are still being attributed", severity="warning")
+                return
+            if self.mode == "freq" and self.state.freq is not None:
+                col, key = self.state.freq, row["_key"]
+            else:
+                col, key = GROUPINGS[self.grouping][1], row["_key"] if "_key" in row else row["_full"]
+            rows = self._rows(pick=False)
+            col = SHOWN_AS.get(col, col)
+            group = rows.filter(pl.col(col) == key if key is not None else pl.col(col).is_null())
+            if group.height == 0:
+                return
+            row = group.row(int(group["Duration (ns)"].arg_max() or 0), named=True)
+        self.post_message(ShowOnTimeline(idx=int(row["Idx"])))
 
     def action_cycle_grouping(self) -> None:
         self.group_by(self.grouping + 1)

@@ -15,7 +15,7 @@ from textual.widgets.tree import TreeNode
 from kview.analysis.nvtx_tree import ops_in_windows
 from kview.output.format import bar, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import NvtxTree, OpenKernels, Scope
+from kview.tui.messages import NvtxTree, OpenKernels, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import cut
@@ -239,3 +239,13 @@ class NvtxView(View):
             "Path": pl.String,
         }
         return Shown(pl.DataFrame(rows, schema=schema), "nvtx tree as shown")
+
+    def action_show_on_timeline(self) -> None:
+        tree = getattr(self, "range_tree", None)
+        node = tree.cursor_node if tree is not None else None
+        r = node.data if node is not None else None
+        if not r or r.get("_first_start") is None:
+            return
+        self.post_message(
+            ShowOnTimeline(start=r["_first_start"], end=r["_first_end"], thread=r["_first_tid"], depth=r["Depth"])
+        )

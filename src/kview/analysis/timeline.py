@@ -1,0 +1,603 @@
+"""The timeline: rows of intervals binned into character cells, as the Nsight Systems GUI lays
+them out. GPU rows first (one per device and stream: kernels, memcpy, memset), then per CPU
+thread a CUDA API row and one NVTX row per nesting depth (push/pop ranges), plus one row for
+its start/end ranges, which may overlap.
+
+A row keeps its intervals sorted by start (relative to the trace's origin), its ends sorted,
+and prefix sums of both, so the busy time of a cell [a, b) is F(b) - F(a) with
+F(t) = sum over s_i <= t of (t - s_i) - sum over e_i <= t of (t - e_i): a few searchsorted
+calls per cell edge, whatever the number of intervals, and exact in integer ns. The number of
+ops in a cell is (#starts < b) - (#ends <= a). Rows are numpy slices of a few sorted arrays;
+a row's prefix sums are built the first time it is binned, so only the rows on screen cost
+anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from kview.derived import derived
+from kview.trace import Trace
+
+# a cell's busy fraction in eighths, as the bar glyphs draw it (index 0: idle)
+LEVELS = " ▁▂▃▄▅▆▇█"
+# a run of cells one op covers is named when at least this wide
+MIN_NAMED = 4
+TID_MASK = 0xFFFFFF
+
+
+@dataclass(eq=False)
+class Row:
+    """One row of the timeline: intervals sorted by start, with what to call and colour each."""
+
+    kind: str  # "gpu" | "api" | "nvtx"
+    label: str  # shown left of the row ("GPU0 s7", "API 1234", "NVTX 1234 d2")
+    group: str  # GPU rows: the device; CPU rows: the thread they belong to
+    depth: int  # NVTX push/pop depth; -1 for start/end ranges and other rows
+    start: np.ndarray  # int64 ns from the trace's origin, ascending
+    end: np.ndarray  # int64, in start order
+    code: np.ndarray  # int index into the timeline's names of this kind
+    cls: np.ndarray  # int8 index into the timeline's classes (category, API kind, range kind)
+    ident: np.ndarray | None = None  # GPU rows: the op's Idx (Kernels' numbering)
+    _sums: tuple | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """(ends sorted, prefix sums of starts, prefix sums of sorted ends, the index of the
+        latest-ending op among the first k, or None when ends are already ascending).
+
+        Rows whose ops never overlap (a stream, one NVTX depth) keep one array instead:
+        (ends, None, prefix sums of durations, None)."""
+        if self._sums is None:
+            s, e = self.start, self.end
+            if len(s) < 2 or bool((s[1:] >= e[:-1]).all()):
+                cd = np.concatenate([[0], np.cumsum(e - s, dtype=np.int64)])
+                self._sums = (e, None, cd, None)
+                return self._sums
+            monotone = bool((e[1:] >= e[:-1]).all())
+            es = e if monotone else np.sort(e)
+            cs = np.concatenate([[0], np.cumsum(s, dtype=np.int64)])
+            ce = np.concatenate([[0], np.cumsum(es, dtype=np.int64)])
+            top = None
+            if not monotone:  # nested API calls, overlapping start/end ranges
+                cm = np.maximum.accumulate(e)
+                top = np.maximum.accumulate(np.where(e == cm, np.arange(len(e)), 0))
+            self._sums = (es, cs, ce, top)
+        return self._sums
+
+
+@dataclass(eq=False)
+class Cells:
+    """A row binned into `width` cells between edges[0] and edges[-1]."""
+
+    edges: np.ndarray  # width + 1 cell edges (ns from the origin)
+    busy: np.ndarray  # ns of op time inside each cell (overlapping ops add up)
+    count: np.ndarray  # ops overlapping each cell
+    top: np.ndarray  # index into the row of the op a cell shows (latest-ending one), -1 if none
+
+    @property
+    def fraction(self) -> np.ndarray:
+        """Busy fraction per cell, at most 1."""
+        return np.minimum(self.busy / np.maximum(np.diff(self.edges), 1), 1.0)
+
+
+def edges(t0: int, t1: int, width: int) -> np.ndarray:
+    """Integer cell edges splitting [t0, t1) into `width` cells."""
+    return t0 + (np.arange(width + 1, dtype=np.int64) * (t1 - t0)) // width
+
+
+def busy_before(row: Row, t: np.ndarray) -> np.ndarray:
+    """F(t): op time of the row before each time in `t` (see the module's docstring)."""
+    es, cs, ce, _ = row.sums()
+    i = np.searchsorted(row.start, t, side="right")
+    j = np.searchsorted(es, t, side="right")
+    if cs is None:  # ops never overlap: the ended ones, plus the part of the one open (i > j)
+        open_ = np.minimum(j, len(row.start) - 1) if len(row.start) else j
+        return ce[j] + np.where(i > j, t - (row.start[open_] if len(row.start) else 0), 0)
+    return (i * t - cs[i]) - (j * t - ce[j])
+
+
+def bin_row(row: Row, t0: int, t1: int, width: int) -> Cells:
+    e = edges(t0, t1, width)
+    es, _, _, top_of = row.sums()
+    busy = np.diff(busy_before(row, e))
+    started = np.searchsorted(row.start, e[1:], side="left")  # ops starting before each cell's end
+    ended = np.searchsorted(es, e[:-1], side="right")  # ops ended by each cell's start
+    count = started - ended
+    k = started - 1
+    top = k.copy() if top_of is None else np.where(k >= 0, top_of[np.maximum(k, 0)], -1)
+    ok = (k >= 0) & (row.end[np.maximum(top, 0)] > e[:-1]) & (count > 0)
+    return Cells(e, busy, count, np.where(ok, top, -1))
+
+
+def hits(row: Row, mask: np.ndarray, cells: Cells) -> np.ndarray:
+    """How many ops with `mask` (per op, start order) overlap each cell."""
+    es, _, _, top_of = row.sums()
+    cm = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    ends_order = mask if top_of is None else mask[np.argsort(row.end, kind="stable")]
+    cme = np.concatenate([[0], np.cumsum(ends_order, dtype=np.int64)])
+    started = np.searchsorted(row.start, cells.edges[1:], side="left")
+    ended = np.searchsorted(es, cells.edges[:-1], side="right")
+    return cm[started] - cme[ended]
+
+
+def op_at(row: Row, t0: int, t1: int) -> int:
+    """The op a cell [t0, t1) shows (the latest-ending one started before t1 that reaches
+    into it), or -1."""
+    if len(row) == 0:
+        return -1
+    _, _, _, top_of = row.sums()
+    k = int(np.searchsorted(row.start, t1, side="left")) - 1
+    if k < 0:
+        return -1
+    i = k if top_of is None else int(top_of[k])
+    return i if row.end[i] > t0 else -1
+
+
+# -- the model --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Timeline:
+    """Every row of a trace, and the names and classes its rows index."""
+
+    origin: int  # absolute ns of time zero (the trace's origin)
+    span: tuple[int, int]  # first start, last end (ns from the origin)
+    rows: list[Row]
+    names: dict[str, list[str]]  # per row kind: the name of each code
+    classes: list[str]  # kernel categories, then API and range kinds
+    threads: dict[str, str] = field(default_factory=dict)  # group -> thread title
+
+    def class_code(self, name: str) -> int:
+        return self.classes.index(name)
+
+
+API_CLASSES = ["api:sync", "api:launch", "api:memory", "api:other"]
+NVTX_CLASSES = ["nvtx:user", "nvtx:op", "nvtx:library"]
+GPU_KINDS = {"kernel": "Kernels", "memcpy": "memcpy", "memset": "memset"}
+
+
+def _classes(categories: list[str]) -> list[str]:
+    return [*categories, *API_CLASSES, *NVTX_CLASSES]
+
+
+def _segments(keys: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) of each run of equal keys in a sorted array."""
+    if len(keys) == 0:
+        return []
+    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    bounds = np.concatenate([[0], cut, [len(keys)]])
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+
+@derived
+def gpu_ops_by_idx(trace: Trace) -> pl.DataFrame:
+    """Idx, start, end, device, stream and a name key (kernels: the name's StringIds id;
+    memcpy: -1000 - copy kind; memset: -1) of every GPU op, numbered as
+    attribution.gpu_ops numbers them (the same parts in the same order, the same stable sort)
+    without reading or joining a kernel name per op."""
+    cols = ["start", "end", "device", "stream"]
+    parts = []
+    if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        parts.append(
+            trace.columns("kernels", cols + ["name_id"]).select(*cols, pl.col("name_id").fill_null(-2).alias("key"))
+        )
+    if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        parts.append(
+            trace.columns("memcpy", cols + ["copy_kind"]).select(
+                *cols, (-1000 - pl.col("copy_kind").fill_null(-1)).alias("key")
+            )
+        )
+    if trace.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+        parts.append(trace.columns("memset", cols).with_columns(pl.lit(-1, dtype=pl.Int64).alias("key")))
+    if not parts:
+        return pl.DataFrame(schema={"Idx": pl.Int64, **{c: pl.Int64 for c in cols}, "key": pl.Int64})
+    ops = pl.concat(parts, how="diagonal_relaxed").sort(["start", "device", "stream"], maintain_order=True)
+    return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
+
+
+def _op_names(trace: Trace, keys: pl.Series) -> pl.Series:
+    """The name of each distinct name key (see gpu_ops_by_idx), as Kernels shows it."""
+    labels = trace.memcpy_kind_labels
+    ids = keys.filter(keys >= 0)
+    got = dict(trace.string_values(ids).select("id", "value").iter_rows()) if len(ids) else {}
+    out = []
+    for k in keys.to_list():
+        if k >= 0:
+            out.append(str(got.get(k) or "?"))
+        elif k == -1:
+            out.append("[CUDA memset]")
+        elif k == -2:
+            out.append("?")
+        else:
+            out.append(f"[CUDA memcpy {labels.get(-1000 - k, '?')}]")
+    return pl.Series("Kernel", out, dtype=pl.String)
+
+
+def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
+    """One row per (device, stream); (rows, op names by code (short and full), categories by
+    class code). Ops are coloured by their name's category until `recolour` gives them the
+    attributed one."""
+    from kview.analysis.categories import name_categories
+    from kview.output.format import short_names
+
+    ops = gpu_ops_by_idx(trace)
+    if ops.height == 0:
+        return [], {"gpu": [], "gpu_full": []}, ["other"]
+    keys = ops["key"].unique().sort()
+    names = _op_names(trace, keys)
+    cats = name_categories(names.unique())
+    named = pl.DataFrame({"key": keys, "Kernel": names}).join(
+        cats.select("Kernel", "name_category"), on="Kernel", how="left", maintain_order="left"
+    )
+    named = named.with_columns(
+        pl.when(pl.col("key") == -1)
+        .then(pl.lit("memset"))
+        .when(pl.col("key") <= -1000)
+        .then(pl.lit("memcpy"))
+        .otherwise(pl.col("name_category").fill_null("other"))
+        .alias("cat")
+    )
+    categories = sorted(set(named["cat"].to_list()) | {"other"})
+    code_of = named.select(
+        "key",
+        pl.int_range(pl.len(), dtype=pl.Int32).alias("_code"),
+        pl.col("cat").replace_strict(categories, list(range(len(categories))), return_dtype=pl.Int8).alias("_cls"),
+    )
+    o = ops.join(code_of, on="key", how="left").sort(["device", "stream", "start", "end"])
+    dev, stream = o["device"].fill_null(-1).to_numpy(), o["stream"].fill_null(-1).to_numpy()
+    start = o["start"].to_numpy() - trace.origin
+    end = o["end"].to_numpy() - trace.origin
+    code, cls, idx = o["_code"].to_numpy(), o["_cls"].to_numpy(), o["Idx"].to_numpy()
+    rows = []
+    for lo, hi in _segments(dev * (1 << 32) + stream):
+        d, s = int(dev[lo]), int(stream[lo])
+        rows.append(
+            Row("gpu", f"GPU{d} s{s}", f"GPU{d}", -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi], idx[lo:hi])
+        )
+    return rows, {"gpu": short_names(names).to_list(), "gpu_full": names.to_list()}, categories
+
+
+def recolour(tl: Timeline, categories: pl.DataFrame) -> Timeline:
+    """`tl` with its GPU ops in the categories of `categories` (Idx, Category: the attributed
+    table's), so the Timeline and Kernels agree; CPU rows keep their classes."""
+    n_old = len(tl.classes) - len(API_CLASSES) - len(NVTX_CLASSES)
+    old = tl.classes[:n_old]
+    cats = sorted(set(categories["Category"].unique().drop_nulls().to_list()) | set(old) | {"other"})
+    top = max([int(r.ident.max()) for r in tl.rows if r.ident is not None and len(r)] + [0])
+    by_idx = np.full(top + 1, -1, dtype=np.int16)
+    c = categories.filter(pl.col("Idx") <= top)
+    by_idx[c["Idx"].to_numpy()] = (
+        c["Category"].fill_null("other").replace_strict(cats, list(range(len(cats))), return_dtype=pl.Int16).to_numpy()
+    )
+    remap = np.array(
+        [cats.index(k) for k in old] + [len(cats) + i for i in range(len(API_CLASSES) + len(NVTX_CLASSES))],
+        dtype=np.int8,
+    )
+    rows = []
+    for r in tl.rows:
+        if r.ident is not None:
+            new = by_idx[r.ident]
+            cls = np.where(new >= 0, new, remap[r.cls]).astype(np.int8)
+        else:
+            cls = remap[r.cls]
+        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident))
+    return Timeline(tl.origin, tl.span, rows, tl.names, _classes(cats), tl.threads)
+
+
+def _thread_titles(trace: Trace, tids: list[int]) -> dict[int, str]:
+    """global_tid -> "name pid/tid" (the thread's name when the export has one)."""
+    th = trace.threads
+    names: dict[int, str] = {}
+    if th.height:
+        t = trace.with_strings(th.filter(pl.col("global_tid").is_in(tids)), "name_id", "tname")
+        names = {int(g): str(n) for g, n in t.select("global_tid", "tname").iter_rows() if n}
+    out = {}
+    for g in tids:
+        pid, tid = (g >> 24) & TID_MASK, g & TID_MASK
+        out[g] = f"{names.get(g, 'thread')} {pid}/{tid}" if pid else f"{names.get(g, 'thread')} {tid}"
+    return out
+
+
+def _api_class(names: pl.Series) -> pl.Series:
+    lo = names.str.to_lowercase()
+    return pl.select(
+        pl.when(
+            lo.str.contains("synchronize|wait|^cudamemcpy(2d|3d)?(_v\\d+)?$|^cumemcpy[a-z0-9]*_?v?\\d*$")
+            & ~lo.str.contains("async")
+        )
+        .then(0)
+        .when(lo.str.contains("launch|graphlaunch"))
+        .then(1)
+        .when(lo.str.contains("memcpy|memset|malloc|free|memalloc|host"))
+        .then(2)
+        .otherwise(3)
+        .cast(pl.Int8)
+    ).to_series()
+
+
+def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list[str]], dict[str, str]]:
+    """Per thread: a CUDA API row, NVTX rows by depth, a start/end row. (rows, names by kind,
+    thread titles by group). NVTX depths come from the push/pop nesting the attribution built."""
+    rows_by_tid: dict[int, list[Row]] = {}
+    names: dict[str, list[str]] = {"api": [], "nvtx": []}
+    api_base, nvtx_base = n_categories, n_categories + len(API_CLASSES)
+    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        r = trace.columns("runtime", ["start", "end", "global_tid", "name_id"]).filter(
+            pl.col("start").is_not_null() & pl.col("end").is_not_null()
+        )
+        if r.height:
+            ids = r.select(pl.col("name_id").fill_null(-1)).unique().sort("name_id")
+            ids = trace.with_strings(ids, "name_id", "name").with_columns(pl.col("name").fill_null("?"))
+            ids = ids.with_columns(
+                pl.int_range(pl.len(), dtype=pl.Int32).alias("_code"),
+                (pl.Series(_api_class(ids["name"])) + api_base).cast(pl.Int8).alias("_cls"),
+            )
+            names["api"] = ids["name"].str.replace(r"_v\d+$", "").to_list()
+            r = (
+                r.with_columns(pl.col("name_id").fill_null(-1))
+                .join(ids.select("name_id", "_code", "_cls"), on="name_id", how="left")
+                .sort(["global_tid", "start", "end"], descending=[False, False, True])
+            )
+            tid = r["global_tid"].to_numpy()
+            start, end = r["start"].to_numpy() - trace.origin, r["end"].to_numpy() - trace.origin
+            code, cls = r["_code"].to_numpy(), r["_cls"].to_numpy()
+            for lo, hi in _segments(tid):
+                g = int(tid[lo])
+                rows_by_tid.setdefault(g, []).append(
+                    Row("api", "CUDA API", str(g), -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi])
+                )
+    if trace.has("NVTX_EVENTS"):
+        from kview.analysis import nvtx_ranges as nv
+
+        lab = nv.labels(trace)
+        if lab.height:
+            short = (
+                pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
+                .then(pl.col("label").str.extract(r"^([^,]*)", 1))
+                .otherwise(pl.col("label"))
+            )
+            kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0) + nvtx_base
+            lab = lab.sort("name_code").select("name_code", short.alias("short"), kind.cast(pl.Int8).alias("_cls"))
+            names["nvtx"] = lab["short"].to_list()
+            codes = dict(zip(lab["name_code"].to_list(), range(lab.height)))
+            if list(codes) != list(range(lab.height)):
+                raise ValueError("NVTX name codes are not dense")  # names() numbers them 0..n-1
+            cls_of = lab["_cls"].to_numpy()
+            tree = nv.projection_tree(trace)
+            se = (
+                nv.projection_ranges(trace)
+                .filter(pl.col("style") != "PushPop")
+                .select("global_tid", pl.lit(-1, dtype=pl.Int64).alias("depth"), "start", "end", "name_code")
+                .sort(["global_tid", "start", "end"], descending=[False, False, True])
+            )
+            for part in (tree, se):
+                for g, d, st, en, cd in _by_thread_and_depth(part, trace.origin):
+                    label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
+                    rows_by_tid.setdefault(g, []).append(Row("nvtx", label, str(g), d, st, en, cd, cls_of[cd]))
+    titles = _thread_titles(trace, list(rows_by_tid))
+    rows: list[Row] = []
+    # threads in order of their first event (the main thread first, as a profile starts there)
+    first = {g: min(int(r.start[0]) for r in rs if len(r)) for g, rs in rows_by_tid.items()}
+    for g in sorted(rows_by_tid, key=lambda g: (first[g], g)):
+        rs = rows_by_tid[g]
+        # the API row first, then depths in order, start/end ranges last
+        rows += sorted(rs, key=lambda r: (r.kind != "api", r.depth < 0, r.depth))
+    return rows, names, {str(g): t for g, t in titles.items()}
+
+
+def _by_thread_and_depth(r: pl.DataFrame, origin: int):
+    """(thread, depth, starts, ends, name codes) of each (thread, depth) of ranges sorted by
+    thread, then start (nest()'s order): a stable sort by depth within each thread, in numpy
+    (depths are small integers, so that sort is a radix sort), never a sort of all ranges."""
+    if r.height == 0:
+        return
+    tid = r["global_tid"].to_numpy()
+    if len(tid) > 1 and (tid[1:] < tid[:-1]).any():  # not in nest()'s order after all
+        r = r.sort(["global_tid", "start", "end"], descending=[False, False, True])
+        tid = r["global_tid"].to_numpy()
+    depth = r["depth"].cast(pl.Int16).to_numpy()
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    if origin:
+        start, end = start - origin, end - origin
+    code = r["name_code"].cast(pl.Int32).to_numpy()
+    for lo, hi in _segments(tid):
+        order = np.argsort(depth[lo:hi], kind="stable") + lo
+        d = depth[order]
+        for a, b in _segments(d):
+            sel = order[a:b]
+            yield int(tid[lo]), int(d[a]), start[sel], end[sel], code[sel]
+
+
+def build(trace: Trace, cpu: bool = True) -> Timeline:
+    """The timeline of a trace: GPU rows, and (with `cpu`) the CPU threads' rows."""
+    rows, gpu_names, categories_ = gpu_rows(trace)
+    names: dict[str, list[str]] = {**gpu_names, "api": [], "nvtx": []}
+    threads: dict[str, str] = _device_titles(trace, rows)
+    if cpu:
+        crow, cnames, cthreads = cpu_rows(trace, len(categories_))
+        rows += crow
+        names.update(cnames)
+        threads.update(cthreads)
+    return Timeline(trace.origin, _span(rows), rows, names, _classes(categories_), threads)
+
+
+def with_cpu_rows(trace: Trace, tl: Timeline) -> Timeline:
+    """`tl` (GPU rows only) with the CPU threads' rows added."""
+    n_cat = len(tl.classes) - len(API_CLASSES) - len(NVTX_CLASSES)
+    crow, cnames, threads = cpu_rows(trace, n_cat)
+    rows = tl.rows + crow
+    return Timeline(tl.origin, _span(rows), rows, {**tl.names, **cnames}, tl.classes, {**tl.threads, **threads})
+
+
+def _device_titles(trace: Trace, rows: list[Row]) -> dict[str, str]:
+    """GPU group -> "GPU0 NVIDIA H200" (the device's name when the trace has it)."""
+    dev = trace.devices
+    names = {}
+    if dev.height and {"id", "name"} <= set(dev.columns):
+        names = {int(i): str(n) for i, n in dev.select("id", "name").iter_rows() if i is not None and n}
+    out = {}
+    for r in rows:
+        d = int(r.group[3:])
+        out[r.group] = f"{r.group} {names[d]}" if d in names else r.group
+    return out
+
+
+def _span(rows: list[Row]) -> tuple[int, int]:
+    full = [r for r in rows if len(r)]
+    if not full:
+        return (0, 1)
+    lo = min(int(r.start[0]) for r in full)
+    hi = max(int(r.end.max()) for r in full)
+    return (lo, max(hi, lo + 1))
+
+
+# -- the picture --------------------------------------------------------------------------
+def picture(tl: Timeline, row: Row, cells: Cells, highlight: np.ndarray | None = None) -> tuple[str, list[int]]:
+    """The characters of a binned row and the class of each cell (-1 idle).
+
+    A cell one op covers alone shows that op: its class, and, where the op covers a run of at
+    least MIN_NAMED cells, its name written across the run. A cell several ops share (or one
+    op covers partly) shows a bar of its busy fraction in eighths, in the class of the
+    latest-ending op in it."""
+    frac = cells.fraction
+    levels = np.where(cells.count > 0, np.maximum(np.ceil(frac * 8), 1), 0).astype(np.int64)
+    chars = [LEVELS[v] for v in levels.tolist()]
+    top = cells.top
+    cls = np.where(top >= 0, row.cls[np.maximum(top, 0)], -1).tolist()
+    sole = (cells.count == 1) & (top >= 0)
+    if sole.any():
+        key = np.where(sole, top, -1)
+        names = tl.names.get(row.kind, [])
+        w = len(key)
+        i = 0
+        keys = key.tolist()
+        while i < w:
+            k = keys[i]
+            j = i + 1
+            while j < w and keys[j] == k:
+                j += 1
+            if k >= 0 and j - i >= MIN_NAMED:
+                name = names[int(row.code[k])] if names else ""
+                text = name[: j - i - 1]
+                chars[i : i + len(text)] = list(text)
+            i = j
+    return "".join(chars), cls
+
+
+def nice_step(span: float, cells: int, every: int = 12) -> int:
+    """A tick interval of 1, 2 or 5 times a power of ten ns, about every `every` cells."""
+    want = span / max(cells / every, 1)
+    p = 10 ** int(np.floor(np.log10(max(want, 1))))
+    for m in (1, 2, 5, 10):
+        if m * p >= want:
+            return int(m * p)
+    return int(10 * p)
+
+
+def axis(t0: int, t1: int, width: int) -> tuple[str, str]:
+    """(tick labels, tick marks) for cells [t0, t1): times from the origin at round values."""
+    from kview.output.format import fmt_ns
+
+    step = nice_step(t1 - t0, width)
+    first = -(-t0 // step) * step
+    marks = ["─"] * width
+    labels = [" "] * width
+    per_cell = (t1 - t0) / width
+    t = first
+    while t < t1:
+        c = int((t - t0) / per_cell)
+        if 0 <= c < width:
+            marks[c] = "┬"
+            text = fmt_ns(t).replace(".0 ", " ") if t else "0"
+            if all(ch == " " for ch in labels[c : c + len(text) + 1]) and c + len(text) <= width:
+                labels[c : c + len(text)] = list(text)
+        t += step
+    return "".join(labels), "".join(marks)
+
+
+def select_rows(tl: Timeline, kinds: set[str], depth: int) -> list[Row]:
+    """The rows of `kinds`, NVTX push/pop rows only down to `depth` (start/end rows kept)."""
+    return [r for r in tl.rows if r.kind in kinds and (r.kind != "nvtx" or r.depth < depth)]
+
+
+def text(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int, title: str = "") -> str:
+    """The timeline as plain text: a label column, the axis, then a line per row."""
+    from kview.output.format import fmt_ns
+
+    rows = select_rows(tl, kinds, depth)
+    lw = min(max([len(r.label) for r in rows] + [10]) + 1, 24)
+    cw = max(width - lw - 1, 10)
+    labels, marks = axis(t0, t1, cw)
+    out = [
+        f"{title}{' · ' if title else ''}{fmt_ns(t0)} .. {fmt_ns(t1)} "
+        f"(span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)",
+        " " * (lw + 1) + labels,
+        " " * lw + "┌" + marks,
+    ]
+    group = None
+    for r in rows:
+        if r.group != group:
+            group = r.group
+            title_ = tl.threads.get(group, group)
+            out.append(f"{title_[: lw + 1 + cw]}")
+        chars, _ = picture(tl, r, bin_row(r, t0, t1, cw))
+        out.append(f"{r.label[:lw].ljust(lw)}│{chars}")
+    return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def table(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int) -> pl.DataFrame:
+    """The numbers behind the picture: one row per (row, cell) with its edges, op time and ops."""
+    parts = []
+    for n, r in enumerate(select_rows(tl, kinds, depth)):
+        c = bin_row(r, t0, t1, width)
+        parts.append(
+            pl.DataFrame(
+                {
+                    "Row": pl.Series([n] * width, dtype=pl.Int64),
+                    "Group": [tl.threads.get(r.group, r.group)] * width,
+                    "Track": [r.label] * width,
+                    "Cell": pl.int_range(width, eager=True, dtype=pl.Int64),
+                    "Start (ns)": c.edges[:-1],
+                    "End (ns)": c.edges[1:],
+                    "Busy (ns)": c.busy,
+                    "Ops": c.count,
+                    "Busy (%)": np.round(c.fraction * 100, 1),
+                }
+            )
+        )
+    if not parts:
+        return pl.DataFrame(
+            schema={
+                "Row": pl.Int64,
+                "Group": pl.String,
+                "Track": pl.String,
+                "Cell": pl.Int64,
+                "Start (ns)": pl.Int64,
+                "End (ns)": pl.Int64,
+                "Busy (ns)": pl.Int64,
+                "Ops": pl.Int64,
+                "Busy (%)": pl.Float64,
+            }
+        )
+    return pl.concat(parts)
+
+
+def fmt_span(ns: int) -> str:
+    from kview.output.format import fmt_ns
+
+    return fmt_ns(ns)
+
+
+def parse_time(text: str) -> int:
+    """`1.5s`, `200ms`, `30us`, `12345` (ns) -> ns. ValueError for anything else."""
+    import re
+
+    m = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(ns|us|µs|ms|s)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"cannot read time {text!r} (e.g. 1.5s, 200ms, 30us, 12345 for ns)")
+    scale = {"ns": 1, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}[(m[2] or "ns").lower()]
+    return int(round(float(m[1]) * scale))
