@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -233,6 +232,17 @@ def _write(args, text: str) -> int:
     return 0
 
 
+def _emit(args, frame, decimals=None) -> int:
+    """One table as the command's document: streamed to stdout slice by slice (a million rows
+    never become one string), or written to -o PATH as _write does."""
+    from kview.output import render
+
+    if args.output:
+        return _write(args, render.render(frame, args.format, decimals))
+    render.emit(frame, args.format, decimals)
+    return 0
+
+
 def cmd_stats(args) -> int:
     from kview.output import render
     from kview.reports import REPORTS
@@ -308,16 +318,13 @@ def cmd_stats(args) -> int:
     remark()
     if len(reports) == 1:  # exactly that document, nothing around it
         r = reports[0]
-        out.write(
-            render.render(r.frame, args.format, r.decimals)
-            if not (r.skipped or r.empty)
-            else render.render(r.frame, args.format)
-            if args.format == "json"
-            else ""
-        )
+        if not (r.skipped or r.empty):
+            render.emit(r.frame, args.format, r.decimals)
+        elif args.format == "json":
+            render.emit(r.frame, args.format)
         return 0
     if args.format == "json":
-        out.write(json.dumps({r.name: r.frame.to_dicts() for r in reports}, ensure_ascii=False, indent=1) + "\n")
+        render.emit_json_object({r.name: r.frame for r in reports})
         return 0
     sections = {f"{r.title} ({r.name})": r.frame for r in reports}
     skipped = {f"{r.title} ({r.name})": f"SKIPPED: {trace.name} {r.skipped}.\n" for r in reports if r.skipped}
@@ -328,7 +335,6 @@ def cmd_stats(args) -> int:
 def cmd_kernels(args) -> int:
     from kview.analysis import filters
     from kview.analysis.attribution import attribute, shown
-    from kview.output import render
 
     try:
         pred = filters.parse(args.filter)
@@ -341,10 +347,10 @@ def cmd_kernels(args) -> int:
 
         ops = cpu_op_summary(trace)
         _note(trace, no_gpu_work_note(trace) + ("; showing its CPU op times instead" if ops.height else ""))
-        return _write(args, render.render(ops, args.format) if ops.height else render.render(shown(table), args.format))
+        return _emit(args, ops if ops.height else shown(table))
     if pred is not None:
         table = table.filter(pred)
-    return _write(args, render.render(shown(table), args.format))
+    return _emit(args, shown(table))
 
 
 def _note(trace, text: str) -> None:

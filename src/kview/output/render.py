@@ -6,9 +6,12 @@ integers, rounded floats as Python prints them, empty cells for NULL, MB with 3 
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 from collections.abc import Callable
+from typing import BinaryIO, Literal
 
 import polars as pl
 
@@ -38,52 +41,196 @@ def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) ->
     return frame.select(exprs) if exprs else frame
 
 
-def to_csv(frame: pl.DataFrame, decimals=None, sep: str = ",") -> str:
-    """nsys's CSV: a cell is quoted only when it holds the separator or a line break."""
-    if frame.width == 0 or frame.height == 0:  # nsys writes an empty file for an empty report
-        return ""
-    text = cell_strings(frame, decimals)
+# Long tables are written a slice at a time: each slice is turned into text by polars' writers
+# and handed on, so a million-row table never exists as one string.
+BATCH_ROWS = 100_000
 
-    def quote(e: pl.Expr) -> pl.Expr:
-        e = e.fill_null("")
-        needs = e.str.contains(sep, literal=True) | e.str.contains("\n", literal=True)
-        return (
-            pl.when(needs)
-            .then(pl.concat_str([pl.lit('"'), e.str.replace_all('"', '""', literal=True), pl.lit('"')]))
-            .otherwise(e)
+
+def _polars_out(
+    text: pl.DataFrame,
+    out: BinaryIO,
+    separator: str = ",",
+    include_header: bool = False,
+    quote_style: Literal["necessary", "never"] = "never",
+) -> None:
+    """Cells in their text form, written by polars (unquoted unless asked) into a buffer handed
+    on, so a closed pipe surfaces as Python's BrokenPipeError, not as a polars error."""
+    buf = io.BytesIO()
+    text.write_csv(
+        buf,
+        separator=separator,
+        quote_style=quote_style,
+        include_header=include_header,
+        line_terminator="\n",
+    )
+    out.write(buf.getbuffer())
+
+
+def _slices(frame: pl.DataFrame):
+    for offset in range(0, max(frame.height, 1), BATCH_ROWS):
+        yield frame.slice(offset, BATCH_ROWS)
+
+
+def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",") -> None:
+    """nsys's CSV: a cell is quoted only when it holds the separator or a line break (quotes
+    doubled inside it); a quote alone is left as it is, as nsys leaves it; NULL is empty."""
+    if frame.width == 0 or frame.height == 0:  # nsys writes an empty file for an empty report
+        return
+    texts = [c for c, t in frame.schema.items() if t in (pl.String, pl.Categorical) or isinstance(t, pl.Enum)]
+    out.write((sep.join(f'"{c}"' if sep in c else c for c in frame.columns) + "\n").encode())
+    for part in _slices(frame):
+        text = cell_strings(part, decimals)
+        # numbers never hold a separator, a quote or a line break: only text columns are looked at
+        seen = (
+            text.select(
+                *[
+                    (pl.col(c).str.contains(sep, literal=True) | pl.col(c).str.contains("\n", literal=True))
+                    .any()
+                    .alias(f"q{i}")
+                    for i, c in enumerate(texts)
+                ],
+                *[
+                    (pl.col(c).str.contains('"', literal=True) | pl.col(c).str.contains("\r", literal=True))
+                    .any()
+                    .alias(f"x{i}")
+                    for i, c in enumerate(texts)
+                ],
+                *[(pl.col(c).str.len_bytes() == 0).any().alias(f"e{i}") for i, c in enumerate(texts)],
+            ).row(0)
+            if texts
+            else ()
+        )
+        n = len(texts)
+        needs, odd, empty = seen[:n], seen[n : 2 * n], seen[2 * n :]
+        if not any(odd):
+            # no quote or carriage return anywhere: polars' own minimal quoting is nsys's rule,
+            # once empty strings (which it would write as "") are nulls
+            blank = {c for c, e in zip(texts, empty) if e}
+            text = (
+                text.with_columns(
+                    pl.when(pl.col(c).str.len_bytes() == 0).then(None).otherwise(pl.col(c)).alias(c) for c in blank
+                )
+                if blank
+                else text
+            )
+            _polars_out(text, out, separator=sep, quote_style="necessary")
+            continue
+        quoted = {c for c, h in zip(texts, needs) if h}
+        _polars_out(
+            text.select(_quoted(pl.col(c), sep).alias(c) if c in quoted else pl.col(c) for c in text.columns),
+            out,
+            separator=sep,
         )
 
-    lines = text.select(pl.concat_str([quote(pl.col(c)) for c in text.columns], separator=sep).alias("l"))
-    header = sep.join(f'"{c}"' if sep in c else c for c in frame.columns)
-    return header + "\n" + "\n".join(lines["l"].to_list()) + "\n"
+
+def _quoted(e: pl.Expr, sep: str) -> pl.Expr:
+    needs = e.str.contains(sep, literal=True) | e.str.contains("\n", literal=True)
+    return (
+        pl.when(needs)
+        .then(pl.concat_str([pl.lit('"'), e.str.replace_all('"', '""', literal=True), pl.lit('"')]))
+        .otherwise(e)
+    )
+
+
+def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
+    """Tab-separated, nothing quoted: a tab inside a cell becomes a space."""
+    if frame.width == 0:
+        return
+    for i, part in enumerate(_slices(frame)):
+        text = cell_strings(part, decimals).with_columns(pl.all().str.replace_all("\t", " ", literal=True))
+        _polars_out(text, out, separator="\t", include_header=i == 0)
+
+
+def _md_escape(e: pl.Expr) -> pl.Expr:
+    return (
+        e.str.replace_all("\\", "\\\\", literal=True)
+        .str.replace_all("|", "\\|", literal=True)
+        .str.replace_all("\n", " ", literal=True)
+    )
+
+
+def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
+    if frame.width == 0:
+        return
+    numeric = [dt.is_numeric() for dt in frame.dtypes]
+    head = pl.DataFrame({"c": list(frame.columns)}).select(_md_escape(pl.col("c")))["c"].to_list()
+    out.write(
+        ("| " + " | ".join(head) + " |\n" + "|" + "|".join("---:" if n else "---" for n in numeric) + "|\n").encode()
+    )
+    for part in _slices(frame):
+        text = cell_strings(part, decimals)
+        line = pl.concat_str(
+            [
+                pl.lit("| "),
+                pl.concat_str([_md_escape(pl.col(c)).fill_null("") for c in text.columns], separator=" | "),
+                pl.lit(" |"),
+            ]
+        )
+        if part.height:
+            _polars_out(text.select(line.alias("l")), out)
+
+
+def _json_rows(frame: pl.DataFrame, out: BinaryIO) -> None:
+    """A JSON array of row objects, one row a line (polars' own JSON writer; NaN and infinities,
+    which JSON cannot hold, as null)."""
+    first = True
+    for part in _slices(frame):
+        rows = part.write_ndjson().rstrip("\n")
+        if rows:  # ndjson escapes line breaks inside values: every raw one ends a row
+            out.write((("[\n" if first else ",\n") + rows.replace("\n", ",\n")).encode())
+            first = False
+    out.write(b"[]" if first else b"\n]")
+
+
+def write_json(frame: pl.DataFrame, out: BinaryIO) -> None:
+    _json_rows(frame, out)
+    out.write(b"\n")
+
+
+def write_json_object(tables: dict[str, pl.DataFrame], out: BinaryIO) -> None:
+    """Several tables as one JSON object keyed by name, each an array of row objects."""
+    for i, (name, frame) in enumerate(tables.items()):
+        out.write(("{" if i == 0 else ",\n").encode() + json.dumps(name, ensure_ascii=False).encode() + b": ")
+        _json_rows(frame, out)
+    out.write(b"}\n" if tables else b"{}\n")
+
+
+def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
+    """One table in `fmt` to a binary stream, slice by slice."""
+    if fmt == "csv":
+        write_csv(frame, out, decimals)
+    elif fmt == "tsv":
+        write_tsv(frame, out, decimals)
+    elif fmt == "md":
+        write_markdown(frame, out, decimals)
+    elif fmt == "json":
+        write_json(frame, out)
+    elif fmt == "table":
+        out.write(to_table(frame, decimals, width).encode())
+    else:
+        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def _text(writer, *args) -> str:
+    buf = io.BytesIO()
+    writer(*args[:1], buf, *args[1:])
+    return buf.getvalue().decode()
+
+
+def to_csv(frame: pl.DataFrame, decimals=None, sep: str = ",") -> str:
+    return _text(write_csv, frame, decimals, sep)
 
 
 def to_tsv(frame: pl.DataFrame, decimals=None) -> str:
-    if frame.width == 0:
-        return ""
-    text = cell_strings(frame, decimals)
-    lines = ["\t".join(frame.columns)]
-    lines += ["\t".join("" if v is None else v.replace("\t", " ") for v in row) for row in text.iter_rows()]
-    return "\n".join(lines) + "\n"
-
-
-def _md_escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return _text(write_tsv, frame, decimals)
 
 
 def to_markdown(frame: pl.DataFrame, decimals=None) -> str:
-    if frame.width == 0:
-        return ""
-    text = cell_strings(frame, decimals)
-    numeric = [dt.is_numeric() for dt in frame.dtypes]
-    head = "| " + " | ".join(_md_escape(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---:" if n else "---" for n in numeric) + "|"
-    rows = ["| " + " | ".join("" if v is None else _md_escape(v) for v in row) + " |" for row in text.iter_rows()]
-    return "\n".join([head, rule, *rows]) + "\n"
+    return _text(write_markdown, frame, decimals)
 
 
 def to_json(frame: pl.DataFrame) -> str:
-    return json.dumps(frame.to_dicts(), ensure_ascii=False, indent=1) + "\n"
+    return _text(write_json, frame)
 
 
 def _group_digits(v: str) -> str:
@@ -154,7 +301,9 @@ def render_sections(
     `** Title:` blocks. Empty tables print `empty` (or are left out when it is None); `texts`
     replaces a table's body outside JSON. CSV and TSV cannot hold several tables."""
     if fmt == "json":
-        return json.dumps({k: v.to_dicts() for k, v in sections.items()}, ensure_ascii=False, indent=1) + "\n"
+        buf = io.BytesIO()
+        write_json_object(sections, buf)
+        return buf.getvalue().decode()
     if fmt not in MULTI_TABLE_FORMATS:
         raise ValueError(f"{fmt} holds one table; several need json, md or table")
     blocks = []
@@ -168,14 +317,30 @@ def render_sections(
 
 
 def render(frame: pl.DataFrame, fmt: str, decimals=None, width: int | None = None) -> str:
-    if fmt == "csv":
-        return to_csv(frame, decimals)
-    if fmt == "tsv":
-        return to_tsv(frame, decimals)
-    if fmt == "md":
-        return to_markdown(frame, decimals)
-    if fmt == "json":
-        return to_json(frame)
-    if fmt == "table":
-        return to_table(frame, decimals, width)
-    raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    """One table in `fmt` as text (for files, the clipboard and tests; stdout is streamed by emit)."""
+    buf = io.BytesIO()
+    write(frame, fmt, buf, decimals, width)
+    return buf.getvalue().decode()
+
+
+def emit(frame: pl.DataFrame, fmt: str, decimals=None, width: int | None = None) -> None:
+    """One table in `fmt` to stdout as it is made, slice by slice."""
+    _to_stdout(lambda out: write(frame, fmt, out, decimals, width))
+
+
+def emit_json_object(tables: dict[str, pl.DataFrame]) -> None:
+    """Several tables to stdout as one JSON object keyed by name."""
+    _to_stdout(lambda out: write_json_object(tables, out))
+
+
+def _to_stdout(writer) -> None:
+    stream = sys.stdout
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text-only stdout (a caller's StringIO)
+        buf = io.BytesIO()
+        writer(buf)
+        stream.write(buf.getvalue().decode())
+        return
+    stream.flush()
+    writer(binary)
+    binary.flush()
