@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import lzma
 import sqlite3
 from decimal import Decimal
 
@@ -14,11 +15,12 @@ from textual import events
 
 from kview.analysis import timeline as T
 from kview.analysis.attribution import attribute, gpu_ops
+from kview.analysis.ranks import make_run, rank_table
 from kview.cli import main
 from kview.trace import open_trace
 from kview.tui.app import KviewApp
 
-from conftest import KINETO, SAMPLES, kineto_events
+from conftest import KINETO, ROOT, SAMPLES, kineto_events
 
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 BERT_JSON = SAMPLES / "bert-2l_seq128_train_torch.json.gz"
@@ -355,3 +357,65 @@ def test_rows_whose_ops_overlap_bin_as_the_plain_computation():
                 a, b = int(cells.edges[c]), int(cells.edges[c + 1])
                 i = T.op_at(r, a, b)
                 assert (i >= 0) == (count[c] > 0) and (i < 0 or (r.start[i] < b and r.end[i] > a)), (r.label, c)
+
+
+# -- a distributed run: rows grouped by rank ------------------------------------------------
+DDP_1FILE = ROOT / "tests" / "fixtures" / "capture" / "ddp_nsys_1file.sqlite.xz"
+
+
+@pytest.fixture(scope="module")
+def ddp_1file(tmp_path_factory):
+    """The 2-rank DDP run in one nsys export (both processes, both GPUs), unpacked."""
+    out = tmp_path_factory.mktemp("ddp") / "ddp_nsys_1file.sqlite"
+    out.write_bytes(lzma.decompress(DDP_1FILE.read_bytes()))
+    return out
+
+
+def test_a_multi_process_export_groups_rows_by_rank(ddp_1file, capsys):
+    trace = open_trace(ddp_1file, use_cache=False)
+    tl = T.build(trace)
+    units = rank_table(make_run([trace])).select("Rank", "Process", "Device").rows()
+    assert sorted(r for r, _, _ in units) == [0, 1]
+    # rank 0's rows, then rank 1's, then the threads of processes that are no rank (torchrun's)
+    order = [tl.ranks.get(r.group, 99) for r in tl.rows]
+    assert order == sorted(order) and order[0] == 0 and order[-1] == 99
+    con = sqlite3.connect(f"file:{ddp_1file}?mode=ro", uri=True)
+    pid_of = "(({col} >> 24) & 16777215)"
+    for rank, pid, device in units:
+        rows = [r for r in tl.rows if tl.ranks.get(r.group) == rank]
+        # its GPU rows hold exactly the ops its process ran on its device
+        ops = con.execute(
+            " UNION ALL ".join(
+                f"SELECT start, end FROM {t} WHERE deviceId = ? AND {pid_of.format(col='globalPid')} = ?"
+                for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+            ),
+            (device, pid) * 3,
+        ).fetchall()
+        gpu = [r for r in rows if r.kind == "gpu"]
+        assert {r.label.split(" ")[0] for r in gpu} == {f"GPU{device}"} and sum(len(r) for r in gpu) == len(ops) > 0
+        busy = sum(int(T.bin_row(r, *tl.span, 1).busy[0]) for r in gpu)
+        assert busy == sum(e - s for s, e in ops)
+        # its CPU rows are the threads of its process that called CUDA or opened NVTX ranges
+        tids = {
+            t
+            for (t,) in con.execute(
+                f"SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {pid_of.format(col='globalTid')} = ? "
+                f"UNION SELECT globalTid FROM NVTX_EVENTS WHERE end IS NOT NULL AND {pid_of.format(col='globalTid')} = ?",
+                (pid, pid),
+            )
+        }
+        assert {int(r.group) for r in rows if r.kind != "gpu"} == tids
+        assert all(tl.threads[g].startswith(f"rank {rank} · ") for g in {r.group for r in rows})
+    # kview timeline prints the same groups in the same order
+    assert main(["timeline", str(ddp_1file), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    titles = [x for x in out[3:] if "│" not in x]
+    assert titles[0] == "rank 0 · GPU0 NVIDIA H200" and titles.index("rank 1 · GPU1 NVIDIA H200") > 1
+    assert [x.split(" · ")[0] for x in titles if x.startswith("rank ")] == sorted(
+        x.split(" · ")[0] for x in titles if x.startswith("rank ")
+    )
+
+
+def test_one_process_keeps_its_rows_ungrouped(lm):
+    _, tl = lm
+    assert tl.ranks == {} and not any(t.startswith("rank ") for t in tl.threads.values())

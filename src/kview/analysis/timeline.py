@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from kview.derived import derived
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
 # a cell's busy fraction in eighths, as the bar glyphs draw it (index 0: idle)
@@ -42,6 +43,7 @@ class Row:
     code: np.ndarray  # int index into the timeline's names of this kind
     cls: np.ndarray  # int8 index into the timeline's classes (category, API kind, range kind)
     ident: np.ndarray | None = None  # GPU rows: the op's Idx (Kernels' numbering)
+    pid: int = -1  # the process (global_pid) whose ops or thread the row holds; -1 unknown
     _sums: tuple | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -150,6 +152,7 @@ class Timeline:
     names: dict[str, list[str]]  # per row kind: the name of each code
     classes: list[str]  # kernel categories, then API and range kinds
     threads: dict[str, str] = field(default_factory=dict)  # group -> thread title
+    ranks: dict[str, int] = field(default_factory=dict)  # group -> rank (a run of several ranks)
 
     def class_code(self, name: str) -> int:
         return self.classes.index(name)
@@ -179,7 +182,7 @@ def gpu_ops_by_idx(trace: Trace) -> pl.DataFrame:
     memcpy: -1000 - copy kind; memset: -1) of every GPU op, numbered as
     attribution.gpu_ops numbers them (the same parts in the same order, the same stable sort)
     without reading or joining a kernel name per op."""
-    cols = ["start", "end", "device", "stream"]
+    cols = ["start", "end", "device", "stream", "global_pid"]
     parts = []
     if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
         parts.append(
@@ -247,16 +250,36 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
         pl.int_range(pl.len(), dtype=pl.Int32).alias("_code"),
         pl.col("cat").replace_strict(categories, list(range(len(categories))), return_dtype=pl.Int8).alias("_cls"),
     )
-    o = ops.join(code_of, on="key", how="left").sort(["device", "stream", "start", "end"])
+    o = ops.join(code_of, on="key", how="left").with_columns(pl.col("global_pid").fill_null(-1))
+    # processes sharing a device have their own streams (numbered alike): a row per process there
+    shared = o.group_by("device").agg(pl.col("global_pid").n_unique() > 1).filter("global_pid")["device"]
+    o = o.with_columns(
+        pl.when(pl.col("device").is_in(shared.implode())).then(pl.col("global_pid")).otherwise(-1).alias("_split")
+    ).sort(["device", "_split", "stream", "start", "end"])
     dev, stream = o["device"].fill_null(-1).to_numpy(), o["stream"].fill_null(-1).to_numpy()
+    split, pid = o["_split"].to_numpy(), o["global_pid"].to_numpy()
     start = o["start"].to_numpy() - trace.origin
     end = o["end"].to_numpy() - trace.origin
     code, cls, idx = o["_code"].to_numpy(), o["_cls"].to_numpy(), o["Idx"].to_numpy()
+    # one key per (device, process where shared, stream), in that order
+    new = np.concatenate([[False], (dev[1:] != dev[:-1]) | (split[1:] != split[:-1]) | (stream[1:] != stream[:-1])])
     rows = []
-    for lo, hi in _segments(dev * (1 << 32) + stream):
-        d, s = int(dev[lo]), int(stream[lo])
+    for lo, hi in _segments(np.cumsum(new)):
+        d, s, p = int(dev[lo]), int(stream[lo]), int(split[lo])
+        group = f"GPU{d}" if p == -1 else f"GPU{d} pid {(p >> 24) & TID_MASK}"
         rows.append(
-            Row("gpu", f"GPU{d} s{s}", f"GPU{d}", -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi], idx[lo:hi])
+            Row(
+                "gpu",
+                f"GPU{d} s{s}",
+                group,
+                -1,
+                start[lo:hi],
+                end[lo:hi],
+                code[lo:hi],
+                cls[lo:hi],
+                idx[lo:hi],
+                int(pid[lo]),
+            )
         )
     return rows, {"gpu": short_names(names).to_list(), "gpu_full": names.to_list()}, categories
 
@@ -284,8 +307,8 @@ def recolour(tl: Timeline, categories: pl.DataFrame) -> Timeline:
             cls = np.where(new >= 0, new, remap[r.cls]).astype(np.int8)
         else:
             cls = remap[r.cls]
-        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident))
-    return Timeline(tl.origin, tl.span, rows, tl.names, _classes(cats), tl.threads)
+        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident, r.pid))
+    return Timeline(tl.origin, tl.span, rows, tl.names, _classes(cats), tl.threads, tl.ranks)
 
 
 def _thread_titles(trace: Trace, tids: list[int]) -> dict[int, str]:
@@ -348,7 +371,18 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
             for lo, hi in _segments(tid):
                 g = int(tid[lo])
                 rows_by_tid.setdefault(g, []).append(
-                    Row("api", "CUDA API", str(g), -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi])
+                    Row(
+                        "api",
+                        "CUDA API",
+                        str(g),
+                        -1,
+                        start[lo:hi],
+                        end[lo:hi],
+                        code[lo:hi],
+                        cls[lo:hi],
+                        None,
+                        g & PID_MASK,
+                    )
                 )
     if trace.has("NVTX_EVENTS"):
         from kview.analysis import nvtx_ranges as nv
@@ -377,7 +411,9 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
             for part in (tree, se):
                 for g, d, st, en, cd in _by_thread_and_depth(part, trace.origin):
                     label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
-                    rows_by_tid.setdefault(g, []).append(Row("nvtx", label, str(g), d, st, en, cd, cls_of[cd]))
+                    rows_by_tid.setdefault(g, []).append(
+                        Row("nvtx", label, str(g), d, st, en, cd, cls_of[cd], None, g & PID_MASK)
+                    )
     titles = _thread_titles(trace, list(rows_by_tid))
     rows: list[Row] = []
     # threads in order of their first event (the main thread first, as a profile starts there)
@@ -422,7 +458,7 @@ def build(trace: Trace, cpu: bool = True) -> Timeline:
         rows += crow
         names.update(cnames)
         threads.update(cthreads)
-    return Timeline(trace.origin, _span(rows), rows, names, _classes(categories_), threads)
+    return by_rank(trace, Timeline(trace.origin, _span(rows), rows, names, _classes(categories_), threads))
 
 
 def with_cpu_rows(trace: Trace, tl: Timeline) -> Timeline:
@@ -430,7 +466,46 @@ def with_cpu_rows(trace: Trace, tl: Timeline) -> Timeline:
     n_cat = len(tl.classes) - len(API_CLASSES) - len(NVTX_CLASSES)
     crow, cnames, threads = cpu_rows(trace, n_cat)
     rows = tl.rows + crow
-    return Timeline(tl.origin, _span(rows), rows, {**tl.names, **cnames}, tl.classes, {**tl.threads, **threads})
+    full = Timeline(tl.origin, _span(rows), rows, {**tl.names, **cnames}, tl.classes, {**tl.threads, **threads})
+    return by_rank(trace, full)
+
+
+def rank_units(trace: Trace) -> pl.DataFrame | None:
+    """(global_pid, device, rank) of a trace whose GPU work ran in several processes (one nsys
+    export of a distributed run), as kview.analysis.ranks numbers them; None for one process."""
+    ops = gpu_ops_by_idx(trace)
+    if ops["global_pid"].drop_nulls().n_unique() < 2:
+        return None
+    from kview.analysis.ranks import make_run
+
+    return make_run([trace]).units.select("global_pid", "device", "rank")
+
+
+def by_rank(trace: Trace, tl: Timeline) -> Timeline:
+    """`tl` with its rows grouped by rank (rank 0's GPUs and threads, then rank 1's, ...; threads
+    of processes that are no rank last) and each group titled with its rank, when the trace
+    holds several ranks' processes. A thread belongs to its process's rank (the lowest, for a
+    process driving several GPUs)."""
+    units = rank_units(trace)
+    if units is None or units["rank"].n_unique() < 2:
+        return tl
+    of_unit = {(int(p), int(d)): int(k) for p, d, k in units.iter_rows() if p is not None and d is not None}
+    of_pid: dict[int, int] = {}
+    for (p, _), k in sorted(of_unit.items(), key=lambda x: x[1], reverse=True):
+        of_pid[p] = k
+    ranks: dict[str, int] = {}
+    for r in tl.rows:
+        if r.kind == "gpu":
+            rank = of_unit.get((r.pid, int(r.label[3:].split(" ")[0])))
+        else:
+            rank = of_pid.get(r.pid)
+        if rank is not None:
+            ranks.setdefault(r.group, rank)
+    # a stable sort: within a rank the rows keep their order (its GPU rows first)
+    order = sorted(range(len(tl.rows)), key=lambda i: (tl.rows[i].group not in ranks, ranks.get(tl.rows[i].group, 0)))
+    rows = [tl.rows[i] for i in order]
+    threads = {g: (f"rank {ranks[g]} · {t}" if g in ranks else t) for g, t in tl.threads.items()}
+    return Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, threads, ranks)
 
 
 def _device_titles(trace: Trace, rows: list[Row]) -> dict[str, str]:
@@ -441,7 +516,7 @@ def _device_titles(trace: Trace, rows: list[Row]) -> dict[str, str]:
         names = {int(i): str(n) for i, n in dev.select("id", "name").iter_rows() if i is not None and n}
     out = {}
     for r in rows:
-        d = int(r.group[3:])
+        d = int(r.group[3:].split(" ")[0])
         out[r.group] = f"{r.group} {names[d]}" if d in names else r.group
     return out
 

@@ -676,5 +676,5 @@ class TimelineView(View):
         rows = [e.row for e in self.entries if e.row is not None]
         cw = self.canvas.cells_width()
         tl = self.timeline
-        sub = tl_.Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, tl.threads)
+        sub = tl_.Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, tl.threads, tl.ranks)
         return Shown(tl_.table(sub, self.t0, self.t1, cw, {"gpu", "api", "nvtx"}, 1 << 30), "timeline cells")
