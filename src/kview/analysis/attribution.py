@@ -267,8 +267,10 @@ def user_paths(trace: Trace) -> pl.DataFrame:
 
 
 def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
-    """For each call (call_id, global_tid, start, end): its user path, layer, outermost forward op,
-    innermost backward node (seq), and direction flags."""
+    """For each call (call_id, global_tid, start, end): its innermost user range (`uid`, a key of
+    user_paths), outermost forward op (`fop_code`, a name_code), innermost backward node (seq,
+    start), and direction flags. Integers only: the strings are joined once, at the end of
+    attribute()."""
     # Each question is the innermost (or outermost) range of one kind around the call, asked of
     # that kind's own nesting: never a row per (call, enclosing range), whatever the depth.
     ranges = nv.projection_ranges(trace).select("id", "global_tid", "start", "end", "name_code", "style")
@@ -313,28 +315,24 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
         .with_columns(pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart"))
         .drop("eseq", "estart", "eval_id")
     )
-    ops = labels.select(
-        pl.col("name_code").alias("fop_code"), pl.col("op").alias("fop"), pl.col("sizes").alias("fsizes")
-    )
-    out = calls.select("call_id").join(per_call, on="call_id", how="left")
-    out = out.join(user_paths(trace), on="uid", how="left").join(ops, on="fop_code", how="left")
-    return out.drop("uid", "fop_code")
+    flags = user_paths(trace).select("uid", "in_fwd", "in_bwd", "in_opt")
+    return calls.select("call_id").join(per_call, on="call_id", how="left").join(flags, on="uid", how="left")
 
 
 def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """For launches from threads without user ranges (the autograd engine's), the user path open
     at that moment in the same process (`nv.user_range_open_at`): backward kernels land under
-    `profiled_step > backward_pass`, as the range tree and compare count them."""
+    `profiled_step > backward_pass`, as the range tree and compare count them. (call_id, open_uid)."""
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.filter(~pl.col("marker")).select("name_code"), on="name_code", how="inner")
     inner = nv.user_range_open_at(users, calls.select("call_id", "global_tid", pl.col("start").alias("t")))
-    paths = user_paths(trace).select("uid", pl.col("path").alias("open_path"))
-    return inner.rename({"id": "uid"}).join(paths, on="uid", how="left").select("call_id", "open_path")
+    return inner.select("call_id", pl.col("id").alias("open_uid"))
 
 
 def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """(bseq, bstart) -> context of the forward op with that autograd sequence number: the
-    latest op marker with `seq = N` that started before the backward node."""
+    latest op marker with `seq = N` that started before the backward node. That op's user range
+    (`b_uid`) and outermost op (`b_fop_code`), as _contexts gives them."""
     ranges = nv.projection_ranges(trace)
     fw = ranges.select("id", "name_code", "start", "end", "global_tid").join(
         labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
@@ -358,14 +356,7 @@ def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame
     return (
         m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"))
         .join(ctx, on="call_id", how="left")
-        .select(
-            "bseq",
-            "bstart",
-            pl.col("path").alias("b_path"),
-            pl.col("layer").alias("b_layer"),
-            pl.col("fop").alias("b_op"),
-            pl.col("fsizes").alias("b_sizes"),
-        )
+        .select("bseq", "bstart", pl.col("uid").alias("b_uid"), pl.col("fop_code").alias("b_fop_code"))
     )
 
 
@@ -434,6 +425,10 @@ def _launch_dims(what: str) -> pl.Expr:
     return pl.when(known).then(pl.format("{}x{}x{}", x, y.fill_null(1), z.fill_null(1))).otherwise(pl.lit("-"))
 
 
+_NO_PATHS = pl.DataFrame(schema={"uid": pl.Int64, "path": pl.String, "layer": pl.String})
+_NO_OPS = pl.DataFrame(schema={"name_code": pl.Int64, "op": pl.String, "sizes": pl.String})
+
+
 def shown(table: pl.DataFrame) -> pl.DataFrame:
     """The attributed table without its hidden helper columns."""
     return table.select(COLUMNS)
@@ -448,63 +443,76 @@ def attribute(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=SCHEMA)
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
+    # Ranges are carried as integer keys (uid: a user range of user_paths; fop_code: an op
+    # marker's name_code) until the end; the strings come from small tables by joins, which
+    # polars makes as views of those tables' bytes. A string `when/then` or `replace` over a
+    # million rows would copy every string instead (an op's Params text is up to 9 kB).
+    paths = user_paths(trace) if have_nvtx else _NO_PATHS
+    labels = op_labels(trace) if have_nvtx else _NO_OPS
     if have_nvtx:
-        labels = op_labels(trace)
         calls = ops.filter(pl.col("r_start").is_not_null()).select(
             "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
         )
         ctx = _contexts(trace, calls, labels)
         back = _forward_of_backward(trace, labels, ctx.filter(pl.col("bseq").is_not_null()))
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
-        orphan = calls.join(ctx.filter(pl.col("path").is_null()).select("call_id"), on="call_id", how="inner")
+        # calls without a path of their own (no user range, or one user_paths does not know)
+        pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
+        orphan = calls.join(ctx.filter(pathless).select("call_id"), on="call_id", how="inner")
         ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
         ops = ops.join(ctx, on="call_id", how="left")
     else:
-        for c, t in (
-            ("path", pl.String),
-            ("layer", pl.String),
-            ("fop", pl.String),
-            ("fsizes", pl.String),
-            ("in_fwd", pl.Boolean),
-            ("in_bwd", pl.Boolean),
-            ("in_opt", pl.Boolean),
-            ("any_bwd", pl.Boolean),
-            ("any_opt", pl.Boolean),
-            ("bseq", pl.Int64),
-            ("b_path", pl.String),
-            ("b_layer", pl.String),
-            ("b_op", pl.String),
-            ("b_sizes", pl.String),
-            ("open_path", pl.String),
-        ):
-            ops = ops.with_columns(pl.lit(None, dtype=t).alias(c))
+        for c in ("uid", "fop_code", "bseq", "b_uid", "b_fop_code", "open_uid"):
+            ops = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
+        for c in ("in_fwd", "in_bwd", "in_opt", "any_bwd", "any_opt"):
+            ops = ops.with_columns(pl.lit(None, dtype=pl.Boolean).alias(c))
     f = pl.col
     direction = (
         pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False))
         .then(pl.lit("optim"))
         .when(f("any_bwd").fill_null(False) | f("in_bwd").fill_null(False))
         .then(pl.lit("bprop"))
-        .when(f("in_fwd").fill_null(False) | f("fop").is_not_null())
+        .when(f("in_fwd").fill_null(False) | f("fop_code").is_not_null())
         .then(pl.lit("fprop"))
         .otherwise(pl.lit("-"))
     )
     ops = ops.with_columns(direction.alias("Direction"))
-    is_b = (f("Direction") == "bprop") & f("b_op").is_not_null()
+    # backward work takes its forward op's layer and op (every op marker has an op name, so a
+    # found forward op is a b_fop_code)
+    is_b = (f("Direction") == "bprop") & f("b_fop_code").is_not_null()
     ops = ops.with_columns(
-        pl.when(is_b).then(f("b_layer")).otherwise(f("layer")).alias("layer_"),
-        pl.coalesce("path", "open_path").alias("path_"),
-        pl.when(is_b).then(f("b_op")).otherwise(f("fop")).alias("op_"),
-        pl.when(is_b).then(f("b_sizes")).otherwise(f("fsizes")).alias("sizes_"),
+        pl.when(is_b).then(f("b_uid")).otherwise(f("uid")).alias("layer_uid"),
+        pl.when(is_b).then(f("b_fop_code")).otherwise(f("fop_code")).alias("op_code"),
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
-    keys = ops.select("op_", "sizes_").unique()
+    codes = (
+        ops.select("op_code")
+        .unique()
+        .join(
+            labels.select(
+                pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")
+            ),
+            on="op_code",
+            how="left",
+        )
+    )
+    keys = codes.select("op_", "sizes_").unique()
     parsed = [params_of(o, s) for o, s in keys.iter_rows()]
     keys = keys.with_columns(
         pl.Series("Params", [p[0] for p in parsed], dtype=pl.String),
         pl.Series("op_flops", [p[1] for p in parsed], dtype=pl.Int64),
         pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64),
     )
-    ops = ops.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True)
+    codes = codes.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True).drop("sizes_")
+    ops = ops.join(codes, on="op_code", how="left", nulls_equal=True)
+    # shown text of a path or layer: an empty one reads `-`, made on the small table
+    dash = {c: pl.when(f(c) == "").then(pl.lit("-")).otherwise(f(c)).alias(c) for c in ("path", "layer")}
+    ops = (
+        ops.join(paths.select(pl.col("uid").alias("layer_uid"), dash["layer"]), on="layer_uid", how="left")
+        .join(paths.select("uid", dash["path"]), on="uid", how="left")
+        .join(paths.select(pl.col("uid").alias("open_uid"), dash["path"].alias("open_path")), on="open_uid", how="left")
+        .with_columns(pl.coalesce("path", "open_path").alias("path_"))
+    )
     ops = ops.join(name_categories(ops["Kernel"]), on="Kernel", how="left")
     named = f("name_category")
     cat = (
@@ -540,7 +548,7 @@ def attribute(trace: Trace) -> pl.DataFrame:
     return ops.select(
         "Idx",
         "Direction",
-        f("layer_").fill_null("").replace("", "-").alias("Layer"),
+        f("layer").fill_null("-").alias("Layer"),
         f("op_").fill_null("-").alias("Op"),
         f("Params").fill_null("-"),
         "Kernel",
@@ -552,7 +560,7 @@ def attribute(trace: Trace) -> pl.DataFrame:
         _launch_dims("grid").alias("Grid"),
         _launch_dims("block").alias("Block"),
         f("correlation").alias("Correlation"),
-        f("path_").fill_null("").replace("", "-").alias("NVTX Path"),
+        f("path_").fill_null("-").alias("NVTX Path"),
         pl.when(gemm | (f("Category") == "attention"))
         .then(pl.when(f("tc").fill_null(False)).then(pl.lit("1")).otherwise(pl.lit("0")))
         .otherwise(pl.lit("-"))

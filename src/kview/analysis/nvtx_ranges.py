@@ -144,13 +144,19 @@ def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
     whether a library opened it (`library`), and whether it is a module call torch.profiler
     recorded (`module`: a layer range, never a phase)."""
+    n = names(trace)
+    # `label` shares the name's bytes where it can: in the default domain (`:text`, nearly every
+    # range) it is a slice at a fixed offset, which polars keeps as views of the name; a split
+    # would copy five million op labels (~600 MB on a dense trace). Other domains are split.
+    default = pl.col("name").str.starts_with(":")
+    plain = n.filter(default).with_columns(pl.col("name").str.slice(1).alias("label"), pl.lit("").alias("domain"))
     parts = pl.col("name").str.splitn(":", 2)
+    other = n.filter(~default).with_columns(
+        parts.struct.field("field_1").fill_null("").alias("label"),
+        parts.struct.field("field_0").fill_null("").alias("domain"),
+    )
     return (
-        names(trace)
-        .with_columns(
-            parts.struct.field("field_1").fill_null("").alias("label"),
-            parts.struct.field("field_0").fill_null("").alias("domain"),
-        )
+        plain.merge_sorted(other, key="name_code")
         .with_columns(
             is_op_marker_expr(pl.col("label")).alias("marker"),
             (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(

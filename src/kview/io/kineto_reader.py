@@ -503,7 +503,7 @@ class KinetoFrames:
             "start",
             pl.when(pl.col("event_type") == NVTX_DOMAIN_CREATE).then(None).otherwise(pl.col("end")).alias("end"),
             "event_type",
-            pl.col("text").cast(pl.Categorical),
+            pl.col("text").cast(pl.Categorical(pl.Categories.random())),  # its own, freed with the trace
             pl.lit(None, dtype=i64).alias("text_id"),
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
             pl.lit(None, dtype=i64).alias("end_global_tid"),

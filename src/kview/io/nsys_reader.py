@@ -103,10 +103,13 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
     """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
 
     `text` comes back Categorical: it is read in rowid chunks and encoded chunk by chunk, so
-    millions of PyTorch range strings never sit in memory as one string column.
+    millions of PyTorch range strings never sit in memory as one string column. Its categories
+    are this frame's own, not polars' global ones (which are never freed: five million distinct
+    op labels would stay in the process after the frame is gone).
     """
-    schema = {v[0]: v[1] for v in NVTX_COLUMNS.values()}
-    schema["text"] = pl.Categorical
+    text_type = pl.Categorical(pl.Categories.random())
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {v[0]: v[1] for v in NVTX_COLUMNS.values()}
+    schema["text"] = text_type
     if not src.has(NVTX):
         return pl.DataFrame(schema=schema)
     have = set(src.columns(NVTX)) | {"rowid"}
@@ -122,8 +125,8 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
         if df.width == 0 or df.height == 0:
             continue
         exprs = []
-        for raw, (name, t) in NVTX_COLUMNS.items():
-            t = pl.Categorical if name == "text" else t
+        for raw, (name, dtype) in NVTX_COLUMNS.items():
+            t = text_type if name == "text" else dtype
             exprs.append(
                 (
                     pl.col(raw).cast(pl.String).cast(t)
