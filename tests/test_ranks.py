@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 
 import polars as pl
@@ -281,3 +282,78 @@ def test_traces_read_in_worker_processes_give_the_same_run(runs):
     run = open_run([str(p) for p in TORCH_JSON], use_cache=True, jobs=1)
     assert iteration_table(run).equals(iteration_table(runs["torch_json"][0]))
     assert straggler_instances(run).equals(straggler_instances(runs["torch_json"][0]))
+
+
+def test_overview_of_a_multi_process_export_lists_its_ranks_and_names_the_straggler(ddp, runs, capsys):
+    """One nsys export of both processes: the Overview's Ranks section is what `kview ranks`
+    measures (checked against the independent computation above), and the first finding names
+    rank 1, for which rank 0 waited."""
+    from kview.analysis.overview import build
+    from kview.cli import main
+    from kview.trace import open_trace
+
+    o = build(open_trace(str(ddp["ddp_nsys_1file"]), use_cache=False))
+    _, ranks = runs["nsys_1file"]
+    want = truth.iteration_rows(ranks)
+    walls = {r: sum(w for rank, _, w, *_ in want if rank == r) for r in (0, 1)}
+    assert o.ranks["Rank"].to_list() == [0, 1] and o.ranks["Iterations"].to_list() == [5, 5]
+    assert o.ranks["Wall (ns)"].to_list() == [walls[0], walls[1]]
+    waited0 = sum(w for (_, _, _), (last, w, _) in truth.stragglers(ranks).items())
+    assert o.ranks["Waited (ns)"].to_list() == [waited0, 0]
+    assert o.findings[0].startswith("Straggler: rank 1 joined the collectives last in 5 of 5 iterations; rank 0")
+    code = main(["overview", str(ddp["ddp_nsys_1file"]), "-f", "json", "--no-cache"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and [r["Rank"] for r in doc["Ranks"]] == [0, 1]
+    # one rank per trace: no Ranks section
+    assert build(open_trace(str(ddp["ddp_nsys.rank0"]), use_cache=False)).ranks.height == 0
+
+
+async def test_ranks_view_on_key_7_shows_every_trace_as_one_run(ddp, runs):
+    """`kview rank0.sqlite rank1.sqlite`, key 7: a bar per rank over the iteration table; t
+    cycles the lower table through the stragglers and the collectives; every number is the
+    independent computation's."""
+    from test_tui import loaded
+
+    from kview.tui.app import KviewApp
+
+    _, ranks = runs["nsys_per_rank"]
+    app = KviewApp([str(ddp["ddp_nsys.rank0"]), str(ddp["ddp_nsys.rank1"])], use_cache=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "ranks" and app.sub_title == "all 2 traces"
+        view = app.view("ranks")
+        top = view.ranks_table.frame
+        assert top["Rank"].to_list() == [0, 1]
+        iterations = truth.iteration_rows(ranks)
+        for r in (0, 1):
+            wall = sum(row[2] for row in iterations if row[0] == r)
+            busy = sum(row[3] for row in iterations if row[0] == r)
+            assert top["Wall (ns)"][r] == wall and top["Busy (% of wall)"][r] == round(busy * 100 / wall, 1)
+        assert top["█comp ▓exposed ▒mem ░idle"][0].startswith("▓▓▓▓▓▓▓▓")  # rank 0 waits in AllReduce
+        assert "straggler: rank 1 in 3 of 3 iterations" in view.data.caption
+        lower = view.table.frame.select(
+            "Rank",
+            "Iteration",
+            "Wall (ns)",
+            "Busy (ns)",
+            "Compute (ns)",
+            "Communication (ns)",
+            "Exposed comm (ns)",
+            "Memory (ns)",
+            "Idle (ns)",
+        )
+        assert sorted(lower.rows()) == iterations
+        await pilot.press("t")
+        assert view.lower == "stragglers" and view.table.frame["Straggler"].to_list() == [1, 1, 1]
+        await pilot.press("t")
+        got = {(r, c): (n, t, b) for r, c, n, t, b in view.table.frame.rows()}
+        assert got == truth.collectives(ranks)
+        await pilot.press("tab", "S")  # the focused (lower) table sorts, the ranks table does not
+        assert view.shown().what == "ranks collectives"
+        await pilot.press("shift+tab")
+        assert view.shown().what == "ranks" and view.shown().bars == ("█comp ▓exposed ▒mem ░idle",)
+        await pilot.press("question_mark")
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert re.search(r"\b5 (6 )?7 ", help_text) and "Lower table: iterations, stragglers" in help_text

@@ -192,11 +192,12 @@ async def test_public_fixtures_open_in_every_view(path):
             for key in ("t", "g", "slash"):  # kernel keys explain instead of failing
                 await pilot.press(key)
                 await pilot.pause()
-        views = ["overview", "kernels", "nvtx", "layers", "compare", "timeline"]
-        for key in "134562":
+        views = {"1": "overview", "2": "kernels", "3": "nvtx", "4": "layers", "5": "compare", "6": "timeline"}
+        views["7"] = "ranks"
+        for key in "1345672":
             await pilot.press(key)
             await pilot.pause()
-            assert app.query_one("#tabs").active == views[int(key) - 1]
+            assert app.query_one("#tabs").active == views[key]
         assert app.return_code is None  # still running: no view died
 
 
@@ -216,7 +217,7 @@ async def test_torch_profiler_json_opens_in_the_tui():
 KERNELS_RACE = pytest.mark.skip(reason="Kernels snapshot races the attribution worker")
 
 
-@pytest.mark.parametrize("view", ["1", pytest.param("2", marks=KERNELS_RACE), "3", "4", "5"])
+@pytest.mark.parametrize("view", ["1", pytest.param("2", marks=KERNELS_RACE), "3", "4", "5", "7"])
 def test_snapshot_of_each_view(snap_compare, view):
     async def run_before(pilot):
         await loaded(pilot)

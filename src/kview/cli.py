@@ -391,6 +391,7 @@ def cmd_overview(args) -> int:
         "Time by phase": o.phases,
         "Top kernels": o.top_kernels,
         "Top CPU ops": o.cpu_ops,
+        "Ranks": o.ranks,
         "Findings": pl.DataFrame({"Finding": o.findings}),
     }
     # findings are sentences: bullets in a terminal rather than a truncated table cell

@@ -45,6 +45,7 @@ class Overview:
     top_kernels: pl.DataFrame
     findings: list[str] = field(default_factory=list)
     cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
+    ranks: pl.DataFrame = field(default_factory=pl.DataFrame)  # per rank, when the trace holds several
 
 
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
@@ -227,6 +228,37 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             f"Impossible data: {bad[len('impossible rows: ') :]}. They are left out of every figure of "
             f"this overview (nsys stats counts them as they are).",
         )
+    ranks, note = rank_section(trace)
+    if note:  # the first thing to act on in a distributed run (after data that cannot be)
+        findings.insert(1 if bad else 0, note)
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
-    return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops)
+    return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks)
+
+
+RANK_COLUMNS = ("Rank", "Iterations", "Wall (ns)", "Busy (% of wall)", "Exposed comm (ns)", "Exposed (% of comm)")
+
+
+def rank_section(trace: Trace) -> tuple[pl.DataFrame, str]:
+    """A trace holding several processes or GPUs (`nsys profile torchrun ...`) as the ranks of
+    one run, as `kview ranks` numbers and measures them, and a finding naming the straggler when
+    one rank waited in collectives for another. Empty for a trace of one rank."""
+    from kview.analysis.collectives import stragglers
+    from kview.analysis.rank_summary import rank_summary
+    from kview.analysis.ranks import make_run
+
+    run = make_run([trace])
+    if run.units.height < 2:
+        return pl.DataFrame(), ""
+    s = rank_summary(run)
+    table = s.select(*RANK_COLUMNS, "Waited (ns)")
+    st = stragglers(run)["Straggler"].drop_nulls()
+    waiting = s.sort(["Waited (ns)", "Rank"], descending=[True, False]).row(0, named=True)
+    if st.len() == 0 or waiting["Waited (ns)"] == 0:
+        return table, ""
+    top = st.mode().sort()[0]
+    return table, (
+        f"Straggler: rank {top} joined the collectives last in {(st == top).sum()} of {st.len()} iterations; rank "
+        f"{waiting['Rank']} waited {fmt_ns(waiting['Waited (ns)'])} in them, and {waiting['Exposed (% of comm)']}% "
+        f"of its communication is exposed. `kview ranks {trace.name}` has the details."
+    )

@@ -4,8 +4,8 @@ The first frame is drawn at once; each trace loads in a thread worker that posts
 message per thing that became ready (messages.py), wrapped with the trace's place on the
 command line. The app keeps every trace's messages and hands those of the trace shown to the
 view that shows them, so the kernel summary appears while attribution still runs and `T`
-switches the views to another open trace without loading it again. Once every trace is in, a
-second worker makes the Compare table.
+switches the views to another open trace without loading it again. Once every trace is in,
+more workers make the Compare table and the Ranks view's (every trace as the ranks of one run).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
+import polars as pl
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -31,20 +32,21 @@ from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
-from kview.tui.loading import compare, load
+from kview.tui.loading import compare, load, ranks
 from kview.tui.messages import (
     CompareAgain,
     CompareReady,
     LoadFailed,
     OpenContext,
     OpenKernels,
+    RanksReady,
     ShowOnTimeline,
     Stage,
     TraceLoaded,
     TraceMessage,
     ViewMessage,
 )
-from kview.tui.views import VIEWS
+from kview.tui.views import shown_by
 from kview.tui.views.base import View
 from kview.tui.views.kernels import KernelsView
 from kview.tui.widgets.context_screen import ContextScreen
@@ -65,9 +67,9 @@ class ViewTabs(TabbedContent):
 class KviewApp(App):
     TITLE = "kview"
     COMMANDS = App.COMMANDS | {KviewCommands}
-    # the n-th view is shown by key n
+    # each view is shown by its key (views.shown_by: the n-th by n, Ranks by 7)
     BINDINGS = [
-        Binding(str(n), f"show_view('{cls.view_id}')", cls.title, show=False) for n, cls in enumerate(VIEWS, 1)
+        Binding(key, f"show_view('{cls.view_id}')", cls.title, show=False) for key, cls in shown_by()
     ] + bindings(GLOBAL_KEYS)
     CSS_PATH = "kview.tcss"
 
@@ -102,8 +104,8 @@ class KviewApp(App):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with ViewTabs(initial="kernels", id="tabs"):
-            for n, cls in enumerate(VIEWS, 1):
-                with TabPane(f"{n} {cls.title}", id=cls.view_id):
+            for key, cls in shown_by():
+                with TabPane(f"{key} {cls.title}", id=cls.view_id):
                     view = self.views[cls.view_id] = cls(id=f"view-{cls.view_id}")
                     yield view
         yield Footer(compact=True)
@@ -157,6 +159,19 @@ class KviewApp(App):
             self._busy(-1)
         self.views["compare"].post_message(message)
 
+    @work(thread=True, exit_on_error=False)
+    def rank_run(self, traces: list[TraceLoaded]) -> None:
+        self._busy(1)
+        try:
+            message = ranks(traces)
+        except Exception as e:  # a table that cannot be made must not end the session
+            empty = pl.DataFrame()
+            why = f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0]
+            message = RanksReady(empty, empty, empty, empty, why)
+        finally:
+            self._busy(-1)
+        self.views["ranks"].post_message(message)
+
     def _busy(self, n: int) -> None:
         with self._working_lock:
             self.working += n
@@ -198,10 +213,13 @@ class KviewApp(App):
         self._compare_when_all_in()
 
     def _compare_when_all_in(self) -> None:
-        """Compare once every trace is loaded or has failed (those that failed are left out)."""
+        """Compare, and make the ranks of the run, once every trace is loaded or has failed
+        (those that failed are left out)."""
         if 0 in self.loaded and len(self.loaded) + len(self.failed) == len(self.paths):
             self.views["compare"].show_stage("comparing")
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
+            self.views["ranks"].show_stage("ranks")
+            self.rank_run([self.loaded[i] for i in sorted(self.loaded)])
 
     @on(CompareAgain)
     def _compare_again(self, m: CompareAgain) -> None:

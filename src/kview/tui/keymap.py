@@ -98,6 +98,12 @@ VIEW_KEYS = {
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],
+    "ranks": [
+        Key("t", "cycle_table", "Lower table: iterations, stragglers by iteration, collectives", "table"),
+        Key("tab", "", "Move between the ranks and the lower table (y copies the focused one)"),
+        Key("s", "sort(False)", "Sort the focused table by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort the focused table by the column under the cursor, descending", "sort"),
+    ],
 }
 
 # the Line-API table (FrameTable): vi keys beside the arrows, VisiData's column keys
@@ -123,7 +129,7 @@ HELP_SCREEN_KEYS = [Key("escape,q,question_mark", "dismiss", "Close")]
 PICK_SCREEN_KEYS = [Key("escape", "cancel", "Cancel")]
 
 # views whose table moves with the cursor keys (the help screen lists the table's keys there)
-TABLE_VIEWS = ("kernels", "layers", "compare")
+TABLE_VIEWS = ("kernels", "layers", "compare", "ranks")
 KEY_LABELS = {
     "question_mark": "?",
     "slash": "/",

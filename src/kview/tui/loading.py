@@ -2,7 +2,7 @@
 
 `load` yields one message per thing that became ready (see messages.py); the app's thread
 worker posts each as it comes, so the kernel summary is on screen while attribution runs.
-`compare` makes the Compare table once every trace is loaded.
+`compare` makes the Compare table and `ranks` the Ranks view's tables once every trace is loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from kview.tui.messages import (
     LayersReady,
     NvtxTree,
     OverviewReady,
+    RanksReady,
     Stage,
     TimelineReady,
     TraceLoaded,
@@ -151,3 +152,31 @@ def compare(traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu
         return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric)
+
+
+def ranks(traces: list[TraceLoaded]) -> RanksReady:
+    """Every loaded trace as one run (`kview ranks` over the same files): a row per rank with
+    its bar, the iterations of every rank, the stragglers by iteration and the collectives."""
+    from kview.analysis.collectives import collectives_by_rank, stragglers
+    from kview.analysis.iterations import iteration_table
+    from kview.analysis.rank_summary import rank_summary, with_time_bar
+    from kview.analysis.ranks import make_run
+
+    run = make_run([t.trace for t in traces])
+    summary = rank_summary(run)
+    if summary.height == 0:
+        empty = pl.DataFrame()
+        return RanksReady(empty, empty, empty, empty, "No GPU work in these traces: no ranks to show.")
+    iterations = iteration_table(run)
+    st = stragglers(run)
+    n = summary.height
+    steps = iterations["Iteration"].drop_nulls().n_unique()
+    caption = f"{n} rank{'s' if n > 1 else ''} · {steps} iteration{'s' if steps != 1 else ''}"
+    joined_last = st["Straggler"].drop_nulls()
+    if joined_last.len():
+        top = joined_last.mode().sort()[0]
+        caption += f" · straggler: rank {top} in {(joined_last == top).sum()} of {joined_last.len()} iterations"
+    elif n == 1:
+        caption += " · one rank: open its other ranks' traces too (kview rank0.sqlite rank1.sqlite, or a folder)"
+    caption += "".join(f" · {note}" for note in run.notes)
+    return RanksReady(with_time_bar(summary), iterations, st, collectives_by_rank(run), caption)

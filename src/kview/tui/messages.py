@@ -137,6 +137,20 @@ class TimelineReady(ViewMessage):
     attributed_idx: np.ndarray | None = None
 
 
+@frozen_message
+class RanksReady(ViewMessage):
+    """Every trace on the command line as one run, rank by rank (`rank_summary` with its bar),
+    its iterations, stragglers and collectives, and a caption: what the run is, or (no ranks
+    rows) why there is nothing to show."""
+
+    view: ClassVar[str] = "ranks"
+    ranks: pl.DataFrame
+    iterations: pl.DataFrame
+    stragglers: pl.DataFrame
+    collectives: pl.DataFrame
+    caption: str
+
+
 # -- for the app ---------------------------------------------------------------------------
 @frozen_message
 class TraceMessage(Message):

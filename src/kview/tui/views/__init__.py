@@ -9,7 +9,22 @@ from kview.tui.views.kernels import KernelsView
 from kview.tui.views.layers import LayersView
 from kview.tui.views.nvtx import NvtxView
 from kview.tui.views.overview import OverviewView
+from kview.tui.views.ranks import RanksView
 from kview.tui.views.timeline import TimelineView
 
-# tab order: the n-th view is shown by key n (keymap.GLOBAL_KEYS)
-VIEWS: tuple[type[View], ...] = (OverviewView, KernelsView, NvtxView, LayersView, CompareView, TimelineView)
+# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7 whichever
+# views come before it)
+VIEWS: tuple[type[View], ...] = (
+    OverviewView,
+    KernelsView,
+    NvtxView,
+    LayersView,
+    CompareView,
+    TimelineView,
+    RanksView,
+)
+
+
+def shown_by() -> list[tuple[str, type[View]]]:
+    """(key, view) in tab order: the key that shows each view (the tab says it too)."""
+    return [(cls.key or str(n), cls) for n, cls in enumerate(VIEWS, 1)]

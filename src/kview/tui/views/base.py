@@ -31,7 +31,8 @@ class View(Vertical):
     `on_<message>` handler stores the message in a reactive attribute, whose watcher builds the
     widgets (`show`). `reset` goes back to waiting (another trace is about to be shown)."""
 
-    view_id: ClassVar[str] = ""  # the tab's id; the key that shows it is its place in VIEWS
+    view_id: ClassVar[str] = ""  # the tab's id
+    key: ClassVar[str] = ""  # the key that shows it ("": its place in VIEWS; views.shown_by)
     title: ClassVar[str] = ""
     data_vars: ClassVar[tuple[str, ...]] = ("data",)  # the reactive attributes holding messages
     every_trace: ClassVar[bool] = False  # True: shows all open traces at once (not switched)

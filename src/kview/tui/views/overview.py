@@ -128,6 +128,8 @@ class OverviewView(View):
                     colour="Category",
                 )
             )
+        if o.ranks.height:  # several processes or GPUs: the ranks of one run (the Ranks view has more)
+            parts.append(Section("Ranks", o.ranks))
         if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
             parts.append(Section("Top CPU ops (self time)", o.cpu_ops))
         parts.append(

@@ -26,10 +26,10 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         t = Text(f"Keys of the {self.view} view   (↑ ↓ PgUp PgDn scroll · esc closes)\n\n", style="bold")
-        from kview.tui.views import VIEWS
+        from kview.tui.views import shown_by
 
-        t.append(f"{' '.join(str(n) for n in range(1, len(VIEWS) + 1)):>22}  ", style="bold cyan")
-        t.append(", ".join(v.title for v in VIEWS) + "\n")
+        t.append(f"{' '.join(key for key, _ in shown_by()):>22}  ", style="bold cyan")
+        t.append(", ".join(v.title for _, v in shown_by()) + "\n")
         for key, text in help_rows(self.view, self.several_traces):
             t.append(f"{key:>22}  ", style="bold cyan")
             t.append(text + "\n")
