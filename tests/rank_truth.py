@@ -29,6 +29,8 @@ class Rank:
     def __init__(self):
         self.ops: list[tuple[int, int, str, str, int | None]] = []  # start, end, kind, name, bytes
         self.steps: dict[int, tuple[int, int]] = {}
+        self.by_kernel: dict[str, int] = {}  # kernel name (demangled) -> GPU time
+        self.launched: list[tuple[int, int]] = []  # (launch call's start, else the op's; duration)
 
 
 def _kind(name: str) -> str:
@@ -40,15 +42,25 @@ def from_nsys(path: str, first_rank: int | None = None) -> dict[int, Rank]:
     s = dict(con.execute("SELECT id, value FROM StringIds"))
     by_pid: dict[int, Rank] = {}
     device: dict[int, int] = {}
-    for st, en, dev, gpid, nid in con.execute(
-        "SELECT start, end, deviceId, globalPid, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    launch: dict[tuple[int, int], int] = {}  # (pid, correlation id) -> the launch call's start
+    for st, tid, corr in con.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+        launch.setdefault(((tid >> 24) & 0xFFFFFF, corr), st)
+    for st, en, dev, gpid, nid, full, corr in con.execute(
+        "SELECT start, end, deviceId, globalPid, shortName, demangledName, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL"
     ):
         pid = (gpid >> 24) & 0xFFFFFF
-        by_pid.setdefault(pid, Rank()).ops.append((st, en, _kind(s[nid]), s[nid], None))
+        r = by_pid.setdefault(pid, Rank())
+        r.ops.append((st, en, _kind(s[nid]), s[nid], None))
+        r.by_kernel[s[full]] = r.by_kernel.get(s[full], 0) + en - st
+        r.launched.append((launch.get((pid, corr), st), en - st))
         device[pid] = dev
     for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
-        for st, en, gpid, nbytes in con.execute(f"SELECT start, end, globalPid, bytes FROM {table}"):
-            by_pid.setdefault((gpid >> 24) & 0xFFFFFF, Rank()).ops.append((st, en, "memory", "mem", nbytes))
+        for st, en, gpid, nbytes, corr in con.execute(
+            f"SELECT start, end, globalPid, bytes, correlationId FROM {table}"
+        ):
+            pid = (gpid >> 24) & 0xFFFFFF
+            by_pid.setdefault(pid, Rank()).ops.append((st, en, "memory", "mem", nbytes))
+            by_pid[pid].launched.append((launch.get((pid, corr), st), en - st))
     for st, en, tid, label in con.execute(
         "SELECT start, end, globalTid, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
         "FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL"
@@ -101,6 +113,7 @@ def from_kineto(path) -> dict[int, Rank]:
             if "Collective name" in a and a.get("dtype") in SIZES:
                 nbytes = max(a["In msg nelems"], a["Out msg nelems"]) * SIZES[a["dtype"]]
             r.ops.append((st, en, _kind(e["name"]), e["name"], nbytes))
+            r.by_kernel[e["name"]] = r.by_kernel.get(e["name"], 0) + en - st
         else:
             r.ops.append((st, en, "memory", "mem", a.get("bytes")))
     return {int(head["rank"]): r}
@@ -177,3 +190,8 @@ def stragglers(ranks: dict[int, Rank]) -> dict[tuple[int, str, int], tuple[int, 
         waits = [d - least for d in durs.values()]
         out[key] = (last, sum(waits), max(waits))
     return out
+
+
+def step_gpu(r: Rank) -> dict[str, int]:
+    """step_N -> GPU time of the rank's ops launched while its step range was open."""
+    return {f"step_{it}": sum(d for t, d in r.launched if lo <= t <= hi) for it, (lo, hi) in r.steps.items()}

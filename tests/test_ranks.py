@@ -357,3 +357,75 @@ async def test_ranks_view_on_key_7_shows_every_trace_as_one_run(ddp, runs):
         await pilot.press("question_mark")
         help_text = str(app.screen.query_one("#help-text").render())
         assert re.search(r"\b5 (6 )?7 ", help_text) and "Lower table: iterations, stragglers" in help_text
+        await pilot.press("escape", "5")  # Compare: the two traces, then (r) their ranks as columns
+        await loaded(pilot)
+        compare = app.view("compare")
+        assert compare.data.frame.columns[:3] == ["Range", "rank0", "rank1"] and not compare.data.ranks
+        await pilot.press("b", "b", "r")  # by category, ranks
+        await loaded(pilot)
+        from kview.analysis.compare import rank_windows, side_by_side
+
+        want = side_by_side(rank_windows(runs["nsys_per_rank"][0]), "category", "gpu", spread=True)
+        assert compare.data.ranks and compare.data.frame.equals(want)
+        assert "--ranks --by category" in compare.data.caption
+
+
+@pytest.mark.parametrize("name", ["nsys_1file", "nsys_per_rank", "torch_json"])
+def test_compare_takes_ranks_as_columns(runs, name):
+    """`kview compare --ranks`: one column per rank (one process and GPU of a multi-process
+    export, or a per-rank file). By kernel every rank's column is the independent sum of its
+    kernels; by range each step's GPU time is the rank's work launched inside it; by category
+    the columns add up to the rank's GPU time; the spread is max − min."""
+    from kview.analysis.compare import rank_windows, side_by_side
+
+    run, ranks = runs[name]
+    kernels = side_by_side(rank_windows(run), "kernel", "gpu", spread=True)
+    assert kernels.columns == ["Kernel", "rank 0", "rank 1", "Spread (ns)", "Spread (%)", "Longest"]
+    got = kernels.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
+    for r in (0, 1):
+        want = ranks[r].by_kernel
+        assert dict(got.select("Kernel", f"rank {r}").drop_nulls().rows()) == want, r
+    both = got.drop_nulls(["rank 0", "rank 1"])
+    assert (both["Spread (ns)"] == (both["rank 0"] - both["rank 1"]).abs()).all()
+    top = both.row(0, named=True)  # the communication kernel rank 0 waits in (rank 1 is late)
+    assert top["Longest"] == "rank 0" and "AllReduce" in top["Kernel"] and top["Spread (%)"] > 1000
+    cats = side_by_side(rank_windows(run), "category", "gpu", spread=True)
+    for r in (0, 1):
+        assert cats[f"rank {r}"].sum() == sum(e - s for s, e, *_ in ranks[r].ops), r
+        comm = cats.filter(pl.col("Category") == "communication")[f"rank {r}"].item()
+        assert comm == sum(e - s for s, e, k, *_ in ranks[r].ops if k == "communication"), r
+    if name.startswith("nsys"):  # launch calls read straight from the SQLite
+        steps = side_by_side(rank_windows(run), "range", "gpu", spread=True).filter(
+            pl.col("Range").str.starts_with("step_")
+        )
+        for r in (0, 1):
+            assert dict(steps.select("Range", f"rank {r}").rows()) == truth.step_gpu(ranks[r]), r
+
+
+def test_cli_compare_ranks(ddp, tmp_path, capsys, runs):
+    """One multi-process export compares its ranks by default; a folder of per-rank files with
+    --ranks; the table equals the one above."""
+    from kview.analysis.compare import rank_windows, side_by_side
+    from kview.cli import main
+
+    def kview(*args):
+        code = main([*map(str, args), "--no-cache"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return pl.read_csv(out.encode())
+
+    one = kview("compare", ddp["ddp_nsys_1file"], "--by", "category", "-f", "csv")
+    assert one.equals(side_by_side(rank_windows(runs["nsys_1file"][0]), "category", "gpu", spread=True))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in (0, 1):
+        shutil.copy(ddp[f"ddp_nsys.rank{r}"], folder)
+    per_rank = kview("compare", folder, "--ranks", "--by", "kernel", "-f", "csv")
+    want = side_by_side(rank_windows(runs["nsys_per_rank"][0]), "kernel", "gpu", spread=True)
+    assert per_rank.columns == want.columns and sorted(per_rank.rows(), key=str) == sorted(want.rows(), key=str)
+    # without --ranks, per-rank files are compared as traces (the first is the baseline)
+    assert "Δ ddp_nsys.rank1" in kview("compare", folder, "-f", "csv").columns
+    # a command of one trace given the folder says which commands read a run
+    assert main(["kernels", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "is a folder of 2 traces: `kview kernels` reads one trace; `kview ranks`" in err

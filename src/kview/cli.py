@@ -109,6 +109,12 @@ def _compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="gpu", choices=["gpu", "cpu"])
     p.add_argument("--by", default="range", choices=["range", "category", "kernel", "layer"])
     p.add_argument("--ranges", default=None, help="one trace: put these ranges side by side (comma list)")
+    p.add_argument(
+        "--ranks",
+        action="store_true",
+        help="the traces (files, a folder) are the ranks of one run: one column per rank, then the spread across "
+        "them (the default for one trace holding several processes or GPUs)",
+    )
 
 
 def _diff_options(p: argparse.ArgumentParser) -> None:
@@ -206,6 +212,20 @@ def _inputs(args) -> list[str]:
 def _open(args, path: str):
     from kview.trace import open_trace
 
+    try:
+        folder = args.command not in ("compare", "ranks", "iterations") and Path(path).is_dir()
+    except OSError:  # a folder on the way the user cannot enter: open_trace says so
+        folder = False
+    if folder:  # a folder of per-rank traces: say which commands read a run
+        from kview.analysis.ranks import trace_paths
+
+        n = len(trace_paths([path]))  # a folder without traces says so itself
+        raise TraceError(
+            Path(path),
+            f"is a folder of {n} trace{'s' if n > 1 else ''}: `kview {args.command}` reads one trace; "
+            f"`kview ranks`, `kview iterations`, `kview compare --ranks` and the explorer (`kview {path}`) read a "
+            f"folder as the ranks of one run",
+        )
     return open_trace(path, use_cache=not args.no_cache)
 
 
@@ -418,9 +438,23 @@ def cmd_phases(args) -> int:
 
 def cmd_compare(args) -> int:
     from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side
+    from kview.analysis.ranks import make_run, trace_paths
     from kview.output import render
 
-    traces = [_open(args, t) for t in args.traces]
+    traces = [_open(args, str(t)) for t in trace_paths(args.traces)]  # a folder is its traces
+    run = make_run(traces) if args.ranks or (len(traces) == 1 and not args.ranges) else None
+    if run is not None and (args.ranks or len(run.ranks) > 1):
+        from kview.analysis.compare import rank_windows
+
+        if args.ranges:
+            raise UsageError("--ranges compares phases within one trace; --ranks compares ranks")
+        for note in run.notes:
+            print(f"kview: {note}", file=sys.stderr)
+        if not run.ranks:
+            raise UsageError("no GPU work in " + ", ".join(t.name for t in traces) + ": no ranks to compare")
+        return _write(
+            args, render.render(side_by_side(rank_windows(run, args.root), args.by, args.metric, True), args.format)
+        )
     if args.ranges:
         if len(traces) != 1:
             raise UsageError("--ranges compares phases within one trace; give exactly one trace")

@@ -3,23 +3,30 @@ trace, and the before/after diff of two runs.
 
 A column is a time window of one trace: the whole trace, the last instance of a root range
 (`--root profiled_step`, so warm-up steps do not blur the numbers), or one named range of the
-trace (`--ranges forward_pass,backward_pass`). GPU time of a range counts every kernel launched
-while it was open, from any thread, so backward work on the autograd thread lands in the range
-open on the main thread (prefix sums over launch times, no interval loops).
+trace (`--ranges forward_pass,backward_pass`), or one rank of a distributed run (`--ranks`: a
+process and GPU of a multi-process export, or a per-rank file). GPU time of a range counts
+every kernel launched while it was open, from any thread (of the rank's process), so backward
+work on the autograd thread lands in the range open on the main thread (prefix sums over launch
+times, no interval loops).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import attribute
+from kview.analysis.attribution import attribute, gpu_ops
 from kview.analysis.gpu_time import launch_timeline, range_times
 from kview.errors import UsageError
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
+
+if TYPE_CHECKING:
+    from kview.analysis.ranks import Run
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
 
@@ -30,6 +37,8 @@ class Window:
     label: str
     start: int | None = None  # None: the whole trace
     end: int | None = None
+    # one rank of a trace holding several: its (global_pid, device); None: every process
+    unit: tuple[int | None, int | None] | None = None
 
 
 def user_ranges(trace: Trace) -> pl.DataFrame:
@@ -63,15 +72,49 @@ def distinct_labels(names: list[str]) -> list[str]:
     return out if all(out) and len(set(out)) == len(out) else names
 
 
-def root_window(trace: Trace, root: str | None, label: str | None = None) -> Window:
+def root_window(
+    trace: Trace, root: str | None, label: str | None = None, unit: tuple[int | None, int | None] | None = None
+) -> Window:
     label = label or trace.stem
     if not root:
-        return Window(trace, label)
-    r = user_ranges(trace).filter(pl.col("label") == root).sort("start")
+        return Window(trace, label, unit=unit)
+    r = _of_unit(user_ranges(trace), unit).filter(pl.col("label") == root).sort("start")
     if r.height == 0:
-        raise UsageError(f"{trace.name}: no range named {root!r}")
+        raise UsageError(f"{trace.name}: no range named {root!r}" + (f" in {label}" if unit else ""))
     last = r.row(-1, named=True)
-    return Window(trace, label, last["start"], last["end"])
+    return Window(trace, label, last["start"], last["end"], unit)
+
+
+def rank_windows(run: Run, root: str | None = None) -> list[Window]:
+    """One window per rank of `run`, in rank order, labelled `rank N`: the rank's process and
+    GPU of a trace that holds several, else its whole trace."""
+    per_trace = run.units.group_by("trace").len()
+    shared = set(per_trace.filter(pl.col("len") > 1)["trace"].to_list())
+    return [
+        root_window(
+            run.traces[u["trace"]],
+            root,
+            f"rank {u['rank']}",
+            (u["global_pid"], u["device"]) if u["trace"] in shared else None,
+        )
+        for u in run.units.sort("rank").iter_rows(named=True)  # one row per rank
+    ]
+
+
+def _of_unit(ranges: pl.DataFrame, unit: tuple[int | None, int | None] | None) -> pl.DataFrame:
+    """The ranges of the rank's process (all of them without a unit)."""
+    if unit is None or unit[0] is None:
+        return ranges
+    return ranges.filter((pl.col("global_tid") & PID_MASK) == unit[0])
+
+
+def _unit_ops(w: Window) -> pl.Series | None:
+    """Idx of the GPU ops of the window's rank (None: every op of the trace)."""
+    if w.unit is None:
+        return None
+    ops = gpu_ops(w.trace)
+    pid, device = w.unit
+    return ops.filter(pl.col("global_pid").eq_missing(pid) & pl.col("device").eq_missing(device))["Idx"]
 
 
 def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> list[Window]:
@@ -97,12 +140,15 @@ def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.Data
 
 def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     """item -> value (ns) for one window."""
+    ops = _unit_ops(w)
     if by == "range":
-        t = range_times(w.trace, _in_window(user_ranges(w.trace), w))
+        t = range_times(w.trace, _in_window(_of_unit(user_ranges(w.trace), w.unit), w), ops)
         return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
     if metric == "cpu":
         raise UsageError("--metric cpu applies to ranges only (use --by range)")
     a = attribute(w.trace)
+    if ops is not None:
+        a = a.filter(pl.col("Idx").is_in(ops.implode()))
     launched = launch_timeline(w.trace).select("Idx", "t")
     a = a.join(launched, on="Idx", how="left")
     if w.start is not None:
@@ -113,7 +159,11 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     return a.group_by(key).agg(pl.col("Duration (ns)").sum().alias("v")).rename({key: "item"})
 
 
-def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu") -> pl.DataFrame:
+def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu", spread: bool = False) -> pl.DataFrame:
+    """One row per range (category, kernel, layer), one column per window, then how each later
+    column differs from the first (Δ, Δ%); with `spread` (ranks: no column is the baseline)
+    instead the spread across the columns: max − min, that as a share of the min, and the
+    column holding the max (Longest)."""
     first = BY_FIRST_COLUMN[by]
     cols = []
     labels = []
@@ -128,7 +178,18 @@ def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu") 
         out = out.join(col, on="item", how="full", coalesce=True)
     out = out.with_columns([pl.col(c).cast(pl.Int64) for c in labels])
     exprs = []
-    for c in labels[1:]:
+    if spread:
+        high, low = pl.max_horizontal(labels), pl.min_horizontal(labels)
+        exprs = [
+            (high - low).alias("Spread (ns)"),
+            pl.when(low > 0).then(((high - low) * 100.0 / low).round(1)).alias("Spread (%)"),
+            # the column holding the max (the first of equals)
+            pl.concat_list([pl.col(c).fill_null(-1) for c in labels])
+            .list.arg_max()
+            .replace_strict(list(range(len(labels))), labels, return_dtype=pl.String)
+            .alias("Longest"),
+        ]
+    for c in labels[1:] if not spread else []:
         exprs.append((pl.col(c) - pl.col(labels[0])).alias(f"Δ {c}"))
         exprs.append(
             pl.when(pl.col(labels[0]) > 0)

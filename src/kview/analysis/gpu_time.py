@@ -28,9 +28,14 @@ def launch_timeline(trace: Trace) -> pl.DataFrame:
     ).sort("t")
 
 
-def gpu_time_in(trace: Trace, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU ns, op count) launched within each [start, end] window."""
+def gpu_time_in(
+    trace: Trace, starts: np.ndarray, ends: np.ndarray, ops: pl.Series | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU ns, op count) launched within each [start, end] window (of the ops whose Idx is in
+    `ops`, when given: one rank of a multi-process trace)."""
     tl = launch_timeline(trace)
+    if ops is not None:
+        tl = tl.filter(pl.col("Idx").is_in(ops.implode()))
     t = tl["t"].to_numpy()
     csum = np.concatenate([[0], np.cumsum(tl["dur"].to_numpy(), dtype=np.int64)])
     lo = np.searchsorted(t, starts, side="left")
@@ -52,7 +57,7 @@ def merge_intervals(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return o.group_by([*by, "_seg"]).agg(pl.col("start").min(), pl.col("end").max()).drop("_seg")
 
 
-def range_times(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
+def range_times(trace: Trace, ranges: pl.DataFrame, ops: pl.Series | None = None) -> pl.DataFrame:
     """Per range label: CPU time (how long an instance was open, per thread, an instance inside
     another of the same label on its thread counted once), and the GPU time and op count of
     the work launched while any instance was open, on any thread, each op counted once.
@@ -65,9 +70,9 @@ def range_times(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
     per_thread = merge_intervals(ranges, ["label", "global_tid"])
     cpu = per_thread.group_by("label").agg((pl.col("end") - pl.col("start")).sum().cast(pl.Int64).alias("cpu"))
     windows = merge_intervals(ranges, ["label"])
-    gpu, ops = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
+    gpu, count = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy(), ops)
     g = (
-        windows.with_columns(pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("ops", ops, dtype=pl.Int64))
+        windows.with_columns(pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("ops", count, dtype=pl.Int64))
         .group_by("label")
         .agg(pl.col("gpu").sum(), pl.col("ops").sum())
     )

@@ -149,10 +149,12 @@ class KviewApp(App):
             self._busy(-1)
 
     @work(thread=True, exit_on_error=False)
-    def compare_traces(self, traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu") -> None:
+    def compare_traces(
+        self, traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu", ranks: bool | None = None
+    ) -> None:
         self._busy(1)
         try:
-            message = compare(traces, by, metric)
+            message = compare(traces, by, metric, ranks)
         except Exception as e:  # a table that cannot be made must not end the session
             message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
         finally:
@@ -224,7 +226,7 @@ class KviewApp(App):
     @on(CompareAgain)
     def _compare_again(self, m: CompareAgain) -> None:
         if 0 in self.loaded:
-            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric)
+            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric, m.ranks)
 
     @on(OpenContext)
     def _open_context(self, m: OpenContext) -> None:

@@ -95,6 +95,12 @@ VIEW_KEYS = {
     "compare": [
         Key("b", "cycle_by", "Compare by range, layer, category or kernel (kview compare --by)", "by"),
         Key("m", "cycle_metric", "GPU or CPU time (kview compare --metric; CPU for ranges only)", "metric"),
+        Key(
+            "r",
+            "toggle_ranks",
+            "Columns: the traces (or phases) / the ranks of the run (kview compare --ranks)",
+            "ranks",
+        ),
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],

@@ -121,14 +121,21 @@ WHAT = {
 }
 
 
-def compare(traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu") -> CompareReady:
+def compare(
+    traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu", ranks: bool | None = None
+) -> CompareReady:
     """Several traces side by side (within their last `profiled_step` when every trace has
-    one), or one trace's phases side by side, by range, layer, category or kernel: exactly
-    `kview compare` (`side_by_side`), whose command line the caption gives."""
+    one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
+    one trace holds several), by range, layer, category or kernel: exactly `kview compare`
+    (`side_by_side`), whose command line the caption gives."""
     from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side, user_ranges
+    from kview.analysis.ranks import make_run
 
     first = traces[0]
     several = len(traces) > 1
+    run = make_run([t.trace for t in traces]) if ranks or (ranks is None and not several) else None
+    if run is not None and (ranks or len(run.ranks) > 1):
+        return _compare_ranks(traces, run, by or "category", metric)
     by = by or ("range" if several else "category")
     if not several and len(first.phase_names) < 2:
         return CompareReady(
@@ -152,6 +159,23 @@ def compare(traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu
         return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric)
+
+
+def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> CompareReady:
+    """The ranks of the run side by side (`kview compare --ranks`), and the spread across them."""
+    from kview.analysis.compare import rank_windows, side_by_side
+
+    if len(run.ranks) < 1:
+        return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
+    command = "kview compare " + " ".join(t.trace.name for t in traces) + f" --ranks --by {by}"
+    command += " --metric cpu" if metric == "cpu" else ""
+    what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
+    head = f"{len(run.ranks)} ranks by {by} (r: {'traces' if len(traces) > 1 else 'phases'} as columns)"
+    try:
+        frame = side_by_side(rank_windows(run), by, metric, spread=True)
+    except ValueError as e:
+        return CompareReady(None, str(e).splitlines()[0], by, metric, True)
+    return CompareReady(frame, f"{head}: {what}, and the spread across ranks  ·  = {command}", by, metric, True)
 
 
 def ranks(traces: list[TraceLoaded]) -> RanksReady:

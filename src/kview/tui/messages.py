@@ -122,6 +122,7 @@ class CompareReady(ViewMessage):
     caption: str
     by: str = "range"
     metric: str = "gpu"
+    ranks: bool = False  # columns are the ranks of the run (else the traces, or one trace's phases)
 
 
 @frozen_message
@@ -197,10 +198,12 @@ class Scope:
 
 @frozen_message
 class CompareAgain(Message):
-    """Make the Compare table again by `by` and `metric` (posted by the Compare view)."""
+    """Make the Compare table again by `by` and `metric`, ranks or traces as columns (posted by
+    the Compare view)."""
 
     by: str
     metric: str
+    ranks: bool = False
 
 
 @frozen_message

@@ -22,10 +22,10 @@ class CompareView(View):
     every_trace = True
 
     data: var[CompareReady | None] = var(None, init=False)
-    wanted: tuple[str, str] | None = None  # (by, metric) last asked for with b / m
+    wanted: tuple[str, str, bool] | None = None  # (by, metric, ranks) last asked for with b / m / r
 
     def on_compare_ready(self, m: CompareReady) -> None:
-        if self.wanted is None or (m.by, m.metric) == self.wanted:  # an older request's table is dropped
+        if self.wanted is None or (m.by, m.metric, m.ranks) == self.wanted:  # an older request's table is dropped
             self.data = m
 
     def watch_data(self, m: CompareReady) -> None:
@@ -47,15 +47,15 @@ class CompareView(View):
         if self.data is not None and self.data.frame is not None and self.table is not None:
             self.table.sort_by_cursor(descending)
 
-    def current(self) -> tuple[str, str] | None:
-        """(by, metric) shown, or being made after b / m (keys pressed in a row add up)."""
-        return self.wanted or ((self.data.by, self.data.metric) if self.data is not None else None)
+    def current(self) -> tuple[str, str, bool] | None:
+        """(by, metric, ranks) shown, or being made after b / m / r (keys pressed in a row add up)."""
+        return self.wanted or ((self.data.by, self.data.metric, self.data.ranks) if self.data is not None else None)
 
     def action_cycle_by(self) -> None:
         if (now := self.current()) is None:
             return
         by = BY[(BY.index(now[0]) + 1) % len(BY)]
-        self.again(by, now[1] if by == "range" else "gpu")
+        self.again(by, now[1] if by == "range" else "gpu", now[2])
 
     def action_cycle_metric(self) -> None:
         if (now := self.current()) is None:
@@ -63,15 +63,22 @@ class CompareView(View):
         if now[0] != "range":
             self.app.notify("CPU time is a range's (b: by range first)", severity="warning", timeout=4)
             return
-        self.again("range", "cpu" if now[1] == "gpu" else "gpu")
+        self.again("range", "cpu" if now[1] == "gpu" else "gpu", now[2])
 
-    def again(self, by: str, metric: str) -> None:
-        self.wanted = (by, metric)
+    def action_toggle_ranks(self) -> None:
+        if (now := self.current()) is None:
+            return
+        self.again(now[0], now[1], not now[2])
+
+    def again(self, by: str, metric: str, ranks: bool) -> None:
+        self.wanted = (by, metric, ranks)
         self.show_stage(f"comparing by {by}")
-        self.post_message(CompareAgain(by, metric))
-        self.app.notify(f"compare by {by}, {metric.upper()} time", timeout=2)
+        self.post_message(CompareAgain(by, metric, ranks))
+        columns = "ranks" if ranks else "traces"
+        self.app.notify(f"compare {columns} by {by}, {metric.upper()} time", timeout=2)
 
     def shown(self) -> Shown:
         if self.data is None or self.data.frame is None or self.table is None:
             return Shown(pl.DataFrame(), "compare")
-        return Shown(self.table.shown(), f"compare by {self.data.by}" + ("" if self.data.metric == "gpu" else " cpu"))
+        what = f"compare {'ranks ' if self.data.ranks else ''}by {self.data.by}"
+        return Shown(self.table.shown(), what + ("" if self.data.metric == "gpu" else " cpu"))
