@@ -245,6 +245,7 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
         AttributedKernels,
         KernelSummary,
         LayersReady,
+        MemoryReady,
         NvtxTree,
         OverviewReady,
         Stage,
@@ -263,12 +264,14 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
         OverviewReady,
         NvtxTree,
         LayersReady,
+        MemoryReady,  # no allocator history beside the sample: the sentence saying so
         TraceLoaded,
     ]
-    summary, gpu_rows, attributed, timeline, overview, tree, layers, done = messages
+    summary, gpu_rows, attributed, timeline, overview, tree, layers, memory, done = messages
     assert gpu_rows.cpu_pending and {r.kind for r in gpu_rows.timeline.rows} == {"gpu"}
     assert not timeline.cpu_pending and {r.kind for r in timeline.timeline.rows} == {"gpu", "api", "nvtx"}
     assert timeline.attributed is attributed.table  # the same kernels, so the two views agree
+    assert memory.timeline is None and "kview capture --memory" in memory.note
     rep = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
     assert summary.frame.equals(rep)
     assert attributed.table.height == 3117 and {"_short", "_range"} <= set(attributed.table.columns)

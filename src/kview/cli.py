@@ -782,7 +782,7 @@ def _command_name(argv: list[str]) -> str | None:
 
 def run_tui(args: argparse.Namespace) -> int:
     """`kview [TRACE ...]`: validate every trace, then start the TUI."""
-    from kview.trace import bundled_sample, open_trace
+    from kview.trace import Trace, bundled_sample, open_trace
 
     paths = list(args.traces)
     note = None
@@ -800,10 +800,13 @@ def run_tui(args: argparse.Namespace) -> int:
     except TraceError as e:
         print(f"kview: {shown(e.path)}: {e.problem}", file=sys.stderr)
         return 2
-    traces = []
+    from kview.analysis.memory_timeline import Snapshot, open_snapshot
+    from kview.io.snapshot_pickle import is_snapshot_file
+
+    traces: list[Trace | Snapshot] = []
     for p in paths:  # opened and checked once, here: the explorer's loader receives them
-        try:
-            traces.append(open_trace(p, use_cache=not args.no_cache))
+        try:  # a memory snapshot opens in the Memory view
+            traces.append(open_snapshot(p) if is_snapshot_file(p) else open_trace(p, use_cache=not args.no_cache))
         except TraceError as e:
             print(f"kview: {shown(p)}: {e.problem}", file=sys.stderr)
             return 2

@@ -25,11 +25,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
 from kview.errors import TraceError
 from kview.io import snapshot_pickle
+
+if TYPE_CHECKING:
+    from kview.trace import Trace
 
 ALLOC = "alloc"
 FREE = "free_requested"
@@ -129,9 +133,11 @@ def _busiest_device(data: dict) -> int:
     return max(range(len(traces)), key=lambda d: len(traces[d]))
 
 
-def build(data: dict, name: str, device: int | None = None, trace_phases: pl.DataFrame | None = None) -> MemoryTimeline:
+def build(
+    data: dict, name: str, device: int | None = None, phases_of_trace: pl.DataFrame | None = None
+) -> MemoryTimeline:
     """The timeline of one device of a loaded snapshot (default: the device with most events).
-    `trace_phases` (Phase, start, end in the trace's ns) are used when the snapshot carries the
+    `phases_of_trace` (Phase, start, end in the trace's ns) are used when the snapshot carries the
     clock pair that places it on that trace."""
     dev = _busiest_device(data) if device is None else device
     if not 0 <= dev < len(data["device_traces"]):
@@ -142,9 +148,9 @@ def build(data: dict, name: str, device: int | None = None, trace_phases: pl.Dat
 
     # the clock: the trace's ns when kview capture aligned the snapshot with a trace, else ns
     # since the first event of the history
-    if trace_phases is not None and clock.get("trace_ns") is not None:
+    if phases_of_trace is not None and clock.get("trace_ns") is not None:
         offset, kind = int(clock["trace_ns"]) - int(clock["unix_ns"]), "trace"
-        phases = trace_phases.select("Phase", "start", "end")
+        phases = phases_of_trace.select("Phase", "start", "end")
     else:
         offset, kind = -int(ev.select(pl.col("t_us").min()).item() or 0) * 1000, "snapshot"
         phases = annotation_phases(data.get("external_annotations") or [], dev, offset)
@@ -265,9 +271,18 @@ def annotation_phases(annotations: list, device: int, offset_ns: int) -> pl.Data
     return top.select(pl.col("name").alias("Phase"), "start", "end")
 
 
-def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
-    """The timeline of a snapshot file, or of the snapshot `kview capture --memory` wrote beside a
-    trace (TRACE.memory.pickle); either way the trace beside it gives the phases."""
+@dataclass(frozen=True)
+class Snapshot:
+    """A snapshot file loaded and checked (`open_snapshot`), before its timeline is built."""
+
+    name: str  # the file the user named (a snapshot, or the trace it lies beside)
+    data: dict
+    trace: Path | None  # the trace it was captured beside, when that is there
+
+
+def open_snapshot(path: str | os.PathLike) -> Snapshot:
+    """Load a snapshot file, or the snapshot `kview capture --memory` wrote beside a trace
+    (TRACE.memory.pickle); TraceError names the file and what is wrong."""
     p = Path(path).expanduser()
     trace_like = p.name.endswith((".sqlite", ".sqlite3", ".db", ".json", ".json.gz"))
     if snapshot_pickle.is_snapshot_file(p) or not trace_like or p.is_dir():
@@ -282,20 +297,35 @@ def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: b
                 f"has no allocator history beside it ({snap.name}: record one with "
                 f"`kview capture --memory`, or give a torch.cuda.memory._dump_snapshot pickle)",
             )
-    data = snapshot_pickle.load(snap)
+    return Snapshot(p.name, snapshot_pickle.load(snap), trace)
+
+
+def timeline(
+    snap: Snapshot, device: int | None = None, use_cache: bool = True, trace: Trace | None = None
+) -> MemoryTimeline:
+    """The timeline of a loaded snapshot; the phases come from the trace beside it (`trace` when
+    the caller has it open) when the snapshot carries the clock pair that places it there."""
     phases = None
-    if trace is not None and (data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None:
-        phases = trace_phases(trace, use_cache)
-    return build(data, p.name, device, phases)
+    aligned = (snap.data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None
+    if aligned and (trace is not None or snap.trace is not None):
+        if trace is None:
+            from kview.trace import open_trace
+
+            trace = open_trace(cast(Path, snap.trace), use_cache=use_cache)
+        phases = trace_phases(trace)
+    return build(snap.data, snap.name, device, phases)
 
 
-def trace_phases(path: Path, use_cache: bool = True) -> pl.DataFrame:
+def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
+    """The timeline of a snapshot file, or of the snapshot beside a trace (`open_snapshot`)."""
+    return timeline(open_snapshot(path), device, use_cache)
+
+
+def trace_phases(trace: Trace) -> pl.DataFrame:
     """Every instance of the trace's phases (kview's phase names: forward_pass, backward_pass, ...)."""
     from kview.analysis.compare import user_ranges
     from kview.analysis.layers import phase_labels
-    from kview.trace import open_trace
 
-    trace = open_trace(path, use_cache=use_cache)
     names = phase_labels(trace)
     return (
         user_ranges(trace)
@@ -310,8 +340,12 @@ def _trace_beside(snap: Path) -> Path | None:
     if not snap.name.endswith(snapshot_pickle.SUFFIX):
         return None
     stem = snap.name[: -len(snapshot_pickle.SUFFIX)]
-    for ext in (".sqlite", ".json", ".json.gz"):
-        t = snap.with_name(stem + ext)
+    # memory_name keeps every suffix but the last: run.json.gz -> run.json.memory.pickle
+    names = [stem + ext for ext in (".sqlite", ".json", ".json.gz")] + (
+        [stem + ".gz"] if stem.endswith(".json") else []
+    )
+    for name in names:
+        t = snap.with_name(name)
         if t.exists():
             return t
     return None

@@ -59,8 +59,10 @@ def plot(
     width: int = 80,
     height: int = 12,
     peak: dict | None = None,
+    compact: bool = False,
 ) -> list[str]:
-    """The timeline as `height` plot rows plus an axis, a phase row and a legend, `width` wide."""
+    """The timeline as `height` plot rows plus an axis, a phase row and a legend, `width` wide
+    (`compact`: the phase names and the glyphs' legend on one line, where they fit)."""
     if series.height == 0:
         return ["(no allocator events)"]
     label_w = 10
@@ -111,5 +113,9 @@ def plot(
                 marks[c] = "·" if c > a else letter[p["Phase"]]
         rows.append(f"{'phases':>{label_w}} " + "".join(marks))
         rows.append(" " * (label_w + 1) + "  ".join(f"{letter[n]} {n}" for n in names))
-    rows.append(" " * (label_w + 1) + "█ allocated  ─ reserved" + ("  ▲ peak" if peak_col is not None else ""))
+    glyphs = "█ allocated  ─ reserved" + ("  ▲ peak" if peak_col is not None else "")
+    if compact and phases.height and len(rows[-1]) + 3 + len(glyphs) <= width:
+        rows[-1] += "   " + glyphs
+    else:
+        rows.append(" " * (label_w + 1) + glyphs)
     return rows

@@ -26,6 +26,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
+from kview.analysis.memory_timeline import Snapshot
 from kview.output import render
 from kview.trace import Trace
 from kview.tui.clipboard import copy
@@ -34,6 +35,7 @@ from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
 from kview.tui.loading import compare, load, ranks
 from kview.tui.messages import (
+    EVERY_VIEW,
     CompareAgain,
     CompareReady,
     LoadFailed,
@@ -41,6 +43,7 @@ from kview.tui.messages import (
     OpenKernels,
     RanksReady,
     ShowOnTimeline,
+    SnapshotLoaded,
     Stage,
     TraceLoaded,
     TraceMessage,
@@ -74,7 +77,11 @@ class KviewApp(App):
     CSS_PATH = "kview.tcss"
 
     def __init__(
-        self, paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace] | None = None
+        self,
+        paths: list[str],
+        use_cache: bool = True,
+        note: str | None = None,
+        traces: list[Trace | Snapshot] | None = None,
     ):
         super().__init__()
         self.paths = paths
@@ -84,6 +91,7 @@ class KviewApp(App):
         self.views: dict[str, View] = {}  # by view id, made in compose
         self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
         self.failed: set[int] = set()
+        self.snapshots: set[int] = set()  # memory snapshots opened alone: in, nothing to compare
         self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
         self.stage: dict[int, str] = {}
         self.current = 0  # the trace the views show
@@ -191,9 +199,15 @@ class KviewApp(App):
                         v.show_stage(m.message.text)
             return
         self.received[m.index].append(m.message)
-        view = self.views[m.message.view]
-        if m.index == self.current and view.view_id not in self.stale:
-            self.deliver(view, m.message)
+        for view in self.views_of(m.message):
+            if m.index == self.current and view.view_id not in self.stale:
+                self.deliver(view, m.message)
+
+    def views_of(self, message: ViewMessage) -> list[View]:
+        """The views a message goes to: its own, or (EVERY_VIEW) each view that shows one trace."""
+        if message.view == EVERY_VIEW:
+            return [v for v in self.views.values() if not v.every_trace]
+        return [self.views[message.view]]
 
     @staticmethod
     def deliver(view: View, message: ViewMessage) -> None:
@@ -203,6 +217,13 @@ class KviewApp(App):
     @on(TraceLoaded)
     def _trace_loaded(self, m: TraceLoaded) -> None:
         self.loaded[m.index] = m
+        self._compare_when_all_in()
+
+    @on(SnapshotLoaded)
+    def _snapshot_loaded(self, m: SnapshotLoaded) -> None:
+        self.snapshots.add(m.index)
+        if m.index == self.current:
+            self.action_show_view("memory")
         self._compare_when_all_in()
 
     @on(LoadFailed)
@@ -215,9 +236,14 @@ class KviewApp(App):
         self._compare_when_all_in()
 
     def _compare_when_all_in(self) -> None:
-        """Compare, and make the ranks of the run, once every trace is loaded or has failed
-        (those that failed are left out)."""
-        if 0 in self.loaded and len(self.loaded) + len(self.failed) == len(self.paths):
+        """Compare, and make the ranks of the run, once every trace is loaded or has failed (those
+        that failed are left out, and so are memory snapshots: no trace to compare)."""
+        if len(self.loaded) + len(self.failed) + len(self.snapshots) < len(self.paths):
+            return
+        if not self.loaded and self.snapshots:
+            note = "Memory snapshots only: open traces to compare them (kview A.sqlite B.sqlite)."
+            self.views["compare"].post_message(CompareReady(None, note))
+        elif self.loaded:  # (a first trace that failed ended the app)
             self.views["compare"].show_stage("comparing")
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
             self.views["ranks"].show_stage("ranks")
@@ -225,7 +251,7 @@ class KviewApp(App):
 
     @on(CompareAgain)
     def _compare_again(self, m: CompareAgain) -> None:
-        if 0 in self.loaded:
+        if self.loaded:
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric, m.ranks)
 
     @on(OpenContext)
@@ -295,13 +321,21 @@ class KviewApp(App):
         if self.current in self.stage:
             view.show_stage(self.stage[self.current])
         for message in self.received[self.current]:
-            if message.view == vid:
+            if view in self.views_of(message):
                 self.deliver(view, message)
 
     def action_pick_trace(self) -> None:
         names = [
             f"{i + 1}  {self.trace_name(i)}"
-            + ("  (could not be loaded)" if i in self.failed else "" if i in self.loaded else "  (loading)")
+            + (
+                "  (could not be loaded)"
+                if i in self.failed
+                else "  (memory snapshot)"
+                if i in self.snapshots
+                else ""
+                if i in self.loaded
+                else "  (loading)"
+            )
             for i in range(len(self.paths))
         ]
         self.push_screen(PickScreen("Show which trace", names, self.current), self._picked_trace)
@@ -446,7 +480,9 @@ class _Unjoined(ThreadPoolExecutor):
         super().shutdown(wait=False, cancel_futures=True)
 
 
-def run(paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace] | None = None) -> int:
+def run(
+    paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace | Snapshot] | None = None
+) -> int:
     """Run the explorer, then leave at once: a load still running in a thread is not joined,
     and the interpreter's teardown (freeing every frame of the trace, seconds on a large one)
     is skipped; the atexit handlers still run and the output is flushed."""

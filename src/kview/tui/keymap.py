@@ -92,6 +92,16 @@ VIEW_KEYS = {
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],
+    "memory": [
+        Key(
+            "t",
+            "cycle_table",
+            "Next table: live at the peak by call site, by size; largest allocations; per phase",
+            "table",
+        ),
+        Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+    ],
     "compare": [
         Key("b", "cycle_by", "Compare by range, layer, category or kernel (kview compare --by)", "by"),
         Key("m", "cycle_metric", "GPU or CPU time (kview compare --metric; CPU for ranges only)", "metric"),
@@ -135,7 +145,7 @@ HELP_SCREEN_KEYS = [Key("escape,q,question_mark", "dismiss", "Close")]
 PICK_SCREEN_KEYS = [Key("escape", "cancel", "Cancel")]
 
 # views whose table moves with the cursor keys (the help screen lists the table's keys there)
-TABLE_VIEWS = ("kernels", "layers", "compare", "ranks")
+TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory")
 KEY_LABELS = {
     "question_mark": "?",
     "slash": "/",

@@ -13,38 +13,50 @@ from typing import TYPE_CHECKING
 import polars as pl
 from textual.message import Message
 
+from kview.errors import TraceError
 from kview.tui.messages import (
     AttributedKernels,
     CompareReady,
     KernelSummary,
     LayersReady,
+    MemoryReady,
     NvtxTree,
     OverviewReady,
     RanksReady,
+    SnapshotLoaded,
+    SnapshotOnly,
     Stage,
     TimelineReady,
     TraceLoaded,
 )
 
 if TYPE_CHECKING:
+    from kview.analysis.memory_timeline import Snapshot
     from kview.trace import Trace
 
 # the filter line suggests at most this many kernel names
 SUGGESTED_NAMES = 5000
 
 
-def load(trace: Trace | str, use_cache: bool, index: int = 0) -> Iterator[Message]:
-    """The messages of one trace, in the order a user needs them. `trace` is the Trace the CLI
-    opened (and checked), or a path to open here."""
+def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iterator[Message]:
+    """The messages of one trace, in the order a user needs them. `trace` is the Trace (or the
+    memory Snapshot) the CLI opened and checked, or a path to open here."""
+    from kview.analysis import memory_timeline
     from kview.analysis.attribution import attribute
     from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.layers import layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table, path_windows
     from kview.analysis.overview import build
+    from kview.io.snapshot_pickle import is_snapshot_file
     from kview.output.format import distinct_short_names, short_names
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import Trace, open_trace
 
+    if isinstance(trace, str) and is_snapshot_file(trace):
+        trace = memory_timeline.open_snapshot(trace)
+    if isinstance(trace, memory_timeline.Snapshot):  # a memory snapshot alone: the Memory view is all there is
+        yield from load_snapshot(trace, use_cache, index)
+        return
     if not isinstance(trace, Trace):
         yield Stage(f"opening {trace}")
         trace = open_trace(trace, use_cache=use_cache)
@@ -92,8 +104,41 @@ def load(trace: Trace | str, use_cache: bool, index: int = 0) -> Iterator[Messag
     yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
     yield LayersReady(layer_times(trace))
+    yield from load_memory_beside(trace, use_cache)
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
+
+
+def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Message]:
+    """A memory snapshot opened alone: its timeline in the Memory view; the views of a trace
+    say what the file is."""
+    from kview.analysis.memory_timeline import timeline
+
+    yield SnapshotOnly(f"{snap.name} is a memory snapshot, not a trace: see the Memory view.")
+    yield Stage(f"replaying the allocator history of {snap.name}")
+    yield MemoryReady(timeline(snap, use_cache=use_cache))
+    yield SnapshotLoaded(index)
+
+
+def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The timeline of the allocator history `kview capture --memory` wrote beside the trace
+    (phases from the trace, already open), or the sentence saying there is none."""
+    from kview.analysis.memory_timeline import open_snapshot, timeline
+    from kview.io.snapshot_pickle import memory_name
+
+    snap = memory_name(trace.path)
+    if not snap.exists():
+        yield MemoryReady(
+            None,
+            f"No allocator history beside this trace ({snap.name}). Record one with "
+            "`kview capture --memory`, or open a snapshot: kview SNAPSHOT.pickle",
+        )
+        return
+    yield Stage("memory timeline")
+    try:
+        yield MemoryReady(timeline(open_snapshot(trace.path), use_cache=use_cache, trace=trace))
+    except TraceError as e:  # a damaged snapshot beside a good trace: the trace still opens
+        yield MemoryReady(None, f"{snap.name} {e.problem}")
 
 
 def field_words(table: pl.DataFrame) -> tuple[str, ...]:

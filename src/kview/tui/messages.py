@@ -20,6 +20,7 @@ from typing_extensions import dataclass_transform
 if TYPE_CHECKING:
     import numpy as np
 
+    from kview.analysis.memory_timeline import MemoryTimeline
     from kview.analysis.overview import Overview
     from kview.analysis.timeline import Timeline
     from kview.trace import Trace
@@ -152,6 +153,28 @@ class RanksReady(ViewMessage):
     caption: str
 
 
+@frozen_message
+class MemoryReady(ViewMessage):
+    """The allocator timeline (`memory_timeline.timeline`) of the snapshot opened, or of the one
+    beside the trace; or (None) the sentence saying there is none and how to record one."""
+
+    view: ClassVar[str] = "memory"
+    timeline: MemoryTimeline | None
+    note: str = ""
+
+
+# a message for every view that shows one trace (each handles it in View.on_snapshot_only)
+EVERY_VIEW = "*"
+
+
+@frozen_message
+class SnapshotOnly(ViewMessage):
+    """The file is a memory snapshot, not a trace: the views of a trace say so (`note`)."""
+
+    view: ClassVar[str] = EVERY_VIEW
+    note: str
+
+
 # -- for the app ---------------------------------------------------------------------------
 @frozen_message
 class TraceMessage(Message):
@@ -176,6 +199,14 @@ class TraceLoaded(Message):
     index: int
     trace: Trace
     phase_names: tuple[str, ...]
+
+
+@frozen_message
+class SnapshotLoaded(Message):
+    """File `index` (its place on the command line) is a memory snapshot and its timeline is
+    shown: it is in, with nothing to compare."""
+
+    index: int
 
 
 @frozen_message

@@ -7,6 +7,7 @@ from kview.tui.views.base import View
 from kview.tui.views.compare import CompareView
 from kview.tui.views.kernels import KernelsView
 from kview.tui.views.layers import LayersView
+from kview.tui.views.memory import MemoryView
 from kview.tui.views.nvtx import NvtxView
 from kview.tui.views.overview import OverviewView
 from kview.tui.views.ranks import RanksView
@@ -22,6 +23,7 @@ VIEWS: tuple[type[View], ...] = (
     CompareView,
     TimelineView,
     RanksView,
+    MemoryView,
 )
 
 

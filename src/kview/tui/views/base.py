@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
 
+from kview.tui.messages import SnapshotOnly
 from kview.tui.widgets.frame_table import FrameTable
 
 
@@ -58,6 +59,10 @@ class View(Vertical):
         for name in self.data_vars:
             self.set_reactive(getattr(type(self), name), None)
         self.show(LoadingIndicator(), Static("loading…", classes="stage"))
+
+    def on_snapshot_only(self, m: SnapshotOnly) -> None:
+        """The file shown is no trace (a memory snapshot): say so instead of waiting."""
+        self.show(Static(m.note, classes="note"))
 
     def focus_content(self) -> None:
         """Give the keys to the view's table or tree (when it has one yet). With nothing to

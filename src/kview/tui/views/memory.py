@@ -1,0 +1,117 @@
+"""Memory: the allocator's bytes over time as a plot with the step's phases under it, the peak,
+and one table at a time (live at the peak by call site or by size, largest allocations, bytes
+per phase): the numbers `kview memory` prints, from the same core functions."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.text import Text
+from textual.reactive import var
+from textual.widgets import Static
+
+from kview.analysis import memory_timeline as mt
+from kview.output.memory_plot import human_bytes, human_ms, plot
+from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.messages import MemoryReady, SnapshotOnly
+from kview.tui.views.base import Shown, View
+from kview.tui.widgets.frame_table import FrameTable
+
+# (title, what copy/export calls it); `t` cycles them
+TABLES = (
+    ("Live at the peak, by call site", "memory by site"),
+    ("Live at the peak, by size", "memory by size"),
+    ("Largest allocations", "memory top"),
+    ("Allocated bytes per phase", "memory phases"),
+)
+ROWS = 50  # rows of each table (`kview memory --top`)
+
+
+class MemoryView(View):
+    view_id = "memory"
+    key = "8"  # whichever views come before it
+    title = "Memory"
+    BINDINGS = bindings(VIEW_KEYS["memory"])
+
+    data: var[MemoryReady | None] = var(None, init=False)
+    table_index: var[int] = var(0, init=False)
+
+    def on_memory_ready(self, m: MemoryReady) -> None:
+        self.data = m
+
+    def on_snapshot_only(self, m: SnapshotOnly) -> None:
+        pass  # a snapshot opened alone: this view shows it (MemoryReady)
+
+    def watch_data(self, m: MemoryReady | None) -> None:
+        if m is None:
+            return
+        if m.timeline is None:
+            self.show(Static(m.note, classes="note"))
+            return
+        tl = m.timeline
+        live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
+        self.tables = [
+            mt.by_site(live, ROWS),
+            mt.by_size(live, ROWS),
+            mt.top_allocations(tl, ROWS),
+            mt.phase_peaks(tl),
+        ]
+        self.head = Static(self.head_text(tl), id="memory-head")
+        self.plot = Static("", id="memory-plot")
+        self.status = Static("", id="memory-status")
+        self.table = FrameTable(id="memory-table")
+        self.show(self.head, self.plot, self.status, self.table)
+        self.render_plot()
+        self.render_table()
+        self.focus_if_active(self.table)
+
+    @staticmethod
+    def head_text(tl: mt.MemoryTimeline) -> Text:
+        """The peak in two short lines (80 columns): allocated and when, reserved, torch's own."""
+        pk = tl.peak
+        head = Text()
+        head.append("Peak ", style="bold")
+        head.append(f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
+        if pk["t"] is not None:
+            head.append(f" at {human_ms(pk['t'] - tl.start)}")
+        head.append(" · reserved ", style="bold")
+        head.append(human_bytes(int(tl.series.select(pl.col("reserved").max()).item() or 0)))
+        if (m := tl.facts.get("max_memory_allocated")) is not None:
+            head.append("\ntorch max_memory_allocated ", style="bold")
+            head.append(f"{human_bytes(m)} ({(m / max(pk['allocated'], 1) - 1) * 100:+.2f}%)")
+        return head
+
+    def render_plot(self) -> None:
+        """The plot as wide as the view (the terminal before it is laid out), shorter in a short
+        terminal so the table keeps rows."""
+        if self.data is None or self.data.timeline is None or not hasattr(self, "plot"):
+            return
+        tl = self.data.timeline
+        width = max((self.size.width or self.app.size.width) - 2, 40)
+        height = 4 if self.app.size.height < 30 else 10
+        self.plot.update("\n".join(plot(tl.series, tl.phases, width, height, tl.peak, compact=True)))
+
+    def on_resize(self, _event) -> None:
+        self.render_plot()
+
+    def watch_table_index(self) -> None:
+        self.render_table()
+
+    def render_table(self) -> None:
+        if self.data is None or self.data.timeline is None or not hasattr(self, "table"):
+            return
+        title = TABLES[self.table_index][0]
+        self.table.set_frame(self.tables[self.table_index])
+        self.status.update(Text(f"{title} · t: next table", style="bold"))
+
+    def action_sort(self, descending: bool) -> None:
+        if self.data is not None and self.data.timeline is not None:
+            col = self.table.sort_by_cursor(descending)
+            self.app.notify(f"sorted by {col} {'descending' if descending else 'ascending'}", timeout=2)
+
+    def action_cycle_table(self) -> None:
+        self.table_index = (self.table_index + 1) % len(TABLES)
+
+    def shown(self) -> Shown:
+        if self.data is None or self.data.timeline is None:
+            return Shown(pl.DataFrame(), "memory")
+        return Shown(self.table.shown(), TABLES[self.table_index][1])
