@@ -176,7 +176,7 @@ def _memory_options(p: argparse.ArgumentParser) -> None:
         "--table",
         default=None,
         choices=MEMORY_TABLES,
-        help="print only this table (csv/tsv need one; timeline = every event's allocated and reserved bytes)",
+        help="print only this table (csv/tsv need one; timeline = every event's allocated, requested and reserved bytes)",
     )
 
 
@@ -610,8 +610,8 @@ def cmd_memory(args) -> int:
     sections = {
         "summary": pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
         "timeline": tl.series.select(
-            "idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), "allocated", "reserved"
-        ).rename({"idx": "Event", "allocated": "Allocated", "reserved": "Reserved"}),
+            "idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), "allocated", "requested", "reserved"
+        ).rename({"idx": "Event", "allocated": "Allocated", "requested": "Requested", "reserved": "Reserved"}),
         "phases": mt.phase_peaks(tl),
         "by-site": mt.by_site(live, args.top),
         "by-size": mt.by_size(live, args.top),
@@ -681,8 +681,9 @@ COMMANDS = [
         _memory_options,
         "FILE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, kview capture --memory, "
         "kview bench --memory-snapshot; .gz/.xz too) or a trace with TRACE.memory.pickle beside it. Allocated = "
-        "bytes requested and not yet freed (torch's requested_bytes), reserved = the allocator's segments; the "
-        "phases come from the trace beside the snapshot, else from its record_function ranges.",
+        "the allocator's blocks in use (torch's memory_allocated; its peak is max_memory_allocated), requested = "
+        "the bytes asked for (torch's requested_bytes), reserved = the allocator's segments; the phases come from "
+        "the trace beside the snapshot, else from its record_function ranges.",
     ),
     Command(
         "ranks",

@@ -6,11 +6,11 @@ Input is a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, `kview c
 was captured beside (its NVTX phases, placed through the clock pair `kview capture` stores).
 
 What the numbers are:
-- *Allocated* is the bytes the program asked for and has not freed: +size at `alloc`, -size at
-  `free_requested` (when the caching allocator takes the block back; torch's own counters drop
-  there too). The history records requested sizes, so the series and its peak equal torch's
-  `requested_bytes` counters; torch's `max_memory_allocated` counts whole blocks (rounded to 512
-  bytes, and a cached block larger than the request is not always split), so it is that much higher.
+- *Allocated* is the bytes of the allocator's blocks in use, what torch's `memory_allocated` and
+  `max_memory_allocated` count: +block at `alloc`, -block at `free_requested` (torch's counters
+  drop there). The history records the bytes asked for; the block each allocation got (rounded,
+  and sometimes a whole cached block) is replayed by kview.analysis.allocator_blocks.
+- *Requested* is the bytes asked for and not yet freed (torch's `requested_bytes`), as recorded.
 - *Reserved* is the bytes of the allocator's segments: +size at `segment_alloc`/`segment_map`,
   -size at `segment_free`/`segment_unmap` (what torch's `memory_reserved` counts).
 - Both start from what was already there when the recording began: the blocks still allocated
@@ -22,6 +22,7 @@ next `free_requested` at its address (a shift within each address), live-at-peak
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 
 import polars as pl
 
+from kview.analysis import allocator_blocks
 from kview.errors import TraceError
 from kview.io import snapshot_pickle
 
@@ -57,18 +59,19 @@ EVENT_SCHEMA = {
 class MemoryTimeline:
     name: str
     device: int
-    events: pl.DataFrame  # idx, t (ns on the timeline's clock), action, addr, size, stream, site
-    series: pl.DataFrame  # idx, t, allocated, reserved: the values after each event
-    allocations: pl.DataFrame  # one row per allocation: idx, t, size, site, free_idx, free_t (null: never freed)
+    events: pl.DataFrame  # idx, t (ns on the timeline's clock), action, addr, size (asked for), block, stream, site
+    series: pl.DataFrame  # idx, t, allocated (blocks), requested, reserved: the values after each event
+    # one row per allocation: idx, t, size (asked for), block, site, free_idx, free_t (null: never freed)
+    allocations: pl.DataFrame
     phases: pl.DataFrame  # Phase, start, end (ns on the timeline's clock)
     clock: str  # "trace" (the trace's ns) or "snapshot" (ns since the first event)
     facts: dict = field(default_factory=dict)  # torch's own counters, when kview wrote the snapshot
 
     @property
     def peak(self) -> dict:
-        """The first event at which allocated bytes were highest: idx, t, allocated, reserved."""
+        """The first event at which allocated bytes were highest: idx, t, allocated, requested, reserved."""
         if self.series.height == 0:
-            return {"idx": None, "t": None, "allocated": 0, "reserved": 0}
+            return {"idx": None, "t": None, "allocated": 0, "requested": 0, "reserved": 0}
         i = self.series["allocated"].arg_max()
         return self.series.row(i, named=True)
 
@@ -81,50 +84,70 @@ def call_site(frames) -> str:
     """The innermost Python frame outside torch that asked for the memory, as `file.py:line name`
     (the two last path parts, so models/foo.py tells packages apart)."""
     for fr in frames or ():
-        fn = str(fr.get("filename", ""))
-        if fn.endswith(".py") and "/torch/" not in fn and "\\torch\\" not in fn:
-            tail = "/".join(fn.replace("\\", "/").rsplit("/", 2)[-2:])
-            return f"{tail}:{fr.get('line', '')} {fr.get('name', '')}"
+        fn = fr.get("filename", "")
+        if isinstance(fn, str) and fn.endswith(".py") and "/torch/" not in fn and "\\torch\\" not in fn:
+            return _site(fn, fr.get("line", ""), fr.get("name", ""))
     return NO_FRAME
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _site(filename: str, line, name) -> str:
+    tail = "/".join(filename.replace("\\", "/").rsplit("/", 2)[-2:])
+    return f"{tail}:{line} {name}"
+
+
+SCALARS = {"time_us": pl.Int64, "action": pl.String, "addr": pl.Int64, "size": pl.Int64, "stream": pl.Int64}
+
+
 def _events(trace: list) -> pl.DataFrame:
-    """One device's history as columns (the one pass over the unpickled entries)."""
-    frees = {"free", FREE}  # torch < 2.1 wrote `free`
-    action = [FREE if e.get("action") in frees else str(e.get("action")) for e in trace]
-    return pl.DataFrame(
-        {
-            "idx": range(len(trace)),
-            "t_us": [int(e.get("time_us") or 0) for e in trace],
-            "action": action,
-            "addr": [int(e.get("addr") or 0) for e in trace],
-            "size": [int(e.get("size") or 0) for e in trace],
-            "stream": [int(e.get("stream") or 0) for e in trace],
-            "site": [call_site(e.get("frames")) if a == ALLOC else None for a, e in zip(action, trace)],
-        },
-        schema=EVENT_SCHEMA,
+    """One device's history as columns: polars reads the entries' scalar fields, and the call
+    site is looked up for the allocations only (the one Python pass, over their frames)."""
+    try:
+        ev = pl.from_dicts(trace, schema=SCALARS)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):  # odd field types: read one by one
+        ev = pl.DataFrame(
+            {k: [e.get(k) if isinstance(e.get(k), (int, str)) else None for e in trace] for k in SCALARS},
+            schema=SCALARS,
+            strict=False,
+        )
+    ev = ev.with_row_index("idx").select(
+        pl.col("idx").cast(pl.Int64),
+        pl.col("time_us").fill_null(0).alias("t_us"),
+        # torch < 2.1 wrote `free`
+        pl.col("action").fill_null("").replace("free", FREE),
+        pl.col("addr").fill_null(0),
+        pl.col("size").fill_null(0),
+        pl.col("stream").fill_null(0),
+    )
+    allocs = ev.filter(pl.col("action") == ALLOC)["idx"]
+    sites = pl.Series("site", [call_site(trace[i].get("frames")) for i in allocs.to_list()], dtype=pl.String)
+    site = pl.Series("site", [None] * ev.height, dtype=pl.String).scatter(allocs, sites) if allocs.len() else None
+    return ev.with_columns(site if site is not None else pl.lit(None, pl.String).alias("site")).select(
+        list(EVENT_SCHEMA)
     )
 
 
 def _at_end(data: dict, device: int) -> tuple[int, int, pl.DataFrame]:
     """Bytes requested by blocks still allocated at the snapshot, bytes of its segments, and
-    those blocks (addr, size)."""
-    allocated = reserved = 0
-    addrs, sizes = [], []
+    those blocks (addr, size asked for, block)."""
+    reserved = 0
+    addrs, sizes, blocks = [], [], []
     for seg in data.get("segments") or []:
         if seg.get("device", device) != device:
             continue
         reserved += int(seg.get("total_size") or 0)
         for b in seg.get("blocks") or []:
             if b.get("state") == "active_allocated":
-                size = int(b.get("requested_size", b.get("size")) or 0)
-                allocated += size
                 addrs.append(int(b.get("address") or 0))
-                sizes.append(size)
+                sizes.append(int(b.get("requested_size", b.get("size")) or 0))
+                blocks.append(int(b.get("size") or 0))
     return (
-        allocated,
+        sum(sizes),
         reserved,
-        pl.DataFrame({"addr": addrs, "size": sizes}, schema={"addr": pl.Int64, "size": pl.Int64}),
+        pl.DataFrame(
+            {"addr": addrs, "size": sizes, "block": blocks},
+            schema={"addr": pl.Int64, "size": pl.Int64, "block": pl.Int64},
+        ),
     )
 
 
@@ -154,15 +177,14 @@ def build(
     else:
         offset, kind = -int(ev.select(pl.col("t_us").min()).item() or 0) * 1000, "snapshot"
         phases = annotation_phases(data.get("external_annotations") or [], dev, offset)
-    ev = ev.with_columns((pl.col("t_us") * 1000 + offset).alias("t")).drop("t_us")
+    blocks, end_blocks_bytes = allocator_blocks.block_sizes(data, dev, ev)
+    ev = ev.with_columns((pl.col("t_us") * 1000 + offset).alias("t"), blocks.alias("block")).drop("t_us")
 
-    d_alloc = (
-        pl.when(pl.col("action") == ALLOC)
-        .then(pl.col("size"))
-        .when(pl.col("action") == FREE)
-        .then(-pl.col("size"))
-        .otherwise(0)
-    )
+    def signed(col: str) -> pl.Expr:  # + at alloc, - at free_requested
+        return (
+            pl.when(pl.col("action") == ALLOC).then(col).when(pl.col("action") == FREE).then(-pl.col(col)).otherwise(0)
+        )
+
     d_res = (
         pl.when(pl.col("action").is_in(SEGMENT_PLUS))
         .then(pl.col("size"))
@@ -170,15 +192,22 @@ def build(
         .then(-pl.col("size"))
         .otherwise(0)
     )
-    deltas = ev.select("idx", "t", d_alloc.alias("d_alloc"), d_res.alias("d_res"))
-    end_alloc, end_res, end_blocks = _at_end(data, dev)
-    base_alloc = end_alloc - int(deltas["d_alloc"].sum())
-    base_res = end_res - int(deltas["d_res"].sum())
+    deltas = ev.select(
+        "idx", "t", signed("block").alias("d_alloc"), signed("size").alias("d_req"), d_res.alias("d_res")
+    )
+    end_req, end_res, end_blocks = _at_end(data, dev)
+    # each level starts from what the snapshot holds less the history's net change
+    base = deltas.select(
+        (end_blocks_bytes - pl.col("d_alloc").sum()).alias("a"),
+        (end_req - pl.col("d_req").sum()).alias("q"),
+        (end_res - pl.col("d_res").sum()).alias("r"),
+    ).row(0, named=True)
     series = deltas.select(
         "idx",
         "t",
-        (base_alloc + pl.col("d_alloc").cum_sum()).alias("allocated"),
-        (base_res + pl.col("d_res").cum_sum()).alias("reserved"),
+        (base["a"] + pl.col("d_alloc").cum_sum()).alias("allocated"),
+        (base["q"] + pl.col("d_req").cum_sum()).alias("requested"),
+        (base["r"] + pl.col("d_res").cum_sum()).alias("reserved"),
     )
     allocations = _allocations(ev, end_blocks)
     return MemoryTimeline(name, dev, ev, series, allocations, phases, kind, facts)
@@ -191,7 +220,7 @@ def _allocations(ev: pl.DataFrame, end_blocks: pl.DataFrame) -> pl.DataFrame:
     the history."""
     af = (
         ev.filter(pl.col("action").is_in([ALLOC, FREE]))
-        .select("idx", "t", "action", "addr", "size", "site")
+        .select("idx", "t", "action", "addr", "size", "block", "site")
         .sort(["addr", "idx"])
     )
     af = af.with_columns(
@@ -206,6 +235,7 @@ def _allocations(ev: pl.DataFrame, end_blocks: pl.DataFrame) -> pl.DataFrame:
         "t",
         "addr",
         "size",
+        "block",
         "site",
         pl.when(freed).then(pl.col("_next_idx")).alias("free_idx"),
         pl.when(freed).then(pl.col("_next_t")).alias("free_t"),
@@ -215,6 +245,7 @@ def _allocations(ev: pl.DataFrame, end_blocks: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, pl.Int64).alias("t"),
         "addr",
         "size",
+        "block",
         pl.lit(BEFORE).alias("site"),
         pl.col("idx").alias("free_idx"),
         pl.col("t").alias("free_t"),
@@ -225,6 +256,7 @@ def _allocations(ev: pl.DataFrame, end_blocks: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, pl.Int64).alias("t"),
         "addr",
         "size",
+        "block",
         pl.lit(BEFORE).alias("site"),
         pl.lit(None, pl.Int64).alias("free_idx"),
         pl.lit(None, pl.Int64).alias("free_t"),
@@ -352,16 +384,21 @@ def _trace_beside(snap: Path) -> Path | None:
 
 
 def live_at(tl: MemoryTimeline, idx: int) -> pl.DataFrame:
-    """The allocations live right after event `idx` (their sizes add up to `allocated` there)."""
+    """The allocations live right after event `idx` (their blocks add up to `allocated` there,
+    their sizes to `requested`)."""
     return tl.allocations.filter((pl.col("idx") <= idx) & (pl.col("free_idx").is_null() | (pl.col("free_idx") > idx)))
 
 
 def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
-    """Live bytes per call site, largest first."""
-    total = max(int(live["size"].sum()), 1)
+    """Live bytes (blocks, and what was asked for) per call site, largest first."""
+    total = max(int(live["block"].sum()), 1)
     return (
         live.group_by("site")
-        .agg(pl.col("size").sum().alias("Bytes"), pl.len().alias("Count"), pl.col("size").max().alias("Largest"))
+        .agg(
+            pl.col("block").sum().alias("Bytes"),
+            pl.col("size").sum().alias("Requested"),
+            pl.len().alias("Count"),
+        )
         .sort(["Bytes", "site"], descending=[True, False])
         .head(n)
         .select(
@@ -369,19 +406,24 @@ def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
             "Bytes",
             (pl.col("Bytes") / total * 100).round(1).alias("%"),
             "Count",
-            "Largest",
+            "Requested",
         )
     )
 
 
 def by_size(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
-    """Live allocations grouped by size, largest sizes first, with the site that made most of them."""
+    """Live allocations grouped by the size asked for, largest first: how many, the bytes of
+    their blocks, and the site that made most of them."""
     return (
         live.group_by("size")
-        .agg(pl.len().alias("Count"), pl.col("site").mode().sort().first().alias("Call site"))
+        .agg(
+            pl.len().alias("Count"),
+            pl.col("block").sum().alias("Bytes"),
+            pl.col("site").mode().sort().first().alias("Call site"),
+        )
         .sort("size", descending=True)
         .head(n)
-        .select(pl.col("size").alias("Size"), "Count", (pl.col("size") * pl.col("Count")).alias("Bytes"), "Call site")
+        .select(pl.col("size").alias("Size"), "Count", "Bytes", "Call site")
     )
 
 
@@ -394,6 +436,7 @@ def top_allocations(tl: MemoryTimeline, n: int = 15) -> pl.DataFrame:
         .head(n)
         .select(
             pl.col("size").alias("Size"),
+            pl.col("block").alias("Block"),
             pl.col("site").alias("Call site"),
             ((pl.col("t") - t0) / 1e6).round(3).alias("At (ms)"),
             ((pl.col("free_t") - pl.col("t")) / 1e6).round(3).alias("Lived (ms)"),
@@ -453,6 +496,14 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
 
     pk = tl.peak
     f = tl.facts
+    top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)
+
+    def exact(n: int) -> str:
+        return f"{human_bytes(n)} ({n:,} B)"
+
+    def versus(torch_value: int, ours: int) -> str:
+        return f"{exact(torch_value)}, {(torch_value / max(ours, 1) - 1) * 100:+.2f}% vs the replay"
+
     rows = [
         ("Snapshot", tl.name),
         ("Device", f"{tl.device}" + (f" ({f['device']})" if f.get("device") else "")),
@@ -463,9 +514,10 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
             if tl.series.height
             else "-",
         ),
-        ("Peak allocated", f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)"),
+        ("Peak allocated (blocks)", exact(pk["allocated"])),
         ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
-        ("Peak reserved", f"{human_bytes(int(tl.series.select(pl.col('reserved').max()).item() or 0))}"),
+        ("Peak requested", exact(int(top[0] or 0))),
+        ("Peak reserved", exact(int(top[1] or 0))),
         (
             "Phases from",
             "the trace's NVTX"
@@ -473,22 +525,10 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
             else ("the snapshot's record_function ranges" if tl.phases.height else "(none recorded)"),
         ),
     ]
-    if f.get("requested_bytes_peak") is not None:
-        rows.append(
-            (
-                "torch requested_bytes peak",
-                f"{human_bytes(f['requested_bytes_peak'])} ({f['requested_bytes_peak']:,} B)",
-            )
-        )
     if f.get("max_memory_allocated") is not None:
-        m = f["max_memory_allocated"]
-        rows.append(
-            (
-                "torch max_memory_allocated",
-                f"{human_bytes(m)} ({m:,} B; whole blocks: "
-                f"{(m / max(pk['allocated'], 1) - 1) * 100:+.2f}% vs the peak)",
-            )
-        )
+        rows.append(("torch max_memory_allocated", versus(f["max_memory_allocated"], pk["allocated"])))
+    if f.get("requested_bytes_peak") is not None:
+        rows.append(("torch requested_bytes peak", versus(f["requested_bytes_peak"], int(top[0] or 0))))
     if f.get("max_memory_reserved") is not None:
-        rows.append(("torch max_memory_reserved", human_bytes(f["max_memory_reserved"])))
+        rows.append(("torch max_memory_reserved", versus(f["max_memory_reserved"], int(top[1] or 0))))
     return rows

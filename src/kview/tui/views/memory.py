@@ -66,17 +66,21 @@ class MemoryView(View):
 
     @staticmethod
     def head_text(tl: mt.MemoryTimeline) -> Text:
-        """The peak in two short lines (80 columns): allocated and when, reserved, torch's own."""
+        """The peak in two short lines (80 columns): allocated (blocks) and when, reserved; what
+        was asked for, and torch's own counter when the snapshot carries it."""
         pk = tl.peak
         head = Text()
         head.append("Peak ", style="bold")
         head.append(f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
         if pk["t"] is not None:
             head.append(f" at {human_ms(pk['t'] - tl.start)}")
+        top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0)
         head.append(" · reserved ", style="bold")
-        head.append(human_bytes(int(tl.series.select(pl.col("reserved").max()).item() or 0)))
+        head.append(human_bytes(int(top[1] or 0)))
+        head.append("\nrequested ", style="bold")
+        head.append(human_bytes(int(top[0] or 0)))
         if (m := tl.facts.get("max_memory_allocated")) is not None:
-            head.append("\ntorch max_memory_allocated ", style="bold")
+            head.append(" · torch max_memory_allocated ", style="bold")
             head.append(f"{human_bytes(m)} ({(m / max(pk['allocated'], 1) - 1) * 100:+.2f}%)")
         return head
 
