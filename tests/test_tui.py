@@ -212,12 +212,7 @@ async def test_torch_profiler_json_opens_in_the_tui():
         assert app.query_one("#layers-table").frame["Layer"].to_list() == ["Enc_0", "Enc_1"]
 
 
-# The Kernels view's picture depends on whether attribution arrived before the snapshot was
-# taken (two runs of one tree differ): its snapshots are skipped until the test waits for it.
-KERNELS_RACE = pytest.mark.skip(reason="Kernels snapshot races the attribution worker")
-
-
-@pytest.mark.parametrize("view", ["1", pytest.param("2", marks=KERNELS_RACE), "3", "4", "5", "7"])
+@pytest.mark.parametrize("view", ["1", "2", "3", "4", "5", "7"])
 def test_snapshot_of_each_view(snap_compare, view):
     async def run_before(pilot):
         await loaded(pilot)
@@ -227,7 +222,6 @@ def test_snapshot_of_each_view(snap_compare, view):
     assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(120, 36), run_before=run_before)
 
 
-@KERNELS_RACE
 def test_snapshot_at_80x24(snap_compare):
     """The first screen a user sees in a default terminal: the kernel summary at 80x24."""
 

@@ -213,6 +213,25 @@ async def test_overview_scrolls_by_keyboard_copies_the_focused_section_and_searc
 
 
 # -- 5, 9: columns readable at 80x24, units, VisiData's column keys, sort arrow, footer, help, palette --
+def test_cut_names_read_the_same_whatever_order_the_rows_come_in():
+    """Names told apart in a narrow column are the same picture on every run: the rows' order
+    (polars' unique() differs between runs) must not decide which clash is settled first."""
+    import random
+
+    from kview.output.format import distinct_short_names
+    from kview.reports import cuda_gpu_kern_sum
+    from kview.tui.widgets.frame_table import distinct_cuts
+
+    names = distinct_short_names(cuda_gpu_kern_sum(open_trace(LM)).frame["Name"]).to_list()
+    for width in (14, 23, 30):
+        first = distinct_cuts(names, width)
+        assert len(set(first.values())) > 1 and set(first) == set(names)
+        for seed in range(6):
+            shuffled = names[:]
+            random.Random(seed).shuffle(shuffled)
+            assert distinct_cuts(shuffled, width) == first
+
+
 async def test_columns_never_cut_numbers_units_column_keys_footer_help_and_palette():
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -102,6 +102,9 @@ def distinct_cuts(values: list[str], width: int) -> dict[str, str]:
     detail line shows them whole)."""
     import os
 
+    # clashes are settled group by group, each against what earlier groups chose: a fixed
+    # order keeps the picture the same whatever order the values came in
+    values = sorted(set(values))
     out = {v: cut(v, width) for v in values}
     groups: dict[str, list[str]] = {}
     for v in values:
