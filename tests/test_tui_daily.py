@@ -360,7 +360,13 @@ async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
         await pilot.pause()
         bwd = cuda_gpu_kern_sum(open_trace(LM_BWD, use_cache=False)).frame
         assert kv.table.frame["Total Time (ns)"].to_list() == bwd["Total Time (ns)"].to_list()
-        await pilot.press("left_square_bracket", "left_square_bracket")  # back to the first
+        await pilot.press("T", "2")  # a digit picks in one key, without waiting for the dialog's cursor
+        await pilot.pause()
+        assert app.current == 1 and "trace 2/3" in app.sub_title
+        await pilot.press("T", "9")  # no ninth trace: the dialog stays
+        await pilot.pause()
+        assert type(app.screen).__name__ == "PickScreen" and app.current == 1
+        await pilot.press("escape", "left_square_bracket")  # back to the first
         await pilot.pause()
         assert app.current == 0
         # Layers: both bars whole at 160 columns, forward green and backward yellow, legend above

@@ -430,7 +430,7 @@ class KviewApp(App):
             return
         stem = f"{Path(self.paths[self.current]).stem}_{shown.what}"
         targets = [destination(stem, fmt) for fmt in EXPORT_FORMATS]
-        options = [f"{fmt:<4}  → {path}" for fmt, path in zip(EXPORT_FORMATS, targets)]
+        options = [f"{i}  {fmt:<4}  → {path}" for i, (fmt, path) in enumerate(zip(EXPORT_FORMATS, targets), 1)]
         title = f"Export {shown.what} ({shown.frame.height:,} rows)"
         self.push_screen(
             PickScreen(title, options), lambda i: self.export_as(EXPORT_FORMATS[i]) if i is not None else None

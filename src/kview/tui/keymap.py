@@ -142,7 +142,11 @@ TABLE_KEYS = [
 FILTER_KEYS = [Key("up", "history(-1)", "Previous filter"), Key("down", "history(1)", "Next filter")]
 SEARCH_KEYS = [Key("up", "history(-1)", "Previous search"), Key("down", "history(1)", "Next search")]
 HELP_SCREEN_KEYS = [Key("escape,q,question_mark", "dismiss", "Close")]
-PICK_SCREEN_KEYS = [Key("escape", "cancel", "Cancel")]
+PICK_SCREEN_KEYS = [
+    Key("escape", "cancel", "Cancel"),
+    # the number shown before a choice picks it in one key (and cannot race the list's cursor)
+    *(Key(str(n), f"choose({n - 1})", f"Choose option {n}") for n in range(1, 10)),
+]
 
 # views whose table moves with the cursor keys (the help screen lists the table's keys there)
 TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory")

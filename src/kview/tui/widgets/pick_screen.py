@@ -24,7 +24,7 @@ class PickScreen(ModalScreen[int | None]):
         with Vertical(id="pick"):
             yield Static(self.title_text, id="pick-title")
             yield OptionList(*self.options, id="pick-options")
-            yield Static("enter: choose · esc: cancel", id="pick-hint")
+            yield Static("1-9 or enter: choose · esc: cancel", id="pick-hint")
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
@@ -38,3 +38,7 @@ class PickScreen(ModalScreen[int | None]):
 
     def action_cancel(self) -> None:  # escape: nothing chosen
         self.dismiss(None)
+
+    def action_choose(self, index: int) -> None:  # a digit: that option, if there is one
+        if index < len(self.options):
+            self.dismiss(index)
