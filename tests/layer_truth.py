@@ -32,8 +32,9 @@ def _layer(names: list[str]) -> str | None:
     return ":".join(kept) or None
 
 
-def truth(path) -> list[tuple[int, str, str | None]]:
-    """(kernel start, direction, layer or None) for every kernel, ordered by start."""
+def truth(path, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> list[tuple[int, str, str | None]]:
+    """(kernel start, direction, layer or None) for every kernel (or every row of another GPU
+    activity `table`: memcpy, memset), ordered by start."""
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     rows = con.execute(
         "SELECT start, end, globalTid, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
@@ -58,7 +59,7 @@ def truth(path) -> list[tuple[int, str, str | None]]:
         if m and not re.search(r"Backward\d*$", m[1]) and not m[1].startswith("autograd::"):
             fwd_by_seq.setdefault(int(m[2]), []).append((s, tid))
     kern = con.execute(
-        "SELECT k.start, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+        f"SELECT k.start, r.start, r.end, r.globalTid FROM {table} k JOIN "
         "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start"
     ).fetchall()
     out = []

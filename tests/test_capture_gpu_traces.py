@@ -6,6 +6,7 @@ kernels, counted independently (tests/layer_truth.py), and kview's Layer equals 
 from __future__ import annotations
 
 import lzma
+import re
 import shutil
 import sqlite3
 
@@ -104,3 +105,61 @@ def test_ddp_traces_one_per_rank_and_one_for_both(traces):
         "SELECT count(DISTINCT deviceId), count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL"
     ).fetchone() == (2, 2)
     assert con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*'").fetchone()[0] == 10
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "count", "sublayers"),
+    [
+        ("llama_nsys", r"model\.layers\.\d+", 8, {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}),
+        ("resnet50_torch", r"layer\d+", 4, {"[0]", "[1]", "[2]", "[3]"}),
+    ],
+)
+def test_layers_of_module_hook_names_equal_the_independent_count(traces, name, family, count, sublayers):
+    """Module hooks name ranges by qualified name (`model.layers.3.mlp`, `layer4.2.conv3`): the
+    layers are the outermost numbered family of the module tree (Hugging Face's decoder layers,
+    torchvision's ResNet stages), each kernel counted in the layer holding its module, with the
+    same per-layer time in `kview layers` and `compare --by layer`."""
+    from kview.analysis.compare import Window, side_by_side
+    from kview.analysis.layers import layer_times
+
+    con = sqlite3.connect(f"file:{traces[name]}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    ops = []  # kernels, copies and memsets: a layer's GPU time counts every op it launched
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if table not in tables:
+            continue
+        durations = [
+            r[0]
+            for r in con.execute(
+                f"SELECT k.end - k.start FROM {table} k JOIN "
+                "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId ORDER BY k.start"
+            )
+        ]
+        t = truth(traces[name], table)
+        assert len(t) == len(durations)
+        ops += [(x[1], x[2], d) for x, d in zip(t, durations)]
+    expected: dict[str, list[int]] = {}
+    for direction, layer, dur in ops:
+        if direction not in ("fprop", "bprop") or layer is None:
+            continue
+        # the module holding it: a prefix of one of its path's qualified names, ending at a dot
+        holders = [
+            ".".join(c.split(".")[: i + 1])
+            for c in layer.split(":")
+            for i in range(c.count(".") + 1)
+            if re.fullmatch(family, ".".join(c.split(".")[: i + 1]))
+        ]
+        if holders:
+            row = expected.setdefault(holders[0], [0, 0])
+            row[direction == "bprop"] += dur
+    trace = open_trace(traces[name], use_cache=False)
+    got = layer_times(trace)
+    assert got["Layer"].to_list() == sorted(expected, key=lambda n: [int(x) for x in re.findall(r"\d+", n)])
+    assert len(expected) == count
+    assert {r["Layer"]: [r["Forward (ns)"], r["Backward (ns)"]] for r in got.iter_rows(named=True)} == expected
+    assert {c.removesuffix(" (ns)") for c in got.columns[5:]} == sublayers
+    sub = got.select(pl.sum_horizontal(got.columns[5:]))
+    assert (sub.to_series() <= got["Total (ns)"]).all() and sub.to_series().sum() > 0.9 * got["Total (ns)"].sum()
+    by_layer = side_by_side([Window(trace, "t")], by="layer")
+    per = dict(by_layer.select(by_layer.columns[0], "t").iter_rows())
+    assert all(per[k] == v[0] + v[1] for k, v in expected.items())

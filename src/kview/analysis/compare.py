@@ -154,8 +154,13 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     if w.start is not None:
         a = a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))
     key = {"category": "Category", "kernel": "Kernel", "layer": "Layer"}[by]
-    if by == "layer":  # the layer itself, not its sublayer path
-        a = a.with_columns(pl.col("Layer").str.split(":").list.first().alias("Layer"))
+    if by == "layer":  # the layer the Layers view counts it in, else its path's first module
+        from kview.analysis.layers import kernel_layers
+
+        layer = kernel_layers(w.trace).select("Idx", pl.col("Layer").alias("_layer"))
+        a = a.join(layer, on=pl.col("Idx").cast(pl.Int64), how="left").with_columns(
+            pl.coalesce("_layer", pl.col("Layer").str.split(":").list.first()).alias("Layer")
+        )
     return a.group_by(key).agg(pl.col("Duration (ns)").sum().alias("v")).rename({key: "item"})
 
 

@@ -24,33 +24,102 @@ from kview.trace import Trace
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
 
 
+# a module's qualified name from module hooks (`model.layers.3.mlp`, `layer1.0.conv1`)
+_QUALIFIED = re.compile(r"^[A-Za-z_]\w*(?:\.\w+)+$")
+_NUMBER = "\x00"  # a number's place in a family name (a character no range name holds)
+
+
+def _module_path(layer: str) -> list[str]:
+    """A kernel's Layer path with each qualified module name preceded by the modules holding it:
+    attribution keeps `model.layers.3.mlp` for `model > model.layers > model.layers.3 > ...`, so
+    the layer (`model.layers.3`) is found by its place in the model, not only when a kernel
+    was launched directly under it."""
+    out: list[str] = []
+    for comp in layer.split(":"):
+        names = [comp]
+        if _QUALIFIED.match(comp):
+            dotted = comp.split(".")
+            names = [".".join(dotted[: i + 1]) for i in range(len(dotted))]
+        out.extend(n for n in names if n not in out)
+    return out
+
+
+def module_paths(trace: Trace) -> pl.DataFrame:
+    """`Layer` -> `c`, its module path (`_module_path`), once per distinct Layer value."""
+    layers = attribute(trace)["Layer"].unique()
+    paths = [_module_path(v) for v in layers.to_list()]  # distinct values: a few thousand at most
+    return pl.DataFrame({"Layer": layers, "c": pl.Series(paths, dtype=pl.List(pl.String))})
+
+
 def detect_layer_pattern(trace: Trace) -> str | None:
     """The outermost numbered family that repeats: the family with at least two members at the
-    shallowest position of the Layer paths, the largest such family on a tie. Outermost, so a
-    torch.profiler trace's `Qwen2DecoderLayer_N` wins over the `Linear_N` inside each of them."""
-    a = attribute(trace)
+    shallowest position of the module paths, the largest such family on a tie. Outermost, so a
+    torch.profiler trace's `Qwen2DecoderLayer_N` wins over the `Linear_N` inside each of them,
+    and torchvision's ResNet stages `layerN` over their blocks `layerN.B`. A family is a name
+    ending in its index with every number a placeholder: `layer_N`, `Enc_N`, Hugging Face's
+    `model.layers.N`."""
     comps = (
-        a.select(pl.col("Layer").str.split(":").alias("c"))
-        .unique()
+        module_paths(trace)
+        .select("c")
         .with_columns(pl.int_ranges(pl.col("c").list.len()).alias("pos"))
         .explode("c", "pos")
         .unique()
         .drop_nulls()
     )
-    families: dict[tuple[int, str], set[int]] = {}
-    for c, pos in comps.iter_rows():  # one row per distinct (component, position)
-        m = NUMBERED.match(c)
-        if m:
-            families.setdefault((pos, m["prefix"]), set()).add(int(m["index"]))
-    families = {k: v for k, v in families.items() if len(v) >= 2}
-    if not families:
+    families = (
+        comps.filter(pl.col("c").str.contains(r"\D\d+$"))
+        .with_columns(pl.col("c").str.replace_all(r"\d+", _NUMBER).alias("family"))
+        .group_by("pos", "family")
+        .agg(pl.col("c").n_unique().alias("members"))
+        .filter(pl.col("members") >= 2)
+        .sort(["pos", "members", "family"], descending=[False, True, False])
+    )
+    if families.height == 0:
         return None
-    best = min(families, key=lambda k: (k[0], -len(families[k]), k[1]))
-    return "^" + re.escape(best[1]) + r"\d+$"
+    parts = families["family"][0].split(_NUMBER)
+    return "^" + r"\d+".join(re.escape(p) for p in parts) + "$"
+
+
+def kernel_layers(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
+    """Per forward/backward kernel inside a layer: Idx, Direction, Duration, `Layer` (the first
+    module path component matching `pattern`, detected when None) and `Sublayer` (the next one,
+    without its layer's name: `model.layers.3.mlp` -> `mlp`). Empty when no layer repeats.
+    Layers, compare --by layer and the TUI count the same kernels in the same layer."""
+    pattern = pattern or detect_layer_pattern(trace)
+    schema = {"Idx": pl.Int64, "Direction": pl.String, "Duration (ns)": pl.Int64, "Layer": pl.String}
+    if pattern is None:
+        return pl.DataFrame(schema={**schema, "Sublayer": pl.String})
+    why = regex_problem(pattern)  # by the engine that runs it (polars'), not Python's
+    if why:
+        raise UsageError(f"bad layer pattern {pattern!r}: {why}")
+    paths = module_paths(trace)
+    hit = pl.col("c").list.eval(pl.element().str.contains(pattern))
+    paths = (
+        paths.with_columns(hit.list.arg_max().alias("pos"), hit.list.any().alias("hit"))
+        .filter("hit")
+        .select(
+            pl.col("Layer").alias("_path"),
+            pl.col("c").list.get(pl.col("pos")).alias("Layer"),
+            pl.col("c").list.get(pl.col("pos") + 1, null_on_oob=True).alias("Sublayer"),
+        )
+        .with_columns(pl.col("Sublayer").str.strip_prefix(pl.col("Layer") + "."))
+        # a ModuleList's children are numbers (`layer1.0`): `[0]`, as Python indexes them
+        .with_columns(
+            pl.when(pl.col("Sublayer").str.contains(r"^\d+$"))
+            .then(pl.format("[{}]", pl.col("Sublayer")))
+            .otherwise(pl.col("Sublayer"))
+            .alias("Sublayer")
+        )
+    )
+    a = attribute(trace).filter(pl.col("Direction").is_in(["fprop", "bprop"]))
+    return (
+        a.select(pl.col("Idx").cast(pl.Int64), "Direction", "Duration (ns)", pl.col("Layer").alias("_path"))
+        .join(paths, on="_path", how="inner", maintain_order="left")
+        .drop("_path")
+    )
 
 
 def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
-    pattern = pattern or detect_layer_pattern(trace)
     schema = {
         "Layer": pl.String,
         "Forward (ns)": pl.Int64,
@@ -58,22 +127,9 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
         "Total (ns)": pl.Int64,
         "Kernels": pl.UInt32,
     }
-    if pattern is None:
+    parts = kernel_layers(trace, pattern)
+    if parts.height == 0:
         return pl.DataFrame(schema=schema)
-    why = regex_problem(pattern)  # by the engine that runs it (polars'), not Python's
-    if why:
-        raise UsageError(f"bad layer pattern {pattern!r}: {why}")
-    a = attribute(trace).filter(pl.col("Direction").is_in(["fprop", "bprop"]))
-    parts = a.select("Direction", "Duration (ns)", pl.col("Layer").str.split(":").alias("c"))
-    # position of the first component that is a layer; the next one is the sublayer
-    parts = parts.with_columns(
-        pl.col("c").list.eval(pl.element().str.contains(pattern)).list.arg_max().alias("pos"),
-        pl.col("c").list.eval(pl.element().str.contains(pattern)).list.any().alias("hit"),
-    ).filter("hit")
-    parts = parts.with_columns(
-        pl.col("c").list.get(pl.col("pos")).alias("Layer"),
-        pl.col("c").list.get(pl.col("pos") + 1, null_on_oob=True).alias("Sublayer"),
-    )
     dur = pl.col("Duration (ns)")
     g = parts.group_by("Layer").agg(
         dur.filter(pl.col("Direction") == "fprop").sum().alias("Forward (ns)"),
@@ -95,7 +151,8 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
         piv = piv.select("Layer", *[c for c in top.to_list() if c in piv.columns])
         piv = piv.rename({c: f"{c} (ns)" for c in piv.columns if c != "Layer"})
         g = g.join(piv, on="Layer", how="left")
-    idx = pl.col("Layer").str.extract(r"(\d+)$", 1).cast(pl.Int64)
+    # in the model's order: by every number of the name (`layer2.10` after `layer2.9`)
+    idx = pl.col("Layer").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
     return g.with_columns(idx.alias("_i")).sort(["_i", "Layer"]).drop("_i")
 
 
