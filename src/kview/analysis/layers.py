@@ -44,6 +44,7 @@ def _module_path(layer: str) -> list[str]:
     return out
 
 
+@derived  # read by the layer detection, kview layers and compare --by layer: built once per trace
 def module_paths(trace: Trace) -> pl.DataFrame:
     """`Layer` -> `c`, its module path (`_module_path`), once per distinct Layer value."""
     layers = attribute(trace)["Layer"].unique()
