@@ -80,3 +80,10 @@ def derived(
         return table
 
     return declare if fn is None else declare(fn)
+
+
+def derived_if_computed(trace: Trace, table: Callable[..., R], *args: Any) -> R | None:
+    """`table(trace, *args)` if it was already computed for this trace, else None (nothing is
+    computed): for a consumer that can reuse a table another view built, and has a cheaper way
+    of its own otherwise."""
+    return trace.derived_tables.get((table, *args))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from kview.derived import derived
+from kview.derived import derived, derived_if_computed
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
@@ -117,12 +117,19 @@ def bin_row(row: Row, t0: int, t1: int, width: int) -> Cells:
     return Cells(e, busy, count, np.where(ok, top, -1))
 
 
-def hits(row: Row, mask: np.ndarray, cells: Cells) -> np.ndarray:
-    """How many ops with `mask` (per op, start order) overlap each cell."""
-    es, _, _, top_of = row.sums()
+def marked(row: Row, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix counts of `mask` (per op, start order) in start order and in end order: what
+    hits() needs, made once per highlight rather than on every redraw."""
+    _, _, _, top_of = row.sums()
     cm = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
     ends_order = mask if top_of is None else mask[np.argsort(row.end, kind="stable")]
-    cme = np.concatenate([[0], np.cumsum(ends_order, dtype=np.int64)])
+    return cm, np.concatenate([[0], np.cumsum(ends_order, dtype=np.int64)])
+
+
+def hits(row: Row, marks: tuple[np.ndarray, np.ndarray], cells: Cells) -> np.ndarray:
+    """How many marked ops (`marked`) overlap each cell."""
+    es = row.sums()[0]
+    cm, cme = marks
     started = np.searchsorted(row.start, cells.edges[1:], side="left")
     ended = np.searchsorted(es, cells.edges[:-1], side="right")
     return cm[started] - cme[ended]
@@ -307,7 +314,7 @@ def recolour(tl: Timeline, categories: pl.DataFrame) -> Timeline:
             cls = np.where(new >= 0, new, remap[r.cls]).astype(np.int8)
         else:
             cls = remap[r.cls]
-        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident, r.pid))
+        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident, r.pid, r._sums))
     return Timeline(tl.origin, tl.span, rows, tl.names, _classes(cats), tl.threads, tl.ranks)
 
 
@@ -385,35 +392,9 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
                     )
                 )
     if trace.has("NVTX_EVENTS"):
-        from kview.analysis import nvtx_ranges as nv
-
-        lab = nv.labels(trace)
-        if lab.height:
-            short = (
-                pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
-                .then(pl.col("label").str.extract(r"^([^,]*)", 1))
-                .otherwise(pl.col("label"))
-            )
-            kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0) + nvtx_base
-            lab = lab.sort("name_code").select("name_code", short.alias("short"), kind.cast(pl.Int8).alias("_cls"))
-            names["nvtx"] = lab["short"].to_list()
-            codes = dict(zip(lab["name_code"].to_list(), range(lab.height)))
-            if list(codes) != list(range(lab.height)):
-                raise ValueError("NVTX name codes are not dense")  # names() numbers them 0..n-1
-            cls_of = lab["_cls"].to_numpy()
-            tree = nv.projection_tree(trace)
-            se = (
-                nv.projection_ranges(trace)
-                .filter(pl.col("style") != "PushPop")
-                .select("global_tid", pl.lit(-1, dtype=pl.Int64).alias("depth"), "start", "end", "name_code")
-                .sort(["global_tid", "start", "end"], descending=[False, False, True])
-            )
-            for part in (tree, se):
-                for g, d, st, en, cd in _by_thread_and_depth(part, trace.origin):
-                    label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
-                    rows_by_tid.setdefault(g, []).append(
-                        Row("nvtx", label, str(g), d, st, en, cd, cls_of[cd], None, g & PID_MASK)
-                    )
+        nvtx_rows, names["nvtx"] = _nvtx_rows(trace, nvtx_base)
+        for g, row in nvtx_rows:
+            rows_by_tid.setdefault(g, []).append(row)
     titles = _thread_titles(trace, list(rows_by_tid))
     rows: list[Row] = []
     # threads in order of their first event (the main thread first, as a profile starts there)
@@ -425,21 +406,96 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
     return rows, names, {str(g): t for g, t in titles.items()}
 
 
-def _by_thread_and_depth(r: pl.DataFrame, origin: int):
+def _nvtx_rows(trace: Trace, nvtx_base: int) -> tuple[list[tuple[int, Row]], list[str]]:
+    """(thread, row) of every NVTX row (push/pop ranges by depth, then start/end ranges), and
+    the names the rows' codes index.
+
+    A row's code is its range's short name (an op marker's op: `aten::mm, op_id = 7, seq = 3,
+    sizes = ...` -> `aten::mm`), numbered among the distinct short names: with autograd shapes
+    nearly every range has a label of its own (5.6 million on the dense 1.1M-kernel trace), and
+    keeping each as a Python string would cost more than all the rows' arrays."""
+    from kview.analysis import nvtx_ranges as nv
+
+    lab = nv.labels(trace)
+    if lab.height == 0:
+        return [], []
+    if not lab["name_code"].is_sorted() or lab["name_code"][-1] != lab.height - 1 or lab["name_code"][0] != 0:
+        lab = lab.sort("name_code")
+        if lab["name_code"].to_list() != list(range(lab.height)):
+            raise ValueError("NVTX name codes are not dense")  # names() numbers them 0..n-1
+    short = (
+        pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
+        .then(pl.col("label").str.extract(r"^([^,]*)", 1))
+        .otherwise(pl.col("label"))
+    )
+    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0) + nvtx_base
+    lab = lab.select(short.fill_null("").alias("short"), kind.cast(pl.Int8).alias("_cls"))
+    distinct = lab.select("short").unique().sort("short").with_row_index("_short")
+    short_of = lab.join(distinct, on="short", how="left", maintain_order="left")["_short"].cast(pl.Int32).to_numpy()
+    cls_of = lab["_cls"].to_numpy()
+    ranges = nv.projection_ranges(trace)
+    pushpop = ranges.filter(pl.col("style") == "PushPop")
+    # the nesting attribution built, when it is there; else depths from sorted searches alone
+    tree = derived_if_computed(trace, nv.projection_tree)
+    if tree is not None:
+        tid, depth = tree["global_tid"].to_numpy(), tree["depth"].cast(pl.Int16).to_numpy()
+        start, end, code = tree["start"].to_numpy(), tree["end"].to_numpy(), tree["name_code"].to_numpy()
+    else:
+        tid, depth, start, end, code = pushpop_depths(pushpop)
+    se = ranges.filter(pl.col("style") != "PushPop").sort(
+        ["global_tid", "start", "end"], descending=[False, False, True]
+    )
+    parts = [
+        (tid, depth, start, end, code),
+        (
+            se["global_tid"].to_numpy(),
+            np.full(se.height, -1, dtype=np.int16),
+            se["start"].to_numpy(),
+            se["end"].to_numpy(),
+            se["name_code"].to_numpy(),
+        ),
+    ]
+    out = []
+    for part in parts:
+        for g, d, st, en, cd in _by_thread_and_depth(*part, trace.origin):
+            label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
+            out.append((g, Row("nvtx", label, str(g), d, st, en, short_of[cd], cls_of[cd], None, g & PID_MASK)))
+    return out, distinct["short"].to_list()
+
+
+def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(thread, depth, start, end, name code) of push/pop ranges in nv.nest()'s order (thread,
+    then start, longer first, then id), with nest()'s depths, from sorted searches per thread
+    and no joins: a range's depth is the number of earlier ranges on its thread still open when
+    it starts (a zero-length range counts those ending at its start as open, as nest() does)."""
+    r = r.select("global_tid", "start", "end", "name_code", "id").sort(
+        ["global_tid", "start", "end", "id"], descending=[False, False, True, False]
+    )
+    tid, start, end = r["global_tid"].to_numpy(), r["start"].to_numpy(), r["end"].to_numpy()
+    depth = np.empty(len(tid), dtype=np.int16)
+    for lo, hi in _segments(tid):
+        s, e = start[lo:hi], end[lo:hi]
+        ends = np.sort(e)
+        long_ = e > s
+        closed = np.searchsorted(ends, np.where(long_, s, s - 1), side="right")
+        zero = s[~long_]  # zero-length ranges sort after a longer one at the same start
+        same_start = np.searchsorted(zero, s, side="right") - np.searchsorted(zero, s, side="left")
+        closed = np.where(long_, closed - same_start, closed)
+        depth[lo:hi] = np.arange(hi - lo) - closed
+    return tid, depth, start, end, r["name_code"].to_numpy()
+
+
+def _by_thread_and_depth(tid, depth, start, end, code, origin: int):
     """(thread, depth, starts, ends, name codes) of each (thread, depth) of ranges sorted by
     thread, then start (nest()'s order): a stable sort by depth within each thread, in numpy
     (depths are small integers, so that sort is a radix sort), never a sort of all ranges."""
-    if r.height == 0:
+    if len(tid) == 0:
         return
-    tid = r["global_tid"].to_numpy()
     if len(tid) > 1 and (tid[1:] < tid[:-1]).any():  # not in nest()'s order after all
-        r = r.sort(["global_tid", "start", "end"], descending=[False, False, True])
-        tid = r["global_tid"].to_numpy()
-    depth = r["depth"].cast(pl.Int16).to_numpy()
-    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+        order = np.lexsort((-end, start, tid))
+        tid, depth, start, end, code = tid[order], depth[order], start[order], end[order], code[order]
     if origin:
         start, end = start - origin, end - origin
-    code = r["name_code"].cast(pl.Int32).to_numpy()
     for lo, hi in _segments(tid):
         order = np.argsort(depth[lo:hi], kind="stable") + lo
         d = depth[order]
@@ -458,14 +514,22 @@ def build(trace: Trace, cpu: bool = True) -> Timeline:
         rows += crow
         names.update(cnames)
         threads.update(cthreads)
-    return by_rank(trace, Timeline(trace.origin, _span(rows), rows, names, _classes(categories_), threads))
+    return by_rank(trace, Timeline(trace.origin, _span(rows), prepared(rows), names, _classes(categories_), threads))
+
+
+def prepared(rows: list[Row]) -> list[Row]:
+    """`rows` with their prefix sums built, here (the loader's thread) rather than on the key
+    that first shows a row: expanding a thread of a million ranges must not wait for them."""
+    for r in rows:
+        r.sums()
+    return rows
 
 
 def with_cpu_rows(trace: Trace, tl: Timeline) -> Timeline:
     """`tl` (GPU rows only) with the CPU threads' rows added."""
     n_cat = len(tl.classes) - len(API_CLASSES) - len(NVTX_CLASSES)
     crow, cnames, threads = cpu_rows(trace, n_cat)
-    rows = tl.rows + crow
+    rows = tl.rows + prepared(crow)
     full = Timeline(tl.origin, _span(rows), rows, {**tl.names, **cnames}, tl.classes, {**tl.threads, **threads})
     return by_rank(trace, full)
 

@@ -72,11 +72,17 @@ class TimelineCanvas(Widget, can_focus=True):
         self._axis: tuple = (None, ("", ""))
         self._cw = 0  # the width the cursor's cell was counted in
 
+    @staticmethod
+    def widths(width: int) -> tuple[int, int]:
+        """(label column, cells) of a canvas `width` wide."""
+        lw = 14 if width < 120 else 22
+        return lw, max(width - lw - 1, 8)
+
     def label_width(self) -> int:
-        return 14 if self.size.width < 120 else 22
+        return self.widths(self.size.width)[0]
 
     def cells_width(self) -> int:
-        return max(self.size.width - self.label_width() - 1, 8)
+        return self.widths(self.size.width)[1]
 
     def style(self, k: int, named: bool, hit: int) -> Style:
         """The style of a cell of class `k` (-1 idle), holding a name or a bar, highlighted
@@ -96,17 +102,17 @@ class TimelineCanvas(Widget, can_focus=True):
             self._styles[key] = got
         return got
 
-    def row_cells(self, row: tl_.Row) -> list[Segment]:
+    def row_cells(self, row: tl_.Row, cw: int | None = None) -> list[Segment]:
         """The row's cells on screen as runs of one style (no cursor), cached per viewport."""
         v = self.view
-        cw = self.cells_width()
+        cw = self.cells_width() if cw is None else cw
         key = (id(row), v.t0, v.t1, cw, v.hl_gen)
         got = self._cache.get(key)
         if got is None:
             cells = tl_.bin_row(row, v.t0, v.t1, cw)
             chars, cls = tl_.picture(v.timeline, row, cells)
-            mask = v.hl_masks.get(id(row))
-            hit = tl_.hits(row, mask, cells).tolist() if mask is not None else [-1] * cw
+            marks = v.hl_masks.get(id(row))
+            hit = tl_.hits(row, marks, cells).tolist() if marks is not None else [-1] * cw
             styles = [self.style(cls[c], chars[c] not in tl_.LEVELS, min(hit[c], 1)) for c in range(cw)]
             got, start = [], 0
             for c in range(1, cw + 1):
@@ -118,23 +124,25 @@ class TimelineCanvas(Widget, can_focus=True):
             self._cache[key] = got
         return got
 
-    def axis(self) -> tuple[str, str]:
+    def axis(self, cw: int) -> tuple[str, str]:
         v = self.view
-        key = (v.t0, v.t1, self.cells_width())
+        key = (v.t0, v.t1, cw)
         if self._axis[0] != key:
-            self._axis = (key, tl_.axis(v.t0, v.t1, self.cells_width()))
+            self._axis = (key, tl_.axis(v.t0, v.t1, cw))
         return self._axis[1]
 
     def render_line(self, y: int) -> Strip:
         v = self.view
         width = self.size.width
-        lw, cw = self.label_width(), self.cells_width()
+        lw, cw = self.widths(width)
         col = min(v.col, cw - 1)
+        if v.drawn_at is None and y == self.size.height - 1:
+            v.drawn_at = time.perf_counter()
         if y == 0:
-            labels, _ = self.axis()
+            labels, _ = self.axis(cw)
             return Strip([Segment(" " * (lw + 1) + labels, DIM)]).extend_cell_length(width)
         if y == 1:
-            m = list(self.axis()[1])
+            m = list(self.axis(cw)[1])
             mc = v.mark_col(cw)
             if mc is not None:
                 m[mc] = "M"
@@ -151,7 +159,7 @@ class TimelineCanvas(Widget, can_focus=True):
         segs = [Segment(label, REVERSE if current else (DIM if e.row.kind == "nvtx" else PLAIN)), Segment("│", DIM)]
         # the cached runs, the one under the cursor's column split around it
         x = 0
-        for seg in self.row_cells(e.row):
+        for seg in self.row_cells(e.row, cw):
             n = len(seg.text)
             if x <= col < x + n:
                 k = col - x
@@ -200,13 +208,14 @@ class TimelineView(View):
         self.mark: int | None = None
         self.moved = False  # the user has panned or zoomed (a new span is not fitted)
         self.hl_text = ""
-        self.hl_masks: dict[int, np.ndarray] = {}
+        self.hl_masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.hl_gen = 0
         self.entries: list[Entry] = []
         self.canvas: TimelineCanvas | None = None
         self.history: list[str] = []
         self._pending: tuple | None = None  # a jump asked for before the rows came
         self.shown_at: float | None = None  # perf_counter() when the first rows were shown
+        self.drawn_at: float | None = None  # ... and when the canvas's last line was first drawn
 
     def reset(self) -> None:
         """Another trace is about to be shown: forget this one's rows, view and marks (the
@@ -220,6 +229,7 @@ class TimelineView(View):
         self.moved = False
         self.hl_text, self.hl_masks = "", {}
         self._pending = None
+        self.shown_at = self.drawn_at = None
 
     @property
     def timeline(self) -> tl_.Timeline:
@@ -582,7 +592,7 @@ class TimelineView(View):
                 idx = table.filter(pred)["Idx"].to_numpy()
                 for r in self.timeline.rows:
                     if r.ident is not None:
-                        self.hl_masks[id(r)] = np.isin(r.ident, idx)
+                        self.hl_masks[id(r)] = tl_.marked(r, np.isin(r.ident, idx))
         self.refresh_all()
         return True
 
@@ -629,7 +639,7 @@ class TimelineView(View):
         if self.mark is not None:
             second.append(f"  mark→cursor {fmt_ns(self.cursor_time() - self.mark)}", style="bold yellow")
         if self.hl_text:
-            n = sum(int(m.sum()) for m in self.hl_masks.values())
+            n = sum(int(cm[-1]) for cm, _ in self.hl_masks.values())
             second.append(f"  highlight: {self.hl_text} ({n:,} ops)", style="yellow")
         second.append(
             f"  span {fmt_ns(self.t1 - self.t0)}  {fmt_ns((self.t1 - self.t0) / cw)}/cell  "
