@@ -455,3 +455,106 @@ def test_nvtx_depths_without_the_nesting_equal_nest():
     # one short name per op marker's op: `aten::mm, op_id = 7, ...` is drawn as aten::mm
     assert len(before.names["nvtx"]) == len(set(before.names["nvtx"])) < nv.labels(trace).height
     assert not any(", op_id = " in n or ", seq = " in n for n in before.names["nvtx"])
+
+
+@pytest.fixture(scope="module")
+def ddp_per_rank(tmp_path_factory):
+    """The 2-rank DDP run captured as one nsys export per rank, unpacked into a folder."""
+    d = tmp_path_factory.mktemp("ddp_per_rank")
+    for r in (0, 1):
+        xz = ROOT / "tests" / "fixtures" / "capture" / f"ddp_nsys.rank{r}.sqlite.xz"
+        (d / f"ddp_nsys.rank{r}.sqlite").write_bytes(lzma.decompress(xz.read_bytes()))
+    return d
+
+
+@pytest.fixture(scope="module")
+def ddp_traces(ddp_per_rank):
+    """The rank files opened once: what the explorer derives from them is kept on them."""
+    return [open_trace(f, use_cache=False) for f in sorted(ddp_per_rank.glob("*.sqlite"))]
+
+
+def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_traces, capsys):
+    files = sorted(ddp_per_rank.glob("*.sqlite"))
+    traces = ddp_traces
+    run = make_run(traces)
+    tl = T.of_run([T.build(t) for t in traces], run.units, [t.name for t in traces])
+    order = [tl.ranks.get(r.group, 99) for r in tl.rows]
+    assert order == sorted(order) and set(order) >= {0, 1}
+    for rank, f in enumerate(files):
+        con = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        ops = np.array(
+            con.execute(
+                " UNION ALL ".join(
+                    f"SELECT start, end FROM {t}"
+                    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+                )
+            ).fetchall(),
+            dtype=np.int64,
+        )
+        gpu = [r for r in tl.rows if r.kind == "gpu" and tl.ranks.get(r.group) == rank]
+        assert gpu and all(r.trace == rank for r in gpu)
+        # the file's ops on the run's clock: its first op where the export stamped it
+        first = min(tl.origin + r.when(0)[0] for r in gpu)
+        assert first == int(ops[:, 0].min())
+        # each cell's op time over the whole run equals the file's ops, cut at the cell edges
+        busy, count = plain_cells(ops[:, 0] - tl.origin, ops[:, 1] - tl.origin, T.edges(*tl.span, 64))
+        cells = [T.bin_row(r, *tl.span, 64) for r in gpu]
+        assert sum(c.busy for c in cells).tolist() == busy.tolist()
+        assert sum(c.count for c in cells).tolist() == count.tolist()
+        # its threads: every thread of the file that called CUDA, titled with the rank
+        tids = {t for (t,) in con.execute("SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+        api = {int(r.group.split(":")[1]) for r in tl.rows if r.kind == "api" and r.trace == rank}
+        assert api == tids
+        assert all(tl.threads[r.group].startswith(f"rank {rank} · ") for r in tl.rows if r.trace == rank)
+        # names come from the row's own file
+        r = gpu[0]
+        i = int(np.argmax(r.end - r.start))
+        (name,) = con.execute(
+            "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+            "WHERE k.start = ? AND k.end = ?",
+            (int(r.start[i]) + traces[rank].origin, int(r.end[i]) + traces[rank].origin),
+        ).fetchone()
+        assert r.names_key == f"gpu#{rank}" and tl.names[f"gpu_full#{rank}"][int(r.code[i])] == name
+    # kview timeline reads the folder (or the files) as that run
+    assert main(["timeline", str(ddp_per_rank), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    titles = [x for x in out[3:] if "│" not in x]
+    assert out[0].startswith("2 traces (ddp_nsys.rank0.sqlite .. ddp_nsys.rank1.sqlite)")
+    assert titles[0].startswith("rank 0 · GPU") and any(x.startswith("rank 1 · GPU") for x in titles)
+    assert main(["timeline", *map(str, files), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0
+    assert capsys.readouterr().out.splitlines() == out
+
+
+async def test_the_explorer_shows_a_run_of_rank_files_on_one_timeline(ddp_per_rank, ddp_traces):
+    files = sorted(str(f) for f in ddp_per_rank.glob("*.sqlite"))
+    traces = ddp_traces
+    app = KviewApp(files, use_cache=False, traces=traces)
+    async with app.run_test(size=(160, 45)) as pilot:
+        v = await open_timeline(pilot)
+        await loaded(pilot)
+        assert v.data.run and v.every_trace
+        titles = [e.title for e in v.entries if e.row is None]
+        assert titles[0].startswith("rank 0 · GPU") and any(t.startswith("rank 1 · GPU") for t in titles)
+        assert {r.trace for r in v.timeline.rows} == {0, 1} and "all 2 traces" in app.sub_title
+        # T shows the other trace in Kernels; the Timeline keeps the run, where it was
+        await pilot.press("right")
+        view = (v.t0, v.t1)
+        app.switch_trace(1)
+        await pilot.pause()
+        assert v.data.run and (v.t0, v.t1) == view
+        # J from trace 2's Kernels: its kernel, on rank 1's GPU row
+        await pilot.press("2", "t", "down", "J")
+        await pilot.pause()
+        kv = app.view("kernels")
+        row, i = v.op_under_cursor()
+        assert row.trace == 1 and v.timeline.ranks[row.group] == 1 and int(row.ident[i]) == int(kv.table.row()["Idx"])
+        att = attribute(traces[1]).filter(pl.col("Idx") == int(row.ident[i]))
+        assert f"layer {att['Layer'][0]}" in v.describe(row, i)
+        # enter on rank 0's kernel shows trace 1 in Kernels, filtered on that kernel
+        gpu0 = next(r for r in v.timeline.rows if r.kind == "gpu" and r.trace == 0)
+        v.entry = next(k for k, e in enumerate(v.entries) if e.row is gpu0)
+        v.show_window(*gpu0.when(0), gpu0)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.current == 0 and app.query_one("#tabs").active == "kernels"
+        assert kv.filter_text == f"idx={int(gpu0.ident[0])}" and kv.table.frame["Idx"].to_list() == [int(gpu0.ident[0])]

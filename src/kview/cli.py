@@ -143,7 +143,12 @@ def _run_options(name: str) -> Callable[[argparse.ArgumentParser], None]:
 
 
 def _timeline_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="a trace; several (or a folder) are the ranks of one run, drawn on one timeline grouped by rank",
+    )
     p.add_argument(
         "--from",
         dest="t_from",
@@ -223,7 +228,7 @@ def _open(args, path: str):
         raise TraceError(
             Path(path),
             f"is a folder of {n} trace{'s' if n > 1 else ''}: `kview {args.command}` reads one trace; "
-            f"`kview ranks`, `kview iterations`, `kview compare --ranks` and the explorer (`kview {path}`) read a "
+            f"`kview ranks`, `kview iterations`, `kview timeline`, `kview compare --ranks` and the explorer (`kview {path}`) read a "
             f"folder as the ranks of one run",
         )
     return open_trace(path, use_cache=not args.no_cache)
@@ -563,8 +568,24 @@ def cmd_timeline(args) -> int:
         raise UsageError(str(e), what="--from/--to") from None
     if t_from is not None and t_to is not None and t_to <= t_from:
         raise UsageError(f"the window is empty (--from {args.t_from} is not before --to {args.t_to})")
-    trace = _open(args, args.trace)
-    tl = timeline.build(trace, cpu=bool(kinds & {"api", "nvtx"}))
+    cpu = bool(kinds & {"api", "nvtx"})
+    try:
+        folder = Path(args.traces[0]).is_dir()
+    except OSError:  # a folder on the way the user cannot enter: open_trace says so
+        folder = False
+    if len(args.traces) == 1 and not folder:
+        trace = _open(args, args.traces[0])
+        tl, title = timeline.build(trace, cpu=cpu), trace.name
+    else:  # the ranks of one run, as `kview ranks` reads them
+        from kview.analysis.ranks import open_run
+
+        run = open_run(args.traces, use_cache=not args.no_cache)
+        for note in run.notes:
+            print(f"kview: {note}", file=sys.stderr)
+        trace = run.traces[0]
+        names = [t.name for t in run.traces]
+        tl = timeline.of_run([timeline.build(t, cpu=cpu) for t in run.traces], run.units, names)
+        title = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]} .. {names[-1]})"
     if not tl.rows:
         _note(trace, "nothing to put on a timeline (no GPU ops, CUDA API calls or NVTX ranges)")
     t0 = tl.span[0] if t_from is None else t_from
@@ -572,7 +593,7 @@ def cmd_timeline(args) -> int:
     if t1 <= t0:
         raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
     if args.format in ("table", "md"):
-        text = timeline.text(tl, t0, t1, width, kinds, args.depth, trace.name)
+        text = timeline.text(tl, t0, t1, width, kinds, args.depth, title)
         return _write(args, f"```\n{text}```\n" if args.format == "md" else text)
     cells = timeline.table(tl, t0, t1, max(width - 25, 10), kinds, args.depth)
     return _write(args, render.render(cells, args.format))

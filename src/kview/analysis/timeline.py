@@ -14,7 +14,7 @@ anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -44,10 +44,25 @@ class Row:
     cls: np.ndarray  # int8 index into the timeline's classes (category, API kind, range kind)
     ident: np.ndarray | None = None  # GPU rows: the op's Idx (Kernels' numbering)
     pid: int = -1  # the process (global_pid) whose ops or thread the row holds; -1 unknown
+    # a run of several trace files on one timeline: the row's file (its place in the run), the
+    # ns its times lie after the timeline's origin (start/end stay relative to the file's own
+    # origin, so the files' rows are shared, not copied), and the key of its names in
+    # Timeline.names (default: its kind)
+    trace: int = 0
+    offset: int = 0
+    vocab: str = ""
     _sums: tuple | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def when(self, i: int) -> tuple[int, int]:
+        """Start and end of op `i` on the timeline's clock."""
+        return int(self.start[i]) + self.offset, int(self.end[i]) + self.offset
+
+    @property
+    def names_key(self) -> str:
+        return self.vocab or self.kind
 
     def sums(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
         """(ends sorted, prefix sums of starts, prefix sums of sorted ends, the index of the
@@ -105,7 +120,8 @@ def busy_before(row: Row, t: np.ndarray) -> np.ndarray:
 
 
 def bin_row(row: Row, t0: int, t1: int, width: int) -> Cells:
-    e = edges(t0, t1, width)
+    cells = edges(t0, t1, width)
+    e = cells - row.offset if row.offset else cells  # on the row's own clock
     es, _, _, top_of = row.sums()
     busy = np.diff(busy_before(row, e))
     started = np.searchsorted(row.start, e[1:], side="left")  # ops starting before each cell's end
@@ -114,7 +130,7 @@ def bin_row(row: Row, t0: int, t1: int, width: int) -> Cells:
     k = started - 1
     top = k.copy() if top_of is None else np.where(k >= 0, top_of[np.maximum(k, 0)], -1)
     ok = (k >= 0) & (row.end[np.maximum(top, 0)] > e[:-1]) & (count > 0)
-    return Cells(e, busy, count, np.where(ok, top, -1))
+    return Cells(cells, busy, count, np.where(ok, top, -1))
 
 
 def marked(row: Row, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,8 +146,9 @@ def hits(row: Row, marks: tuple[np.ndarray, np.ndarray], cells: Cells) -> np.nda
     """How many marked ops (`marked`) overlap each cell."""
     es = row.sums()[0]
     cm, cme = marks
-    started = np.searchsorted(row.start, cells.edges[1:], side="left")
-    ended = np.searchsorted(es, cells.edges[:-1], side="right")
+    e = cells.edges - row.offset
+    started = np.searchsorted(row.start, e[1:], side="left")
+    ended = np.searchsorted(es, e[:-1], side="right")
     return cm[started] - cme[ended]
 
 
@@ -141,6 +158,7 @@ def op_at(row: Row, t0: int, t1: int) -> int:
     if len(row) == 0:
         return -1
     _, _, _, top_of = row.sums()
+    t0, t1 = t0 - row.offset, t1 - row.offset
     k = int(np.searchsorted(row.start, t1, side="left")) - 1
     if k < 0:
         return -1
@@ -314,7 +332,7 @@ def recolour(tl: Timeline, categories: pl.DataFrame) -> Timeline:
             cls = np.where(new >= 0, new, remap[r.cls]).astype(np.int8)
         else:
             cls = remap[r.cls]
-        rows.append(Row(r.kind, r.label, r.group, r.depth, r.start, r.end, r.code, cls, r.ident, r.pid, r._sums))
+        rows.append(replace(r, cls=cls))
     return Timeline(tl.origin, tl.span, rows, tl.names, _classes(cats), tl.threads, tl.ranks)
 
 
@@ -553,16 +571,34 @@ def by_rank(trace: Trace, tl: Timeline) -> Timeline:
     units = rank_units(trace)
     if units is None or units["rank"].n_unique() < 2:
         return tl
-    of_unit = {(int(p), int(d)): int(k) for p, d, k in units.iter_rows() if p is not None and d is not None}
-    of_pid: dict[int, int] = {}
-    for (p, _), k in sorted(of_unit.items(), key=lambda x: x[1], reverse=True):
-        of_pid[p] = k
+    return _ranked(tl, units.with_columns(pl.lit(0, dtype=pl.Int64).alias("trace")))
+
+
+def _device(row: Row) -> int:
+    return int(row.label[3:].split(" ")[0])  # "GPU0 s7"
+
+
+def _ranked(tl: Timeline, units: pl.DataFrame) -> Timeline:
+    """`tl` grouped by the ranks of `units` (trace, global_pid, device, rank): a GPU row goes
+    with its (file, process, device)'s rank, a thread with its process's lowest rank, every row
+    of a file holding one rank with that rank."""
+    of_unit: dict[tuple, int] = {}
+    of_pid: dict[tuple, int] = {}
+    of_file: dict[int, set[int]] = {}
+    for t, p, d, k in units.select("trace", "global_pid", "device", "rank").sort("rank", descending=True).iter_rows():
+        if p is not None and d is not None:
+            of_unit[(t, p, d)] = k
+        if p is not None:
+            of_pid[(t, p)] = k
+        of_file.setdefault(t, set()).add(k)
+    only = {t: ks.pop() for t, ks in of_file.items() if len(ks) == 1}
     ranks: dict[str, int] = {}
     for r in tl.rows:
         if r.kind == "gpu":
-            rank = of_unit.get((r.pid, int(r.label[3:].split(" ")[0])))
+            rank = of_unit.get((r.trace, r.pid, _device(r)))
         else:
-            rank = of_pid.get(r.pid)
+            rank = of_pid.get((r.trace, r.pid))
+        rank = only.get(r.trace) if rank is None else rank
         if rank is not None:
             ranks.setdefault(r.group, rank)
     # a stable sort: within a rank the rows keep their order (its GPU rows first)
@@ -570,6 +606,48 @@ def by_rank(trace: Trace, tl: Timeline) -> Timeline:
     rows = [tl.rows[i] for i in order]
     threads = {g: (f"rank {ranks[g]} · {t}" if g in ranks else t) for g, t in tl.threads.items()}
     return Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, threads, ranks)
+
+
+def of_run(timelines: list[Timeline], units: pl.DataFrame, files: list[str]) -> Timeline:
+    """One timeline of a run opened as several files (one per rank, say): every file's rows on
+    one clock (nsys and torch.profiler stamp a run's processes from one host clock), grouped by
+    the run's ranks (`units`: trace, global_pid, device, rank, as kview.analysis.ranks numbers
+    them); rows of no rank are titled with their file's name. The files' rows are shared, not
+    copied: each keeps its own times and names, with an offset (Row.offset, Row.vocab)."""
+    if len(timelines) == 1:
+        return timelines[0]
+    origin = min(tl.origin for tl in timelines)
+    n_fixed = len(API_CLASSES) + len(NVTX_CLASSES)
+    cats = sorted({c for tl in timelines for c in tl.classes[: len(tl.classes) - n_fixed]} | {"other"})
+    rows: list[Row] = []
+    names: dict[str, list[str]] = {}
+    threads: dict[str, str] = {}
+    for i, tl in enumerate(timelines):
+        own = tl.classes[: len(tl.classes) - n_fixed]
+        remap = np.array([cats.index(c) for c in own] + [len(cats) + j for j in range(n_fixed)], dtype=np.int8)
+        names.update({f"{k}#{i}": v for k, v in tl.names.items()})
+        for r in tl.rows:
+            group = f"{i}:{r.group}"
+            title = tl.threads.get(r.group, r.group)
+            if r.group in tl.ranks:  # the file's own grouping (a multi-process export) is redone below
+                title = title.removeprefix(f"rank {tl.ranks[r.group]} · ")
+            threads[group] = f"{files[i]} · {title}"
+            rows.append(
+                replace(
+                    r,
+                    group=group,
+                    trace=i,
+                    offset=r.offset + tl.origin - origin,
+                    vocab=f"{r.names_key}#{i}",
+                    cls=remap[r.cls],
+                )
+            )
+    run = _ranked(Timeline(origin, _span(rows), rows, names, _classes(cats), threads), units)
+    # a ranked group is named by its rank; the file name stays on rows of no rank
+    for g, k in run.ranks.items():
+        i = int(g.split(":", 1)[0])
+        run.threads[g] = run.threads[g].replace(f"rank {k} · {files[i]} · ", f"rank {k} · ", 1)
+    return run
 
 
 def _device_titles(trace: Trace, rows: list[Row]) -> dict[str, str]:
@@ -580,7 +658,7 @@ def _device_titles(trace: Trace, rows: list[Row]) -> dict[str, str]:
         names = {int(i): str(n) for i, n in dev.select("id", "name").iter_rows() if i is not None and n}
     out = {}
     for r in rows:
-        d = int(r.group[3:].split(" ")[0])
+        d = _device(r)
         out[r.group] = f"{r.group} {names[d]}" if d in names else r.group
     return out
 
@@ -589,8 +667,8 @@ def _span(rows: list[Row]) -> tuple[int, int]:
     full = [r for r in rows if len(r)]
     if not full:
         return (0, 1)
-    lo = min(int(r.start[0]) for r in full)
-    hi = max(int(r.end.max()) for r in full)
+    lo = min(int(r.start[0]) + r.offset for r in full)
+    hi = max(int(r.end.max()) + r.offset for r in full)
     return (lo, max(hi, lo + 1))
 
 
@@ -610,7 +688,7 @@ def picture(tl: Timeline, row: Row, cells: Cells, highlight: np.ndarray | None =
     sole = (cells.count == 1) & (top >= 0)
     if sole.any():
         key = np.where(sole, top, -1)
-        names = tl.names.get(row.kind, [])
+        names = tl.names.get(row.names_key, [])
         w = len(key)
         i = 0
         keys = key.tolist()

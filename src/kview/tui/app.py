@@ -33,7 +33,7 @@ from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
-from kview.tui.loading import compare, load, ranks
+from kview.tui.loading import compare, load, ranks, run_timeline
 from kview.tui.messages import (
     EVERY_VIEW,
     CompareAgain,
@@ -45,6 +45,7 @@ from kview.tui.messages import (
     ShowOnTimeline,
     SnapshotLoaded,
     Stage,
+    TimelineReady,
     TraceLoaded,
     TraceMessage,
     ViewMessage,
@@ -182,6 +183,21 @@ class KviewApp(App):
             self._busy(-1)
         self.views["ranks"].post_message(message)
 
+    @work(thread=True, exit_on_error=False)
+    def rank_timeline(self, traces: list[TraceLoaded], timelines: list[TimelineReady]) -> None:
+        """The ranks' rows on one timeline (`loading.run_timeline`), when the traces are a run."""
+        self._busy(1)
+        try:
+            message = run_timeline(traces, timelines)
+        except Exception as e:  # the traces' own timelines stay
+            message = None
+            why = f"no timeline of the run: {type(e).__name__}: {e}".splitlines()[0]
+            self.call_from_thread(self.notify, why, severity="warning")
+        finally:
+            self._busy(-1)
+        if message is not None:
+            self.views["timeline"].post_message(message)
+
     def _busy(self, n: int) -> None:
         with self._working_lock:
             self.working += n
@@ -248,6 +264,9 @@ class KviewApp(App):
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
             self.views["ranks"].show_stage("ranks")
             self.rank_run([self.loaded[i] for i in sorted(self.loaded)])
+            if len(self.loaded) > 1:  # the last timeline each trace sent: every row, attributed
+                last = {i: m for i in sorted(self.loaded) for m in self.received[i] if isinstance(m, TimelineReady)}
+                self.rank_timeline([self.loaded[i] for i in sorted(self.loaded)], [last[i] for i in sorted(last)])
 
     @on(CompareAgain)
     def _compare_again(self, m: CompareAgain) -> None:

@@ -223,6 +223,21 @@ def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> Comp
     return CompareReady(frame, f"{head}: {what}, and the spread across ranks  ·  = {command}", by, metric, True)
 
 
+def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> TimelineReady | None:
+    """Every trace's rows on one timeline grouped by rank (`timeline.of_run`), when the traces
+    are the ranks of one run: each trace's ranks numbered from its own metadata or file name,
+    none twice (traces opened side by side to compare get no such timeline)."""
+    from kview.analysis import timeline
+    from kview.analysis.ranks import make_run
+
+    run = make_run([t.trace for t in traces])
+    if len(traces) < 2 or len(run.ranks) < 2 or run.notes or len(timelines) != len(traces):
+        return None
+    names = [t.trace.name for t in traces]
+    tl = timeline.of_run([m.timeline for m in timelines], run.units, names)
+    return TimelineReady(tl, run=tuple((m.attributed, m.attributed_idx) for m in timelines))
+
+
 def ranks(traces: list[TraceLoaded]) -> RanksReady:
     """Every loaded trace as one run (`kview ranks` over the same files): a row per rank with
     its bar, the iterations of every rank, the stragglers by iteration and the collectives."""

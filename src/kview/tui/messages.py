@@ -137,6 +137,9 @@ class TimelineReady(ViewMessage):
     cpu_pending: bool = False
     attributed: pl.DataFrame | None = None
     attributed_idx: np.ndarray | None = None
+    # the ranks of a run of several files on one timeline (`timeline.of_run`): per file, its
+    # (attributed, attributed_idx); the view then shows the run whichever file is in front
+    run: tuple[tuple[pl.DataFrame | None, np.ndarray | None], ...] = ()
 
 
 @frozen_message

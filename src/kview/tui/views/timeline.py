@@ -215,11 +215,14 @@ class TimelineView(View):
         self.history: list[str] = []
         self._pending: tuple | None = None  # a jump asked for before the rows came
         self.shown_at: float | None = None  # perf_counter() when the first rows were shown
+        self.run_data: TimelineReady | None = None  # the run's timeline, once there is one
         self.drawn_at: float | None = None  # ... and when the canvas's last line was first drawn
 
     def reset(self) -> None:
         """Another trace is about to be shown: forget this one's rows, view and marks (the
-        NVTX depth shown stays)."""
+        NVTX depth shown stays). A run's timeline stays: it shows every trace."""
+        if self.run_data is not None:
+            return
         super().reset()
         self.canvas = None
         self.entries = []
@@ -238,7 +241,32 @@ class TimelineView(View):
 
     # -- data arriving ------------------------------------------------------------------
     def on_timeline_ready(self, m: TimelineReady) -> None:
-        self.data = m
+        if m.run:  # the ranks of the run on one timeline: shown whichever trace is in front
+            self.run_data = m
+            self.every_trace = True  # type: ignore[misc]
+            self.data = m
+            show = getattr(self.app, "show_which_trace", None)
+            if show is not None:
+                show()
+        elif self.run_data is None:
+            self.data = m
+
+    def file_index(self) -> int:
+        """The place of the trace in front among those opened (0 with one)."""
+        return int(getattr(self.app, "current", 0))
+
+    def attributed_of(self, row: tl_.Row) -> tuple[pl.DataFrame | None, np.ndarray | None]:
+        """The attributed kernels (and their Idx column) of the trace `row` comes from."""
+        d = self.data
+        if d is None:
+            return None, None
+        if d.run:
+            return d.run[row.trace] if row.trace < len(d.run) else (None, None)
+        return d.attributed, d.attributed_idx
+
+    def of_trace_in_front(self, row: tl_.Row) -> bool:
+        """Whether `row` is of the trace Kernels and NVTX show (always, but in a run's timeline)."""
+        return not (self.data is not None and self.data.run) or row.trace == self.file_index()
 
     def watch_data(self, old: TimelineReady | None, m: TimelineReady) -> None:
         tl = m.timeline
@@ -437,11 +465,11 @@ class TimelineView(View):
             self._pending = ("show_gpu_op", (idx,))
             return
         for r in self.timeline.rows:
-            if r.ident is not None:
+            if r.ident is not None and self.of_trace_in_front(r):
                 hit = np.flatnonzero(r.ident == idx)
                 if len(hit):
                     i = int(hit[0])
-                    self.show_window(int(r.start[i]), int(r.end[i]), r)
+                    self.show_window(*r.when(i), r)
                     return
         self.app.notify(f"GPU op {idx} is not on the timeline", severity="warning")
 
@@ -451,9 +479,8 @@ class TimelineView(View):
             self._pending = ("show_range", (start, end, thread, depth))
             return
         o = self.timeline.origin
-        row = next(
-            (r for r in self.timeline.rows if r.kind == "nvtx" and r.group == str(thread) and r.depth == depth), None
-        )
+        group = f"{self.file_index()}:{thread}" if self.data is not None and self.data.run else str(thread)
+        row = next((r for r in self.timeline.rows if r.kind == "nvtx" and r.group == group and r.depth == depth), None)
         self.show_window(start - o, end - o, row)
 
     # -- actions (keymap: VIEW_KEYS["timeline"]) -------------------------------------------
@@ -506,7 +533,7 @@ class TimelineView(View):
                 self.app.notify("no op or range under the cursor", severity="warning", timeout=2)
             return
         row, i = got
-        self.show_window(int(row.start[i]), int(row.end[i]))
+        self.show_window(*row.when(i))
 
     def action_row(self, delta: int) -> None:
         if not self._ready() or not self.entries:
@@ -545,10 +572,12 @@ class TimelineView(View):
         if got is None:
             return
         row, i = got
+        if (row.ident is not None or row.kind == "nvtx") and not self.of_trace_in_front(row):
+            self.app.switch_trace(row.trace)  # type: ignore[attr-defined]
         if row.ident is not None:
             self.post_message(OpenKernels(f"idx={int(row.ident[i])}"))
         elif row.kind == "nvtx" and row.cls[i] == self.timeline.class_code("nvtx:user"):
-            name = self.timeline.names["nvtx"][int(row.code[i])]
+            name = self.timeline.names[row.names_key][int(row.code[i])]
             self.post_message(OpenKernels(f'range:"(^| > ){re.escape(name)}( > |$)"'))
         else:
             self.app.notify("enter opens a GPU op or a user range in Kernels", timeout=2)
@@ -584,15 +613,16 @@ class TimelineView(View):
         if pred is not None:
             if text not in self.history:
                 self.history.append(text)
-            table = self.data.attributed if self.data is not None else None
-            if table is None:
+            gpu = [r for r in self.timeline.rows if r.ident is not None]
+            tables = {r.trace: self.attributed_of(r)[0] for r in gpu}
+            if any(t is None for t in tables.values()):
                 self.app.notify("highlights need the attributed kernels; still loading", severity="warning")
                 self.hl_text = ""
             else:
-                idx = table.filter(pred)["Idx"].to_numpy()
-                for r in self.timeline.rows:
-                    if r.ident is not None:
-                        self.hl_masks[id(r)] = tl_.marked(r, np.isin(r.ident, idx))
+                idx = {k: t.filter(pred)["Idx"].to_numpy() for k, t in tables.items() if t is not None}
+                for r in gpu:
+                    assert r.ident is not None
+                    self.hl_masks[id(r)] = tl_.marked(r, np.isin(r.ident, idx[r.trace]))
         self.refresh_all()
         return True
 
@@ -651,17 +681,16 @@ class TimelineView(View):
 
     def describe(self, row: tl_.Row, i: int) -> str:
         tl = self.timeline
-        start, end = int(row.start[i]), int(row.end[i])
+        start, end = row.when(i)
         parts = [
-            tl.names.get(row.kind, ["?"])[int(row.code[i])] if tl.names.get(row.kind) else "?",
+            tl.names[row.names_key][int(row.code[i])] if tl.names.get(row.names_key) else "?",
             f"start {fmt_at(start)}",
             f"dur {fmt_ns(end - start)}",
         ]
         if row.ident is not None:
             idx = int(row.ident[i])
             parts.append(f"{row.label.replace(' s', ' stream ')}")
-            att = self.data.attributed if self.data is not None else None
-            by_idx = self.data.attributed_idx if self.data is not None else None
+            att, by_idx = self.attributed_of(row)
             if att is not None and by_idx is not None:
                 k = int(np.searchsorted(by_idx, idx))
                 if 0 <= k < att.height and int(by_idx[k]) == idx:
