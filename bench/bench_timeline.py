@@ -163,6 +163,14 @@ async def keys(path: str, size: tuple[int, int], repeat: int) -> dict:
     return out
 
 
+def held_mb(tl) -> float:
+    """The bytes a timeline's rows hold: their arrays, prefix sums and Idx."""
+    arrays = {id(a): a.nbytes for r in tl.rows for a in (r.start, r.end, r.code, r.cls, r.ident) if a is not None}
+    for r in tl.rows:
+        arrays.update({id(a): a.nbytes for a in r.sums() if a is not None})
+    return sum(arrays.values()) / 1e6
+
+
 def memory(path: str, without_timeline: bool) -> None:
     from kview.analysis import timeline
     from kview.tui.loading import load
@@ -178,6 +186,8 @@ def memory(path: str, without_timeline: bool) -> None:
     for m in load(path, use_cache=True):
         now = rss_mb()
         what = type(m).__name__ + (f" ({m.text})" if hasattr(m, "text") else "")
+        if hasattr(m, "timeline") and isinstance(m.timeline, timeline.Timeline) and m.timeline.rows:
+            what += f" (rows + sums {held_mb(m.timeline):.0f} MB)"
         print(f"{time.perf_counter() - t:7.1f} s  {what:45s} RSS {now:7.0f} MB ({now - last:+.0f})", flush=True)
         last = now
     print(f"final RSS {rss_mb():.0f} MB, peak {peak_mb():.0f} MB", flush=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kview.derived import derived, derived_if_computed
+from kview.derived import derived_if_computed
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
@@ -201,12 +201,12 @@ def _segments(keys: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
 
-@derived
 def gpu_ops_by_idx(trace: Trace) -> pl.DataFrame:
     """Idx, start, end, device, stream and a name key (kernels: the name's StringIds id;
     memcpy: -1000 - copy kind; memset: -1) of every GPU op, numbered as
     attribution.gpu_ops numbers them (the same parts in the same order, the same stable sort)
-    without reading or joining a kernel name per op."""
+    without reading or joining a kernel name per op. Not kept on the trace (73 MB at 1.3M ops):
+    the rows hold what the timeline needs of it."""
     cols = ["start", "end", "device", "stream", "global_pid"]
     parts = []
     if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -512,14 +512,15 @@ def _by_thread_and_depth(tid, depth, start, end, code, origin: int):
     if len(tid) > 1 and (tid[1:] < tid[:-1]).any():  # not in nest()'s order after all
         order = np.lexsort((-end, start, tid))
         tid, depth, start, end, code = tid[order], depth[order], start[order], end[order], code[order]
-    if origin:
-        start, end = start - origin, end - origin
     for lo, hi in _segments(tid):
         order = np.argsort(depth[lo:hi], kind="stable") + lo
         d = depth[order]
         for a, b in _segments(d):
             sel = order[a:b]
-            yield int(tid[lo]), int(d[a]), start[sel], end[sel], code[sel]
+            st, en = start[sel], end[sel]  # copies: moved to the origin in place
+            st -= origin
+            en -= origin
+            yield int(tid[lo]), int(d[a]), st, en, code[sel]
 
 
 def build(trace: Trace, cpu: bool = True) -> Timeline:
@@ -552,11 +553,11 @@ def with_cpu_rows(trace: Trace, tl: Timeline) -> Timeline:
     return by_rank(trace, full)
 
 
-def rank_units(trace: Trace) -> pl.DataFrame | None:
+def rank_units(trace: Trace, rows: list[Row]) -> pl.DataFrame | None:
     """(global_pid, device, rank) of a trace whose GPU work ran in several processes (one nsys
-    export of a distributed run), as kview.analysis.ranks numbers them; None for one process."""
-    ops = gpu_ops_by_idx(trace)
-    if ops["global_pid"].drop_nulls().n_unique() < 2:
+    export of a distributed run; `rows` its GPU rows hold the processes), as
+    kview.analysis.ranks numbers them; None for one process."""
+    if len({r.pid for r in rows if r.kind == "gpu" and r.pid != -1}) < 2:
         return None
     from kview.analysis.ranks import make_run
 
@@ -568,7 +569,7 @@ def by_rank(trace: Trace, tl: Timeline) -> Timeline:
     of processes that are no rank last) and each group titled with its rank, when the trace
     holds several ranks' processes. A thread belongs to its process's rank (the lowest, for a
     process driving several GPUs)."""
-    units = rank_units(trace)
+    units = rank_units(trace, tl.rows)
     if units is None or units["rank"].n_unique() < 2:
         return tl
     return _ranked(tl, units.with_columns(pl.lit(0, dtype=pl.Int64).alias("trace")))
