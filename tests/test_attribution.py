@@ -185,3 +185,28 @@ def test_hopper_bf16_kernels_are_tensor_core_gemm_and_attention():
     # fp32 FFMA GEMMs of the LM sample are not tensor-core kernels
     lm = attribute(open_trace(LM, use_cache=False)).filter(pl.col("Category") == "gemm")
     assert set(lm.filter(pl.col("Kernel").str.contains("ffma|sgemm"))["TC"]) == {"0"}
+
+
+@pytest.mark.parametrize("which", ["user ranges", "every range"])
+def test_start_end_ranges_attribute_as_the_same_push_pop_ranges(tables, tmp_path, which):
+    """Start/end ranges take the interval join, push/pop ones the nesting: the same ranges
+    written as start/end give every kernel the same direction and path, and the same layer and
+    op (written as start/end, backward work after a node's own range cannot be placed under
+    its `evaluate_function` range, which only push/pop ranges nest: forward rows only then)."""
+    dst = tmp_path / "startend.sqlite"
+    dst.write_bytes(LM.read_bytes())
+    con = sqlite3.connect(dst)
+    text = "coalesce((SELECT value FROM StringIds WHERE id = textId), text)"
+    marker = f"({text} LIKE '%, seq = %' OR {text} LIKE '%, op_id = %' OR {text} LIKE '%::%')"
+    only = f" AND NOT {marker}" if which == "user ranges" else ""
+    changed = con.execute(f"UPDATE NVTX_EVENTS SET eventType = 60 WHERE eventType = 59{only}").rowcount
+    con.commit()
+    con.close()
+    assert changed > 100
+    got = attribute(open_trace(dst, use_cache=False))
+    cols = ["Idx", "Direction", "Layer", "Op", "Params", "NVTX Path"]
+    want = tables[LM].select(cols)
+    assert got.select("Direction", "NVTX Path").equals(want.select("Direction", "NVTX Path"))
+    rows = pl.lit(True) if which == "user ranges" else pl.col("Direction") != "bprop"
+    assert got.select(cols).filter(rows).equals(want.filter(rows))
+    assert want.filter(rows).filter(pl.col("Layer") != "-").height > 300

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
@@ -266,34 +267,92 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     return out.rename({"call_id": "uid"})
 
 
-def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+class _Kinds:
+    """The five kinds of range _contexts asks about, as per-row answers over the projection
+    nesting (push/pop ranges): for every range, the nearest range of each kind at or above it
+    (the outermost, for forward ops). Made once per attribute(), for the kernels' launches and
+    again for the forward ops of backward nodes; start/end ranges keep an interval join."""
+
+    # (key, the op_labels flag, outermost?): "uid" is the user ranges (not markers)
+    KINDS: tuple[tuple[str, str, bool], ...] = (
+        ("uid", "marker", False),
+        ("fop", "fwd_op", True),
+        ("bwd", "bwd_node", False),
+        ("eval", "bwd_eval", False),
+        ("opt", "optim_marker", False),
+    )
+
+    def __init__(self, trace: Trace, labels: pl.DataFrame):
+        self.nest = nv.projection_nesting(trace)
+        codes = self.nest.tree["name_code"].to_numpy()
+        size = int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
+        where = labels["name_code"].to_numpy()
+        self.rows: dict[str, np.ndarray] = {}
+        for key, flag, outermost in self.KINDS:
+            by_code = np.zeros(size, dtype=bool)
+            values = labels[flag].fill_null(False).to_numpy()
+            by_code[where] = ~values if flag == "marker" else values
+            mask = by_code[codes]
+            self.rows[key] = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
+        ranges = nv.projection_ranges(trace)
+        self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
+        self.labels = labels
+
+    def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
+        """(call_id, id, name_code, start) of the range of kind `key` around each call that has one."""
+        tree = self.nest.tree
+        rows = self.rows[key]
+        at = np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
+        hit = np.flatnonzero(at >= 0)
+        got = (
+            tree[at[hit]]
+            .select("id", "name_code", "start")
+            .with_columns(
+                pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
+            )
+        )
+        flag = dict((k, f) for k, f, _ in self.KINDS)[key]
+        kind = ~pl.col("marker") if flag == "marker" else pl.col(flag)
+        loose = self.loose.join(self.labels.filter(kind).select("name_code"), on="name_code", how="semi")
+        if loose.height == 0:
+            return got.select("call_id", "id", "name_code", "start")
+        # start/end ranges around the call as well: the one that starts later (earlier, for the
+        # outermost) wins, as nv.around()
+        outermost = key == "fop"
+        se = nv._enclosing_any(loose, calls).join(loose.select("id", "name_code", "start", "end"), on="id")
+        both = pl.concat(
+            [
+                got.select("call_id", "id", "name_code", "start", "end"),
+                se.select("call_id", "id", "name_code", "start", "end"),
+            ]
+        ).sort(["call_id", "start", "end"], descending=[False, outermost, not outermost])
+        return (
+            both.group_by("call_id", maintain_order=True)
+            .agg(pl.all().last())
+            .select("call_id", "id", "name_code", "start")
+        )
+
+
+def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     """For each call (call_id, global_tid, start, end): its innermost user range (`uid`, a key of
     user_paths), outermost forward op (`fop_code`, a name_code), innermost backward node (seq,
     start), and direction flags. Integers only: the strings are joined once, at the end of
     attribute()."""
-    # Each question is the innermost (or outermost) range of one kind around the call, asked of
-    # that kind's own nesting: never a row per (call, enclosing range), whatever the depth.
-    ranges = nv.projection_ranges(trace).select("id", "global_tid", "start", "end", "name_code", "style")
-    seqs = labels.select("name_code", "seq")
-
-    def inner(kind: pl.Expr, outermost: bool = False) -> pl.DataFrame:
-        codes = labels.filter(kind)["name_code"].implode()
-        found = nv.around(ranges.filter(pl.col("name_code").is_in(codes)), calls, outermost)
-        return found.join(ranges.select("id", "name_code", "start"), on="id", how="left").join(
-            seqs, on="name_code", how="left"
-        )
-
+    # Each question is the innermost (or outermost) range of one kind around the call: the
+    # innermost range of all around the call, then that kind's nearest row above it.
+    inner = kinds.nest.innermost_rows(calls)
+    seqs = kinds.labels.select("name_code", "seq")
     per_call = calls.select("call_id")
-    for found, cols in (
-        (inner(~pl.col("marker")), [pl.col("id").alias("uid")]),
-        (inner(pl.col("fwd_op"), outermost=True), [pl.col("name_code").alias("fop_code")]),
-        (
-            inner(pl.col("bwd_node")),
-            [pl.col("seq").alias("bseq"), pl.col("start").alias("bstart"), pl.lit(True).alias("_node")],
-        ),
-        (inner(pl.col("bwd_eval")), [pl.col("id").alias("eval_id")]),
-        (inner(pl.col("optim_marker")), [pl.lit(True).alias("any_opt")]),
+    for key, cols in (
+        ("uid", [pl.col("id").alias("uid")]),
+        ("fop", [pl.col("name_code").alias("fop_code")]),
+        ("bwd", [pl.col("seq").alias("bseq"), pl.col("start").alias("bstart"), pl.lit(True).alias("_node")]),
+        ("eval", [pl.col("id").alias("eval_id")]),
+        ("opt", [pl.lit(True).alias("any_opt")]),
     ):
+        found = kinds.around(calls, inner, key)
+        if key == "bwd":
+            found = found.join(seqs, on="name_code", how="left")
         per_call = per_call.join(found.select("call_id", *cols), on="call_id", how="left")
     per_call = per_call.with_columns(
         (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
@@ -301,10 +360,10 @@ def _contexts(trace: Trace, calls: pl.DataFrame, labels: pl.DataFrame) -> pl.Dat
     ).drop("_node")
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
-    tree = nv.projection_tree(trace)
+    tree = kinds.nest.tree
     node_of_eval = (
         tree.select("id", "name_code", "start", "parent")
-        .join(labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
+        .join(kinds.labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
         .sort("start")
         .group_by("parent", maintain_order=True)
         .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
@@ -329,13 +388,13 @@ def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> p
     return inner.select("call_id", pl.col("id").alias("open_uid"))
 
 
-def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+def _forward_of_backward(trace: Trace, kinds: _Kinds, nodes: pl.DataFrame) -> pl.DataFrame:
     """(bseq, bstart) -> context of the forward op with that autograd sequence number: the
     latest op marker with `seq = N` that started before the backward node. That op's user range
     (`b_uid`) and outermost op (`b_fop_code`), as _contexts gives them."""
     ranges = nv.projection_ranges(trace)
     fw = ranges.select("id", "name_code", "start", "end", "global_tid").join(
-        labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
+        kinds.labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
         on="name_code",
         how="inner",
     )
@@ -352,7 +411,7 @@ def _forward_of_backward(trace: Trace, labels: pl.DataFrame, nodes: pl.DataFrame
     calls = m.select(
         pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid", pl.col("fstart").alias("start"), "end"
     )
-    ctx = _contexts(trace, calls, labels)
+    ctx = _contexts(trace, calls, kinds)
     return (
         m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"))
         .join(ctx, on="call_id", how="left")
@@ -453,8 +512,10 @@ def attribute(trace: Trace) -> pl.DataFrame:
         calls = ops.filter(pl.col("r_start").is_not_null()).select(
             "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
         )
-        ctx = _contexts(trace, calls, labels)
-        back = _forward_of_backward(trace, labels, ctx.filter(pl.col("bseq").is_not_null()))
+        kinds = _Kinds(trace, labels)
+        ctx = _contexts(trace, calls, kinds)
+        back = _forward_of_backward(trace, kinds, ctx.filter(pl.col("bseq").is_not_null()))
+        del kinds
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
         # calls without a path of their own (no user range, or one user_paths does not know)
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)

@@ -18,7 +18,9 @@ against calls by an explicit per-thread interval join instead.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from kview.derived import derived
@@ -318,6 +320,104 @@ def innermost(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     found = pl.concat(done).filter(pl.col("lo") >= 0)
     found = ancestor_at(tree, found, "cpos", "lo", {"id": "id", "pos": "ipos"})
     return found.select("call_id", "global_tid", "id", "ipos", pl.col("lo").alias("idepth"))
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """A nest() result as arrays, for asking many calls at once which ranges enclose them.
+
+    Rows are the tree's (thread, preorder); `parent` is the row of each range's parent (-1 for
+    a root). Enclosure then is a walk up parent rows, done for all calls together in numpy:
+    the innermost range around a call is the last range starting at or before it on its
+    thread, or the first ancestor of that one that ends at or after the call; the nearest range
+    of a kind above any row comes from pointer jumping (log2 of the depth rounds, whatever the
+    number of ranges).
+    """
+
+    tree: pl.DataFrame
+    parent: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    threads: dict[int, tuple[int, int]]  # global_tid -> [lo, hi) rows
+
+    @classmethod
+    def of(cls, tree: pl.DataFrame) -> Nesting:
+        rows = tree.select("id").with_row_index("_row")
+        parent = (
+            tree.select(pl.col("parent").alias("id"))
+            .join(rows, on="id", how="left", maintain_order="left")["_row"]
+            .cast(pl.Int64)
+            .fill_null(-1)
+            .to_numpy()
+        )
+        tid = tree["global_tid"].to_numpy()
+        cut = np.flatnonzero(np.diff(tid)) + 1 if len(tid) else np.array([], dtype=np.int64)
+        los = np.concatenate([[0], cut]).astype(np.int64) if len(tid) else cut
+        his = np.concatenate([cut, [len(tid)]]).astype(np.int64) if len(tid) else cut
+        threads = {int(tid[lo]): (int(lo), int(hi)) for lo, hi in zip(los, his, strict=True)}
+        return cls(tree, parent, tree["start"].to_numpy(), tree["end"].to_numpy(), threads)
+
+    def innermost_rows(self, calls: pl.DataFrame) -> np.ndarray:
+        """Per call (global_tid, start, end; in the calls' order): the row of the innermost range
+        with start <= call start and end >= call end, -1 where none."""
+        n = calls.height
+        row = np.full(n, -1, dtype=np.int64)
+        if n == 0 or not self.threads:
+            return row
+        tid = calls["global_tid"].to_numpy()
+        cs = calls["start"].to_numpy()
+        ce = calls["end"].to_numpy()
+        order = np.argsort(tid, kind="stable")
+        st = tid[order]
+        cut = np.flatnonzero(np.diff(st)) + 1
+        for part in np.split(order, cut):
+            span = self.threads.get(int(tid[part[0]]))
+            if span is None:
+                continue
+            lo, hi = span
+            got = np.searchsorted(self.start[lo:hi], cs[part], side="right") - 1
+            row[part] = np.where(got >= 0, got + lo, -1)
+        # climb while the range ends before the call does (ancestors end no earlier)
+        todo = np.flatnonzero(row >= 0)
+        todo = todo[self.end[row[todo]] < ce[todo]]
+        while todo.size:
+            up = self.parent[row[todo]]
+            row[todo] = up
+            todo = todo[up >= 0]
+            todo = todo[self.end[row[todo]] < ce[todo]]
+        return row
+
+    def nearest(self, mask: np.ndarray) -> np.ndarray:
+        """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
+        near = np.where(mask, np.arange(len(mask), dtype=np.int64), self.parent)
+        while True:
+            at = np.flatnonzero(near >= 0)
+            bad = at[~mask[near[at]]]
+            if bad.size == 0:
+                return near
+            near[bad] = near[near[bad]]
+
+    def outermost(self, mask: np.ndarray) -> np.ndarray:
+        """Per row: the row of the outermost range at or above it where `mask` holds, -1 where none."""
+        near = self.nearest(mask)
+        up = np.full(len(mask), -1, dtype=np.int64)
+        kinds = np.flatnonzero(mask)
+        par = self.parent[kinds]
+        has = par >= 0
+        up[kinds[has]] = near[par[has]]
+        top = np.where(up >= 0, up, np.arange(len(mask), dtype=np.int64))
+        while True:
+            nxt = top[top]
+            if np.array_equal(nxt, top):
+                break
+            top = nxt
+        return np.where(near >= 0, top[np.maximum(near, 0)], -1)
+
+
+@derived
+def projection_nesting(trace: Trace) -> Nesting:
+    """projection_tree() as a Nesting."""
+    return Nesting.of(projection_tree(trace))
 
 
 PAIR_BYTES = 400  # memory per (call, range) pair through the reports' joins, with headroom
