@@ -85,21 +85,18 @@ def _is_phase(label: pl.Expr) -> pl.Expr:
 
 
 def op_labels(trace: Trace) -> pl.DataFrame:
-    """Per distinct range label: what kind of range it is, and the parsed op fields (made
-    where attribution needs them, not kept: a dense trace has many long op labels)."""
-    n = nv.labels(trace)
+    """Per distinct range label: what kind of range it is and its autograd `seq` (made where
+    attribution needs them, not kept). Each test is an anchored match on the label (the op's
+    name is the text before the first comma), so no column of op names is built for millions
+    of op labels: `op_fields` parses the few that kernels end up with."""
     lab = pl.col("label")
-    base = lab.str.extract(r"^([^,]*)", 1)
     return (
-        n.with_columns(
-            base.alias("base"),
-            lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
-            lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
-        )
+        nv.labels(trace)
         .with_columns(
-            pl.col("base").str.contains(r"Backward\d*$").alias("bwd_node"),
-            pl.col("base").str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
-            pl.col("base").str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
+            lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
+            lab.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
+            lab.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
+            lab.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
             _is_phase(lab).alias("phase"),
         )
         .with_columns(
@@ -108,11 +105,21 @@ def op_labels(trace: Trace) -> pl.DataFrame:
                 & ~pl.col("bwd_node")
                 & ~pl.col("bwd_eval")
                 & ~pl.col("optim_marker")
-                & ~pl.col("base").str.starts_with("autograd::")
-                & pl.col("base").str.contains(r"^[\w:.<>]+$")
+                & ~lab.str.starts_with("autograd::")
+                & lab.str.contains(r"^[\w:.<>]+(,|$)")
             ).alias("fwd_op"),
-            pl.col("base").str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
         )
+    )
+
+
+def op_fields(labels: pl.DataFrame) -> pl.DataFrame:
+    """(name_code, op, sizes) of op labels: the op's name without `aten::` (aliases applied) and
+    the input shapes text."""
+    lab = pl.col("label")
+    return labels.select(
+        "name_code",
+        lab.str.extract(r"^([^,]*)", 1).str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
+        lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
     )
 
 
@@ -485,7 +492,7 @@ def _launch_dims(what: str) -> pl.Expr:
 
 
 _NO_PATHS = pl.DataFrame(schema={"uid": pl.Int64, "path": pl.String, "layer": pl.String})
-_NO_OPS = pl.DataFrame(schema={"name_code": pl.Int64, "op": pl.String, "sizes": pl.String})
+_NO_OPS = pl.DataFrame(schema={"name_code": pl.Int64, "label": pl.String})
 
 
 def shown(table: pl.DataFrame) -> pl.DataFrame:
@@ -546,16 +553,12 @@ def attribute(trace: Trace) -> pl.DataFrame:
         pl.when(is_b).then(f("b_fop_code")).otherwise(f("fop_code")).alias("op_code"),
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
-    codes = (
-        ops.select("op_code")
-        .unique()
-        .join(
-            labels.select(
-                pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")
-            ),
-            on="op_code",
-            how="left",
-        )
+    codes = ops.select("op_code").unique()
+    fields = op_fields(labels.join(codes, left_on="name_code", right_on="op_code", how="semi"))
+    codes = codes.join(
+        fields.select(pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")),
+        on="op_code",
+        how="left",
     )
     keys = codes.select("op_", "sizes_").unique()
     parsed = [params_of(o, s) for o, s in keys.iter_rows()]
