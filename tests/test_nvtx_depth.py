@@ -112,6 +112,16 @@ def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):
     )
 
 
+def test_a_report_refused_for_the_memory_budget_is_not_kept_in_the_cache(tmp_path):
+    t = make(tmp_path / "d300.sqlite", 300)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    args = [sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "nvtx_kern_sum", "-f", "csv"]
+    small = subprocess.run(args, capture_output=True, text=True, env={**env, "KVIEW_MAX_MEMORY": "4M"})
+    assert small.returncode == 0 and "the memory budget allows" in small.stderr
+    full = subprocess.run(args, capture_output=True, text=True, env=env)  # same cache, no limit
+    assert full.returncode == 0 and ":leak" in full.stdout and "memory budget" not in full.stderr
+
+
 # -- the ranges around a call, against brute force on random nestings --------------------
 
 

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 
+from kview.analysis.attribution import attribute
 from kview.io import cache
 from kview.output.render import to_csv
 from kview.reports import REPORTS
@@ -59,10 +60,31 @@ def test_cache_written_under_xdg_cache_home_and_reused(tmp_path, monkeypatch):
 def test_corrupt_cache_entry_is_rebuilt_not_trusted(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     want = to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame)
-    entry = next((tmp_path / "xdg" / "kview" / "frames").glob("*/kernels.name_id.parquet"))
-    entry.write_bytes(b"PAR1 garbage")
+    folder = next((tmp_path / "xdg" / "kview" / "frames").iterdir())
+    entries = [folder / "kernels.name_id.parquet", folder / "report.cuda_gpu_kern_sum.parquet"]
+    for entry in entries:
+        entry.write_bytes(b"PAR1 garbage")
     assert to_csv(REPORTS["cuda_gpu_kern_sum"](open_trace(TRACE)).frame) == want
-    assert entry.read_bytes()[:4] == b"PAR1" and entry.stat().st_size > 100  # rewritten
+    for entry in entries:
+        assert entry.read_bytes()[:4] == b"PAR1" and entry.stat().st_size > 100  # rewritten
+
+
+def test_reports_and_the_attributed_table_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fresh, first = open_trace(TRACE, use_cache=False), open_trace(TRACE)
+    for build in REPORTS.values():
+        build(first)
+    assert attribute(first).equals(attribute(fresh))
+    again = open_trace(TRACE)
+    for name, build in REPORTS.items():
+        got, want = build(again), build(fresh)
+        assert (got.name, got.title, got.skipped, got.decimals) == (want.name, want.title, want.skipped, want.decimals)
+        assert got.frame.equals(want.frame) and got.frame.schema == want.frame.schema, name
+    table = attribute(again)
+    assert table.equals(attribute(fresh)) and table.schema == attribute(fresh).schema
+    # read back, not recomputed: nothing of the trace itself was loaded for them
+    names = {k[0].__name__ for k in again.derived_tables}
+    assert not again._frames and all(n == "attribute" or n.startswith("report_") for n in names), names
 
 
 def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):

@@ -11,7 +11,8 @@ the trace, keyed by the function and its arguments (never by a string), so every
 command asks for it by the same name and gets the same frame. Its dependencies are the derived
 tables it calls. `@derived(persist=KEY)` also keeps the result in the disk cache under KEY (a
 tuple of keys for a function returning a tuple of frames), for the tables worth keeping across
-runs, through `Trace.persisted`; `restore` is applied to what the cache returns.
+runs, through `Trace.persisted`; `restore` is applied to what the cache returns, and `keep` can
+refuse to keep a result (one that depends on more than the trace).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def derived(fn: Callable[P, R]) -> Callable[P, R]: ...
 
 @overload
 def derived(
-    *, persist: str | tuple[str, ...] | None = None, restore: Callable[[Any], Any] | None = None
+    *,
+    persist: str | tuple[str, ...] | None = None,
+    restore: Callable[[Any], Any] | None = None,
+    keep: Callable[[Any], bool] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -50,6 +54,7 @@ def derived(
     *,
     persist: str | tuple[str, ...] | None = None,
     restore: Callable[[Any], Any] | None = None,
+    keep: Callable[[Any], bool] | None = None,
 ) -> Any:
     def declare(fn: Callable[P, R]) -> Callable[P, R]:
         keys = (persist,) if isinstance(persist, str) else persist
@@ -70,7 +75,9 @@ def derived(
                     if keys is None:
                         store[key] = fn(*args, **kwargs)
                     else:
-                        value = trace.persisted(keys, lambda: fn(*args, **kwargs), single=isinstance(persist, str))
+                        value = trace.persisted(
+                            keys, lambda: fn(*args, **kwargs), single=isinstance(persist, str), keep=keep
+                        )
                         store[key] = value if restore is None else restore(value)
                 finally:
                     stack.pop()

@@ -71,9 +71,16 @@ class Trace:
             self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
         return self._frames[key]
 
-    def persisted(self, keys: tuple[str, ...], build: Callable[[], Any], single: bool = False) -> Any:
+    def persisted(
+        self,
+        keys: tuple[str, ...],
+        build: Callable[[], Any],
+        single: bool = False,
+        keep: Callable[[Any], bool] | None = None,
+    ) -> Any:
         """Derived frames kept in the disk cache under `keys` (all of them or none): a frame, or
-        with several keys a tuple of frames. Used by @derived(persist=...)."""
+        with several keys a tuple of frames; not kept where `keep` says no. Used by
+        @derived(persist=...)."""
         from kview.io import cache
 
         found = cache.load_all(self.path, list(keys)) if self.use_cache else None
@@ -81,7 +88,7 @@ class Trace:
             frames = tuple(found[k] for k in keys)
             return frames[0] if single else frames
         value = build()
-        if self.use_cache:
+        if self.use_cache and (keep is None or keep(value)):
             cache.store_all(self.path, dict(zip(keys, (value,) if single else value)))
         return value
 

@@ -500,7 +500,8 @@ def shown(table: pl.DataFrame) -> pl.DataFrame:
     return table.select(COLUMNS)
 
 
-@derived
+# kept in the disk cache: a reopen reads the table back instead of attributing again
+@derived(persist="attribution")
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
+import polars as pl
+
+from kview.derived import derived
 from kview.reports.api import cuda_api_sum, osrt_sum
 from kview.reports.base import Report
 from kview.reports.gpu_kernels import cuda_gpu_kern_gb_sum, cuda_gpu_kern_sum, cuda_kern_exec_sum
@@ -11,7 +15,38 @@ from kview.reports.memops import cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum
 from kview.reports.nvtx import nvtx_gpu_proj_sum, nvtx_kern_sum, nvtx_pushpop_sum, nvtx_startend_sum, nvtx_sum
 from kview.trace import Trace
 
-REPORTS: dict[str, Callable[[Trace], Report]] = {
+
+def _complete(frames: tuple[pl.DataFrame, pl.DataFrame]) -> bool:
+    return frames[1]["skipped"][0] is None
+
+
+def _kept(name: str, build: Callable[[Trace], Report]) -> Callable[[Trace], Report]:
+    """The report `build` makes, computed once per trace and kept in the disk cache: a reopen
+    reads back a table of a few hundred rows instead of redoing the work over millions."""
+
+    def frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+        r = build(trace)
+        about = pl.DataFrame(
+            {"title": [r.title], "skipped": [r.skipped], "decimals": [json.dumps(r.decimals)]},
+            schema={"title": pl.String, "skipped": pl.String, "decimals": pl.String},
+        )
+        return r.frame, about
+
+    frames.__qualname__ = frames.__name__ = f"report_{name}"
+    # a report skipped for the memory budget (--max-memory) depends on more than the trace
+    kept = derived(persist=(f"report.{name}", f"report.{name}.about"), keep=_complete)(frames)
+
+    def report(trace: Trace) -> Report:
+        frame, about = kept(trace)
+        title, skipped, decimals = about.row(0)
+        return Report(name, title, frame, skipped, json.loads(decimals))
+
+    report.__name__ = report.__qualname__ = name
+    report.__doc__ = build.__doc__
+    return report
+
+
+_REPORTS: dict[str, Callable[[Trace], Report]] = {
     "nvtx_sum": nvtx_sum,
     "osrt_sum": osrt_sum,
     "cuda_api_sum": cuda_api_sum,
@@ -25,6 +60,7 @@ REPORTS: dict[str, Callable[[Trace], Report]] = {
     "nvtx_gpu_proj_sum": nvtx_gpu_proj_sum,
     "cuda_kern_exec_sum": cuda_kern_exec_sum,
 }
+REPORTS: dict[str, Callable[[Trace], Report]] = {name: _kept(name, build) for name, build in _REPORTS.items()}
 
 # What `nsys stats` runs when no report is named (nsys 2023.2 and later).
 DEFAULT_REPORTS = [
