@@ -104,41 +104,71 @@ def _styled(frames: tuple[pl.DataFrame, pl.DataFrame]) -> tuple[pl.DataFrame, pl
 # integers only, so a reopen skips the strings
 @derived(persist=("nvtx.labelled", "nvtx.names"), restore=_styled)
 def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(labelled, names): see those two."""
-    ev = trace.nvtx_events.rename({"text": "text_cat"})
-    ev = ev.with_columns(
-        pl.col("text_cat").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
+    """(labelled, names): see those two.
+
+    A range's label is one integer key until the names are built: its registered string's id,
+    or its inline text's code (the text comes in Categorical), and its domain's index. Names are
+    made once per distinct key and deduplicated by one Categorical cast; codes follow first
+    appearance in the trace (stable for a file), so no million strings are sorted or joined.
+    """
+    ev = trace.nvtx_events.with_columns(
+        pl.col("text").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
         (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
-        pl.col("text_id").fill_null(-1),
         pl.col("domain_id").fill_null(-1),
     )
-    key = ["domain_id", "pid_key", "text_id", "text_code"]
-
-    def label_of(frame: pl.DataFrame) -> pl.DataFrame:
-        # registered string first, inline text second, as nsys's coalesce(sid.value, text)
-        f = trace.with_strings(frame, "text_id", "sid_value")
-        return f.with_columns(pl.coalesce("sid_value", pl.col("text_cat").cast(pl.String)).alias("label"))
-
-    doms = ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
-    dom = (
-        label_of(doms)
-        .sort("start", maintain_order=True)
-        .group_by(["domain_id", "global_tid"], maintain_order=True)
-        .agg(pl.col("label").first().alias("domain"), pl.col("pid_key").first())
-    )
     r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
-    keys = label_of(r.group_by(key).agg(pl.col("text_cat").first()))
-    keys = keys.join(dom.select("domain_id", "pid_key", "domain"), on=["domain_id", "pid_key"], how="left")
-    keys = keys.with_columns(
-        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("label").fill_null("")).alias("name")
+    doms = ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+    # registered string first, inline text second, as nsys's coalesce(sid.value, text)
+    ids = r.select(pl.col("text_id").drop_nulls().unique())
+    sids = trace.with_strings(ids, "text_id", "sid").drop_nulls("sid")
+    registered = pl.col("text_id").is_in(sids["text_id"].implode())
+    label_key = pl.when(registered).then(pl.col("text_id") * 2 + 1).otherwise(pl.col("text_code") * 2) + 2
+    if doms.height:
+        # a range joins every domain-create row of its domainId in its process, as in nsys (the
+        # rare domain created on several threads counts its ranges once per row)
+        named = doms.with_columns(pl.col("text").cast(pl.String).alias("dtext"))
+        dom = (
+            trace.with_strings(named, "text_id", "dsid")
+            .sort("start", maintain_order=True)
+            .group_by(["domain_id", "global_tid"], maintain_order=True)
+            .agg(pl.coalesce("dsid", "dtext").first().alias("domain"), pl.col("pid_key").first())
+            .with_row_index("dom_ix", offset=1)
+            .with_columns(pl.col("dom_ix").cast(pl.Int64))
+        )
+        r = r.join(
+            dom.select("domain_id", "pid_key", "dom_ix"), on=["domain_id", "pid_key"], how="left", maintain_order="left"
+        )
+        domains = dom.select("dom_ix", "domain")
+    else:
+        r = r.with_columns(pl.lit(None, dtype=pl.Int64).alias("dom_ix"))
+        domains = pl.DataFrame(schema={"dom_ix": pl.Int64, "domain": pl.String})
+    r = r.with_columns((pl.col("dom_ix").fill_null(0) * (1 << 36) + label_key).alias("_key"))
+    keys = (
+        r.select("_key", "dom_ix", "text_id", "text", registered.alias("_reg"))
+        .unique("_key", keep="first", maintain_order=True)
+        .join(sids, on="text_id", how="left")
+        .join(domains, on="dom_ix", how="left")
+        .select(
+            "_key",
+            pl.format(
+                "{}:{}",
+                pl.col("domain").fill_null(""),
+                pl.when(pl.col("_reg")).then(pl.col("sid")).otherwise(pl.col("text").cast(pl.String)).fill_null(""),
+            ).alias("name"),
+        )
     )
-    table = keys.select("name").unique().sort("name").with_row_index("name_code")
-    keys = keys.join(table, on="name", how="left").select(*key, pl.col("name_code").cast(pl.Int64))
-    r = r.join(keys, on=key, how="left")
-    labelled_ = r.select(
+    # one hash per distinct name: keys that read the same (a registered string equal to an inline
+    # text, a domain created twice) share a code
+    keys = keys.with_columns(
+        pl.col("name").cast(pl.Categorical(pl.Categories.random())).to_physical().cast(pl.Int64).alias("_c")
+    )
+    table = keys.select("_c", "name").unique("_c", keep="first", maintain_order=True)
+    table = table.with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
+    keys = keys.select("_key", "_c").join(table.select("_c", "name_code"), on="_c", how="left", maintain_order="left")
+    labelled_ = r.join(keys.select("_key", "name_code"), on="_key", how="left", maintain_order="left").select(
         "id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code", STYLE.alias("style")
     )
-    return labelled_, table.select(pl.col("name_code").cast(pl.Int64), "name")
+    return labelled_, table.select("name_code", "name")
 
 
 @derived

@@ -117,13 +117,20 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
     types = ",".join(str(t) for t in NVTX_RANGE_TYPES + (NVTX_DOMAIN_CREATE,))
     hi = src.scalar(f"SELECT max(rowid) FROM {NVTX}") or 0
     parts = []
+    # two chunks per read, which connectorx runs on two threads (SQLite decodes one row at a time)
+    step = chunk_rows // 2
     for lo in range(0, hi + 1, chunk_rows):
         df = src.query(
-            "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
-            f" AND rowid >= {lo} AND rowid < {lo + chunk_rows}"
+            [
+                "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
+                f" AND rowid >= {a} AND rowid < {a + step}"
+                for a in (lo, lo + step)
+            ]
         )
         if df.width == 0 or df.height == 0:
             continue
+        if "rowid" in df.columns and not df["rowid"].is_sorted():  # the parts may arrive in either order
+            df = df.sort("rowid")
         exprs = []
         for raw, (name, dtype) in NVTX_COLUMNS.items():
             t = text_type if name == "text" else dtype
