@@ -73,7 +73,16 @@ def percent_of_total(total: str = "total") -> pl.Expr:
 
 
 def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool]) -> pl.DataFrame:
-    """ORDER BY after GROUP BY: ties keep the group order, which SQLite emits sorted by the keys."""
-    df = df.sort(group_keys, nulls_last=False, maintain_order=True)
+    """ORDER BY after GROUP BY: ties keep the group order, which SQLite emits sorted by the keys.
+
+    One sort: `by` first, then the group keys (ascending, NULL first) to break its ties; the
+    strings are compared only where `by` ties, not sorted all through first.
+    """
+    rest = [k for k in group_keys if k not in by]
     # SQLite puts NULL first in ascending and last in descending order.
-    return df.sort(by, descending=descending, nulls_last=list(descending), maintain_order=True)
+    return df.sort(
+        [*by, *rest],
+        descending=[*descending, *[False] * len(rest)],
+        nulls_last=[*descending, *[False] * len(rest)],
+        maintain_order=True,
+    )
