@@ -263,7 +263,15 @@ def _emit(args, frame, decimals=None) -> int:
     from kview.output import render
 
     if args.output:
-        return _write(args, render.render(frame, args.format, decimals))
+        from kview.output import files
+
+        if not files.write_streamed(
+            Path(args.output), lambda out: render.write(frame, args.format, out, decimals), _inputs(args), args.force
+        ):
+            print(f"kview: nothing to write: no file written to {args.output}", file=sys.stderr)
+            return 0
+        print(f"wrote {args.output}", file=sys.stderr)
+        return 0
     render.emit(frame, args.format, decimals)
     return 0
 

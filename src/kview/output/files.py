@@ -4,7 +4,9 @@ written atomically (all files or none), and every failure named as the output's.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from kview import atomic_write
 from kview.errors import OutputError
@@ -39,3 +41,31 @@ def write(texts: dict[Path, str], inputs: list[str], force: bool) -> None:
         atomic_write.write_all({p: t.encode("utf-8") for p, t in texts.items()})
     except OSError as e:
         raise OutputError(e.filename, f"cannot be written ({e.strerror or e}); nothing was written") from None
+
+
+class _Nothing(Exception):
+    """The document came out empty: no file is made."""
+
+
+def write_streamed(path: Path, writer: Callable[[BinaryIO], None], inputs: list[str], force: bool) -> bool:
+    """One document written as `writer` makes it, into a temporary beside `path` that replaces
+    it at the end (a million-row table never exists as one string). False, and no file, when
+    the document is empty."""
+    check([path], inputs, force)
+    try:
+        with atomic_write.replacing(path) as tmp:
+            try:  # a temporary of a killed run with a recycled pid
+                os.unlink(tmp)
+            except OSError:
+                pass
+            with open(tmp, "xb") as f:
+                writer(f)
+                if f.tell() == 0:
+                    raise _Nothing
+                f.flush()
+                os.fsync(f.fileno())
+    except _Nothing:
+        return False
+    except OSError as e:
+        raise OutputError(path, f"cannot be written ({e.strerror or e}); nothing was written") from None
+    return True
