@@ -366,6 +366,7 @@ class Nesting:
 
     tree: pl.DataFrame
     parent: np.ndarray
+    depth: np.ndarray
     start: np.ndarray
     end: np.ndarray
     threads: dict[int, tuple[int, int]]  # global_tid -> [lo, hi) rows
@@ -385,7 +386,8 @@ class Nesting:
         los = np.concatenate([[0], cut]).astype(np.int64) if len(tid) else cut
         his = np.concatenate([cut, [len(tid)]]).astype(np.int64) if len(tid) else cut
         threads = {int(tid[lo]): (int(lo), int(hi)) for lo, hi in zip(los, his, strict=True)}
-        return cls(tree, parent, tree["start"].to_numpy(), tree["end"].to_numpy(), threads)
+        depth = tree["depth"].cast(pl.Int64).to_numpy()
+        return cls(tree, parent, depth, tree["start"].to_numpy(), tree["end"].to_numpy(), threads)
 
     def innermost_rows(self, calls: pl.DataFrame) -> np.ndarray:
         """Per call (global_tid, start, end; in the calls' order): the row of the innermost range
@@ -416,6 +418,22 @@ class Nesting:
             todo = todo[up >= 0]
             todo = todo[self.end[row[todo]] < ce[todo]]
         return row
+
+    def around(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (index into `rows`, row) of the ranges at or above each row (-1: none): a call's
+        enclosing ranges from its innermost_rows(), one numpy step per level."""
+        at = np.flatnonzero(rows >= 0)
+        cur = rows[at]
+        idx, found = [], []
+        while at.size:
+            idx.append(at)
+            found.append(cur)
+            cur = self.parent[cur]
+            keep = cur >= 0
+            at, cur = at[keep], cur[keep]
+        if not idx:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(idx), np.concatenate(found)
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
@@ -472,7 +490,7 @@ def pair_limit() -> int:
     return (total or 8 << 30) // PAIR_BYTES
 
 
-def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | None = None) -> pl.DataFrame:
+def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Nesting | None = None) -> pl.DataFrame:
     """Pairs (call_id, range id) for every range on the call's thread with
     range.start <= call.start and range.end >= call.end.
 
@@ -485,26 +503,24 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | No
     se = ranges.filter(pl.col("style") != "PushPop")
     out = []
     if pp.height and calls.height:
-        tree = nest(pp) if tree is None else tree
-        inner = innermost(tree, calls)
-        pairs, limit = int((inner["idepth"] + 1).sum() or 0), pair_limit()
+        nesting = Nesting.of(nest(pp) if tree is None else tree) if not isinstance(tree, Nesting) else tree
+        rows = nesting.innermost_rows(calls)
+        depth = np.where(rows >= 0, nesting.depth[np.maximum(rows, 0)] + 1, 0) if len(nesting.depth) else rows * 0
+        pairs, limit = int(depth.sum()), pair_limit()
         if pairs > limit:
-            raise TooManyPairs(pairs, limit, int(inner.select(pl.col("idepth").max()).item()) + 1)
-        out.append(_enclosing_nested(tree, inner))
+            raise TooManyPairs(pairs, limit, int(depth.max()))
+        at, found = nesting.around(rows)
+        out.append(
+            pl.DataFrame(
+                {"call_id": calls["call_id"].to_numpy()[at], "id": nesting.tree["id"].to_numpy()[found]},
+                schema={"call_id": pl.Int64, "id": pl.Int64},
+            )
+        )
     if se.height and calls.height:
         out.append(_enclosing_any(se, calls))
     if not out:
         return pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
     return pl.concat(out)
-
-
-def _enclosing_nested(tree: pl.DataFrame, inner: pl.DataFrame) -> pl.DataFrame:
-    """From the innermost range around each call (innermost()), all its ancestors (they enclose
-    the call as well), one row per (call, ancestor-or-self) and one join_asof for all of them."""
-    rows = inner.select(
-        "call_id", "global_tid", "ipos", pl.int_ranges(0, pl.col("idepth") + 1, dtype=pl.Int64).alias("lvl")
-    ).explode("lvl")
-    return ancestor_at(tree, rows, "ipos", "lvl", {"id": "id"}).select("call_id", "id")
 
 
 def around(ranges: pl.DataFrame, calls: pl.DataFrame, outermost: bool = False) -> pl.DataFrame:

@@ -73,7 +73,7 @@ def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
     calls = joined.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
-    return nv.enclosing(nv.projection_ranges(trace), calls, nv.projection_tree(trace))
+    return nv.enclosing(nv.projection_ranges(trace), calls, nv.projection_nesting(trace))
 
 
 def nvtx_kern_sum(trace: Trace) -> Report:
