@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import resource
 import statistics
 import sys
@@ -59,6 +60,18 @@ async def first_frame(path: str, use_cache: bool) -> dict:
             await pilot.pause(0.05)
         await pilot.pause()
         out["CPU threads' rows after the table (s)"] = round(time.perf_counter() - app.ready_at, 1)
+        while app.working or len(app.loaded) < 1:
+            await pilot.pause(0.05)
+        c = time.thread_time()
+        gc.collect()
+        out["full GC once loaded (frozen objects, ms)"] = (
+            gc.get_freeze_count(),
+            round((time.thread_time() - c) * 1e3, 1),
+        )
+        gc.unfreeze()
+        c = time.thread_time()
+        gc.collect()
+        out["full GC without the freeze (ms)"] = round((time.thread_time() - c) * 1e3, 1)
         app.exit()
     return out
 
@@ -95,6 +108,18 @@ async def keys(path: str, size: tuple[int, int], repeat: int) -> dict:
             yield TimelineView(id="view-timeline")
 
     times: dict[str, list[tuple[float, float]]] = {}
+    # full (generation 2) collections during the keys: their count and CPU time
+    full_gc: list[float] = []
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                started.append(time.thread_time())
+            elif started:
+                full_gc.append((time.thread_time() - started.pop()) * 1e3)
+
+    gc.callbacks.append(on_gc)
     app = One()
     async with app.run_test(size=size) as pilot:
         view = app.query_one(TimelineView)
@@ -154,6 +179,8 @@ async def keys(path: str, size: tuple[int, int], repeat: int) -> dict:
                 if view.op_under_cursor() is not None:
                     work("z: zoom to the op under the cursor", view.action_zoom_op)
         app.exit()
+    gc.callbacks.remove(on_gc)
+    out["full GC collections during the keys (n, worst ms)"] = (len(full_gc), round(max(full_gc, default=0), 1))
     for name, xs in times.items():
         wall, cpu = [w for w, _ in xs], [c for _, c in xs]
         out[name] = (

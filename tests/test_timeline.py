@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import lzma
 import sqlite3
 from decimal import Decimal
@@ -197,6 +198,8 @@ async def test_timeline_keys_pan_zoom_rows_fit_mark_and_depth(lm_trace):
     app = lm_app(lm_trace)
     async with app.run_test(size=(120, 36)) as pilot:
         v = await open_timeline(pilot)
+        # what the load left is out of the collector's sight while the app runs, not after
+        assert gc.get_freeze_count() > 10_000
         assert app.query_one("#tabs").active == "timeline" and v.data.attributed is not None
         lo, hi = v.timeline.span
         assert (v.t0, v.t1) == (lo, hi)
@@ -252,6 +255,7 @@ async def test_timeline_keys_pan_zoom_rows_fit_mark_and_depth(lm_trace):
         assert v.entry == 1
         await pilot.press("escape")  # clears the mark
         assert v.mark is None
+    assert gc.get_freeze_count() == 0
 
 
 async def test_timeline_jumps_from_kernels_and_enter_opens_the_kernel(lm_trace):
