@@ -20,6 +20,7 @@ from kview.analysis.ranks import make_run, rank_table
 from kview.cli import main
 from kview.trace import open_trace
 from kview.tui.app import KviewApp
+from kview.tui.messages import ShowOnTimeline
 
 from conftest import KINETO, ROOT, SAMPLES, kineto_events
 
@@ -546,13 +547,13 @@ async def test_the_explorer_shows_a_run_of_rank_files_on_one_timeline(ddp_per_ra
         app.switch_trace(1)
         await pilot.pause()
         assert v.data.run and (v.t0, v.t1) == view
-        # J from trace 2's Kernels: its kernel, on rank 1's GPU row
-        await pilot.press("2", "t", "down", "J")
+        # a jump from trace 2's Kernels (J): its kernel (the same Idx is trace 1's too), on rank 1's row
+        att = attribute(traces[1]).sort("Duration (ns)", descending=True).head(1)
+        app.post_message(ShowOnTimeline(idx=int(att["Idx"][0])))
         await pilot.pause()
-        kv = app.view("kernels")
+        await pilot.pause()
         row, i = v.op_under_cursor()
-        assert row.trace == 1 and v.timeline.ranks[row.group] == 1 and int(row.ident[i]) == int(kv.table.row()["Idx"])
-        att = attribute(traces[1]).filter(pl.col("Idx") == int(row.ident[i]))
+        assert row.trace == 1 and v.timeline.ranks[row.group] == 1 and int(row.ident[i]) == att["Idx"][0]
         assert f"layer {att['Layer'][0]}" in v.describe(row, i)
         # enter on rank 0's kernel shows trace 1 in Kernels, filtered on that kernel
         gpu0 = next(r for r in v.timeline.rows if r.kind == "gpu" and r.trace == 0)
@@ -560,5 +561,6 @@ async def test_the_explorer_shows_a_run_of_rank_files_on_one_timeline(ddp_per_ra
         v.show_window(*gpu0.when(0), gpu0)
         await pilot.press("enter")
         await pilot.pause()
+        kv = app.view("kernels")
         assert app.current == 0 and app.query_one("#tabs").active == "kernels"
         assert kv.filter_text == f"idx={int(gpu0.ident[0])}" and kv.table.frame["Idx"].to_list() == [int(gpu0.ident[0])]
