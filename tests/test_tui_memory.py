@@ -75,6 +75,10 @@ async def test_a_snapshot_alone_opens_in_the_memory_view(capture):
         await pilot.press("5")
         await pilot.pause()
         assert "Memory snapshots only" in screen_text(app)
+        await pilot.press("7")  # the Ranks view says so too, instead of loading for ever
+        await pilot.pause()
+        assert app.view("ranks").data.ranks.height == 0
+        assert "Memory snapshots only: open a run's traces to see its ranks" in screen_text(app)
 
 
 async def test_a_trace_without_a_snapshot_says_how_to_record_one():

@@ -267,6 +267,9 @@ class KviewApp(App):
         if not self.loaded and self.snapshots:
             note = "Memory snapshots only: open traces to compare them (kview A.sqlite B.sqlite)."
             self.views["compare"].post_message(CompareReady(None, note))
+            empty = pl.DataFrame()
+            note = "Memory snapshots only: open a run's traces to see its ranks (kview rank0.sqlite rank1.sqlite)."
+            self.views["ranks"].post_message(RanksReady(empty, empty, empty, empty, note))
         elif self.loaded:  # (a first trace that failed ended the app)
             self.views["compare"].show_stage("comparing")
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
