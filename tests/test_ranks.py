@@ -109,6 +109,20 @@ def test_the_ddp_straggler_is_rank_1_and_rank_0_waits_for_it(runs):
         assert r0["Exposed comm (ns)"] > 50 * r1["Exposed comm (ns)"], name
 
 
+def test_gpu_ops_without_a_launch_belong_to_the_rank_of_their_gpu():
+    """HTA's rank-0 trace whose NCCL kernels carry no correlation to a launch: they ran on the
+    one GPU of the one process, so the file is one rank (not a second rank of unowned work), and
+    its numbers are the independent computation's over every kernel of the file."""
+    path = KINETO / "negative_queue_length_values_check__rank0.json.gz"
+    run, ranks = open_run([str(path)], use_cache=False), truth.from_kineto(path)
+    assert run.ranks == [0] and rank_table(run)["Rank from"].to_list() == ["distributedInfo"]
+    cols = ["Rank", "Iteration", "Wall (ns)", "Busy (ns)", "Compute (ns)", "Communication (ns)", "Exposed comm (ns)"]
+    want = truth.iteration_rows(ranks)
+    assert len(want) == 5 and sorted(iteration_table(run).select(*cols, "Memory (ns)", "Idle (ns)").rows()) == want
+    got = {(r, c): (n, t, b) for r, c, n, t, b in collectives_by_rank(run).rows()}
+    assert got == truth.collectives(ranks) and got[(0, "SendRecv")][0] == 80
+
+
 def test_ranks_come_from_the_traces_own_metadata(runs):
     sources = {name: rank_table(runs[name][0])["Rank from"].to_list() for name in RUNS}
     assert sources == {

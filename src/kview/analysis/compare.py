@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import attribute, gpu_ops
+from kview.analysis.attribution import attribute
 from kview.analysis.gpu_time import launch_timeline, range_times
+from kview.analysis.ranks import owned_ops
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
@@ -112,7 +113,7 @@ def _unit_ops(w: Window) -> pl.Series | None:
     """Idx of the GPU ops of the window's rank (None: every op of the trace)."""
     if w.unit is None:
         return None
-    ops = gpu_ops(w.trace)
+    ops = owned_ops(w.trace)
     pid, device = w.unit
     return ops.filter(pl.col("global_pid").eq_missing(pid) & pl.col("device").eq_missing(device))["Idx"]
 

@@ -129,9 +129,31 @@ def make_run(traces: list[Trace]) -> Run:
     return Run(traces, units.sort("rank"), notes)
 
 
+@derived
+def owned_ops(trace: Trace) -> pl.DataFrame:
+    """gpu_ops with each op the trace does not tie to a launching process (no correlation to a
+    launch: old torch.profiler traces, NCCL kernels of some traces) given to the process whose
+    work ran on its device, when only one did: it is that rank's GPU, not a rank of its own."""
+    ops = gpu_ops(trace)
+    if ops["global_pid"].null_count() == 0:
+        return ops
+    owner = (
+        ops.filter(pl.col("global_pid").is_not_null() & pl.col("device").is_not_null())
+        .group_by("device")
+        .agg(pl.col("global_pid").unique().alias("_owner"))
+        .filter(pl.col("_owner").list.len() == 1)
+        .with_columns(pl.col("_owner").list.first())
+    )
+    return (
+        ops.join(owner, on="device", how="left")
+        .with_columns(pl.coalesce("global_pid", "_owner").alias("global_pid"))
+        .drop("_owner")
+    )
+
+
 def _units(trace: Trace, index: int) -> pl.DataFrame:
     """(process, device) pairs that ran GPU work in one trace, with their rank and its source."""
-    ops = gpu_ops(trace)
+    ops = owned_ops(trace)
     if ops.height == 0:
         return pl.DataFrame(schema=UNIT_SCHEMA)
     u = ops.select("global_pid", "device").unique().sort(["device", "global_pid"], nulls_last=True)
@@ -216,7 +238,7 @@ def rank_ops(run: Run) -> pl.DataFrame:
     and collectives where the trace records them)."""
     parts = []
     for i, t in enumerate(run.traces):
-        ops = gpu_ops(t)
+        ops = owned_ops(t)
         if ops.height == 0:
             continue
         ops = ops.select("start", "end", "device", "global_pid", "Kernel", "kind", "bytes", "correlation")
