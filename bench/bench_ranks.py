@@ -1,7 +1,8 @@
 """8 rank files summarized in parallel processes against one rank (issue 17, item 6).
 
-Builds rank files by tiling a real trace (`tile_trace.py --distinct-labels`, once) and copying
-the result to `TRACE.rank0.sqlite` .. `rank7` (each its own file: the frame cache is per file),
+Builds rank files by tiling a real trace (`tile_trace.py --distinct-labels`, once; `--tile 1`
+takes the trace as it is) and hard-linking the result as `TRACE.rank0.sqlite` .. `rank7` (each
+its own path, so its own frame cache entry and its rank from its name; no copy on disk),
 then times whole `kview ranks ... -f json` processes, each with an empty cache (cold: the
 SQLite reading is most of the cost):
 
@@ -40,7 +41,7 @@ def rank_files(source: str, tile: int, out: Path, ranks: int) -> list[Path]:
     tiled = out / f"{stem}_x{tile}.sqlite"
     if not tiled.exists():
         if tile == 1:
-            shutil.copy(source, tiled)
+            _link(Path(source), tiled)
         else:
             here = Path(__file__).parent
             cmd = [sys.executable, str(here / "tile_trace.py"), "--distinct-labels", source, str(tile), str(tiled)]
@@ -49,9 +50,16 @@ def rank_files(source: str, tile: int, out: Path, ranks: int) -> list[Path]:
     for r in range(ranks):
         f = out / f"{stem}_x{tile}.rank{r}.sqlite"
         if not f.exists():
-            shutil.copy(tiled, f)
+            _link(tiled, f)
         files.append(f)
     return files
+
+
+def _link(source: Path, to: Path) -> None:
+    try:
+        os.link(source, to)
+    except OSError:  # another file system
+        shutil.copy(source, to)
 
 
 def timed(argv: list[str]) -> dict:

@@ -443,3 +443,39 @@ def test_cli_compare_ranks(ddp, tmp_path, capsys, runs):
     assert main(["kernels", str(folder)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "is a folder of 2 traces: `kview kernels` reads one trace; `kview ranks`" in err
+
+
+async def test_a_large_run_is_ranked_by_worker_processes_and_its_traces_load_when_shown(ddp, tmp_path, monkeypatch):
+    """Several traces this large in all (the threshold lowered to three DDP files): the Ranks
+    view comes from worker processes filling the frame cache, as `kview ranks` reads the run,
+    with its numbers; only the first trace loads its views at once, another when it is shown,
+    and Compare loads every trace."""
+    from test_tui import loaded, screen_text
+
+    import kview.analysis.ranks as rk
+    from kview.analysis.rank_summary import BAR_TITLE
+    from kview.tui.app import KviewApp
+
+    monkeypatch.setattr(rk, "PARALLEL_BYTES", 0)
+    third = tmp_path / "ddp_nsys.rank1b.sqlite"  # a third rank (numbered 2: its $RANK is taken)
+    shutil.copy(ddp["ddp_nsys.rank1"], third)
+    paths = [str(ddp["ddp_nsys.rank0"]), str(ddp["ddp_nsys.rank1"]), str(third)]
+    run = open_run(paths, use_cache=False)
+    app = KviewApp(paths, use_cache=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        assert app.run_in_processes and app.started == {0} and set(app.loaded) == {0}
+        data = app.view("ranks").data
+        assert data.ranks.height == 3, data.caption
+        assert data.ranks.drop(BAR_TITLE).equals(rank_summary(run)) and data.iterations.equals(iteration_table(run))
+        assert data.ranks["Rank"].to_list() == [0, 1, 2] and "numbered in file" in data.caption
+        await pilot.press("T")
+        assert "ddp_nsys.rank1.sqlite  (loads when shown)" in screen_text(app)
+        await pilot.press("2")
+        await loaded(pilot)
+        assert set(app.loaded) == {0, 1} and app.sub_title.endswith("ddp_nsys.rank1.sqlite")
+        await pilot.press("5")
+        assert app.started == {0, 1, 2}
+        await loaded(pilot)
+        assert set(app.loaded) == {0, 1, 2}
+        assert app.view("compare").data.frame.columns[:4] == ["Range", "rank0", "rank1", "rank1b"]

@@ -11,7 +11,10 @@ unit is numbered again in file, device and process order, and the run says so.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,22 +87,82 @@ def open_run(paths: list[str], use_cache: bool = True, jobs: int | None = None) 
     traces, each is first read by one of `jobs` worker processes (default: one per core)."""
     files = trace_paths(paths)
     if use_cache and len(files) > 1 and (jobs or 0) != 1:
-        size = sum(f.stat().st_size for f in files if f.is_file())
-        if jobs or size >= PARALLEL_BYTES:
-            _read_in_workers(files, jobs)
+        if jobs or run_bytes(files) >= PARALLEL_BYTES:
+            for _ in read_in_workers(files, jobs):
+                pass
     return make_run([open_trace(p, use_cache=use_cache) for p in files])
 
 
-def _read_in_workers(files: list[Path], jobs: int | None) -> None:
+def run_bytes(files: list[Path]) -> int:
+    """The traces' size on disk, all together (what decides on worker processes)."""
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def read_in_workers(files: list[Path], jobs: int | None = None, quiet: bool = False) -> Iterator[int]:
+    """Read what a run needs from each trace into the frame cache (warm), in `jobs` worker
+    processes (default one per core), yielding how many traces are done as each one finishes.
+    A trace that fails here (damage, a worker killed for memory) fails again, with its one-line
+    reason, when it is opened from the cache; the workers are ended when the program leaves.
+    `quiet`: the workers write nothing to the terminal (the explorer owns it)."""
+    import atexit
     import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     workers = min(len(files), jobs or os.cpu_count() or 1)
+    _start_resource_tracker()
     # spawn, not fork: polars' thread pool does not survive a fork
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for f in files:  # a trace that fails here fails again, with its one-line reason, below
-            pool.submit(warm, str(f))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_silent if quiet else None
+    )
+    atexit.register(_end_workers, pool)  # the explorer leaves with os._exit after the atexit handlers
+    try:
+        for n, done in enumerate(as_completed([pool.submit(warm, str(f)) for f in files]), 1):
+            try:
+                done.result()
+            except Exception:  # the pool broke, or a bug: met again in this process, said there
+                pass
+            yield n
+    except BaseException:  # left early (an error, the generator closed): no worker goes on
+        _end_workers(pool)
+        raise
+    else:
+        pool.shutdown()
+    finally:
+        atexit.unregister(_end_workers)
+
+
+def _start_resource_tracker() -> None:
+    """multiprocessing's resource tracker is started with sys.stderr's descriptor; under the
+    explorer sys.stderr is Textual's capture, which has none, so it gets /dev/null instead."""
+    from multiprocessing import resource_tracker
+
+    try:
+        usable = sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        usable = False
+    if usable:
+        return
+    shown, sys.stderr = sys.stderr, open(os.devnull, "w")
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.stderr.close()
+        sys.stderr = shown
+
+
+def _silent() -> None:
+    """A worker's output goes nowhere (its descriptors 1 and 2 are the explorer's terminal)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+def _end_workers(pool) -> None:
+    """Stop the pool's processes now (not after the trace each is reading)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def warm(path: str) -> None:

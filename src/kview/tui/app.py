@@ -94,6 +94,10 @@ class KviewApp(App):
         self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
         self.failed: set[int] = set()
         self.snapshots: set[int] = set()  # memory snapshots opened alone: in, nothing to compare
+        self.started: set[int] = set()  # traces whose load has started
+        # a run of several large traces: the Ranks view's come from worker processes, as
+        # `kview ranks` reads them, and a trace other than the first loads when it is shown
+        self.run_in_processes = False
         self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
         self.stage: dict[int, str] = {}
         self.current = 0  # the trace the views show
@@ -135,8 +139,39 @@ class KviewApp(App):
         self.show_which_trace()
         if self.note:
             self.notify(self.note, title="kview", timeout=8)
-        for i, p in enumerate(self.paths):
-            self.load_trace(i, p)
+        members = self.run_members()
+        self.run_in_processes = self.large_run(members)
+        for i in range(len(self.paths)):
+            if i == 0 or i not in members or not self.run_in_processes:
+                self.start_load(i)
+        if self.run_in_processes:
+            self.views["ranks"].show_stage(f"reading the {len(members)} traces of the run in worker processes")
+            self.read_run(members)
+
+    def run_members(self) -> list[int]:
+        """The places of the traces (not memory snapshots) on the command line."""
+        from kview.io.snapshot_pickle import is_snapshot_file
+
+        if self.traces:
+            return [i for i, t in enumerate(self.traces) if isinstance(t, Trace)]
+        return [i for i, p in enumerate(self.paths) if not is_snapshot_file(p)]
+
+    def large_run(self, members: list[int]) -> bool:
+        """Several traces this large in all are read as `kview ranks` reads them (worker
+        processes filling the frame cache), not every view of every trace in this process."""
+        from kview.analysis import ranks as rk
+
+        if not self.use_cache or len(members) < 2:
+            return False
+        try:
+            return rk.run_bytes([Path(self.paths[i]) for i in members]) >= rk.PARALLEL_BYTES
+        except OSError:
+            return False
+
+    def start_load(self, index: int) -> None:
+        if index not in self.started:
+            self.started.add(index)
+            self.load_trace(index, self.paths[index])
 
     # -- loading (thread workers; post_message is thread-safe) -------------------------------
     @work(thread=True, exit_on_error=False)
@@ -175,7 +210,7 @@ class KviewApp(App):
     def rank_run(self, traces: list[TraceLoaded]) -> None:
         self._busy(1)
         try:
-            message = ranks(traces)
+            message = ranks([t.trace for t in traces])
         except Exception as e:  # a table that cannot be made must not end the session
             empty = pl.DataFrame()
             why = f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0]
@@ -198,6 +233,33 @@ class KviewApp(App):
             self._busy(-1)
         if message is not None:
             self.views["timeline"].post_message(message)
+
+    @work(thread=True, exit_on_error=False)
+    def read_run(self, members: list[int]) -> None:
+        """The Ranks view of a large run, as `kview ranks` makes it: each trace read into the
+        frame cache by a worker process, then the ranks made here from the cache (traces of
+        their own: the views' loads use theirs at the same time), without loading every view
+        of every trace."""
+        from kview.analysis.ranks import read_in_workers
+        from kview.trace import open_trace
+
+        self._busy(1)
+        view = self.views["ranks"]
+        try:
+            files = [Path(self.paths[i]) for i in members]
+            for n in read_in_workers(files, quiet=True):
+                self.call_from_thread(
+                    view.show_stage, f"reading the run's traces in worker processes: {n} of {len(files)}"
+                )
+            self.call_from_thread(view.show_stage, "ranks")
+            message = ranks([open_trace(f) for f in files])
+        except Exception as e:  # a table that cannot be made must not end the session
+            empty = pl.DataFrame()
+            why = f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0]
+            message = RanksReady(empty, empty, empty, empty, why)
+        finally:
+            self._busy(-1)
+        view.post_message(message)
 
     def _busy(self, n: int) -> None:
         with self._working_lock:
@@ -273,8 +335,9 @@ class KviewApp(App):
         elif self.loaded:  # (a first trace that failed ended the app)
             self.views["compare"].show_stage("comparing")
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
-            self.views["ranks"].show_stage("ranks")
-            self.rank_run([self.loaded[i] for i in sorted(self.loaded)])
+            if not self.run_in_processes:
+                self.views["ranks"].show_stage("ranks")
+                self.rank_run([self.loaded[i] for i in sorted(self.loaded)])
             if len(self.loaded) > 1:  # the last timeline each trace sent: every row, attributed
                 last = {i: m for i in sorted(self.loaded) for m in self.received[i] if isinstance(m, TimelineReady)}
                 self.rank_timeline([self.loaded[i] for i in sorted(self.loaded)], [last[i] for i in sorted(last)])
@@ -336,6 +399,7 @@ class KviewApp(App):
             self.notify(f"{self.trace_name(index)} could not be loaded", severity="error")
             return
         self.current = index
+        self.start_load(index)  # a large run's traces load when shown
         self.stale = {vid for vid, v in self.views.items() if not v.every_trace}
         self.kernels.forget_trace()
         self._refresh_view(self.query_one(TabbedContent).active)
@@ -365,6 +429,8 @@ class KviewApp(App):
                 else ""
                 if i in self.loaded
                 else "  (loading)"
+                if i in self.started
+                else "  (loads when shown)"
             )
             for i in range(len(self.paths))
         ]
@@ -416,6 +482,11 @@ class KviewApp(App):
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
         vid = self.query_one(TabbedContent).active
+        if vid == "compare" and not self.started.issuperset(range(len(self.paths))):
+            # a large run's traces load when shown; Compare needs every one
+            self.views["compare"].show_stage(f"loading the {len(self.paths)} traces to compare them")
+            for i in range(len(self.paths)):
+                self.start_load(i)
         if vid in self.stale:
             self._refresh_view(vid)
             self.views[vid].focus_content()

@@ -238,15 +238,15 @@ def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> T
     return TimelineReady(tl, run=tuple((m.attributed, m.attributed_idx) for m in timelines))
 
 
-def ranks(traces: list[TraceLoaded]) -> RanksReady:
-    """Every loaded trace as one run (`kview ranks` over the same files): a row per rank with
-    its bar, the iterations of every rank, the stragglers by iteration and the collectives."""
+def ranks(traces: list[Trace]) -> RanksReady:
+    """The traces as one run (`kview ranks` over the same files): a row per rank with its bar,
+    the iterations of every rank, the stragglers by iteration and the collectives."""
     from kview.analysis.collectives import collectives_by_rank, stragglers
     from kview.analysis.iterations import iteration_table
     from kview.analysis.rank_summary import rank_summary, with_time_bar
     from kview.analysis.ranks import make_run
 
-    run = make_run([t.trace for t in traces])
+    run = make_run(traces)
     summary = rank_summary(run)
     if summary.height == 0:
         empty = pl.DataFrame()
