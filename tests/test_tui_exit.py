@@ -91,3 +91,19 @@ def test_leaves_at_once_during_a_load_and_restores_the_terminal(slow_trace, how)
         assert b"Traceback" not in screen
     finally:
         term.close()
+
+
+def test_leaves_when_its_terminal_is_gone(slow_trace):
+    """An SSH connection dropped (the terminal closed, then SIGHUP): nothing can be restored and
+    writing to the terminal fails, so the explorer leaves anyway instead of waiting on it."""
+    term = Terminal(str(slow_trace), "--no-cache")
+    try:
+        assert term.wait_for(b"attributing", 60), term.screen[-2000:]
+        os.close(term.fd)
+        term.fd = os.open(os.devnull, os.O_RDONLY)  # (closed by close())
+        os.kill(term.pid, signal.SIGHUP)
+        took = term.exited_within(10)
+        assert took is not None and took < 5.0, f"still running after {took or 10:.1f} s"
+        assert term.status == 128 + signal.SIGHUP
+    finally:
+        term.close()

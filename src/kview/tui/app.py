@@ -133,7 +133,7 @@ class KviewApp(App):
         # (alternate screen left, mouse tracking off) before the process exits.
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             try:
-                loop.add_signal_handler(sig, self.exit, None, 128 + sig)
+                loop.add_signal_handler(sig, self.leave_on_signal, 128 + sig)
             except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
                 pass
         self.show_which_trace()
@@ -147,6 +147,14 @@ class KviewApp(App):
         if self.run_in_processes:
             self.views["ranks"].show_stage(f"reading the {len(members)} traces of the run in worker processes")
             self.read_run(members)
+
+    def leave_on_signal(self, code: int) -> None:
+        """End the ordinary way; should that hang (a dropped SSH connection: Textual waits to
+        write to a terminal that is gone), leave anyway a moment later."""
+        timer = threading.Timer(LEAVE_WITHIN_S, _leave_now, (code,))
+        timer.daemon = True
+        timer.start()
+        self.exit(None, code)
 
     def run_members(self) -> list[int]:
         """The places of the traces (not memory snapshots) on the command line."""
@@ -571,6 +579,21 @@ class KviewApp(App):
         view = self.views[vid]
         target = view.query(FrameTable).first() if table and view.query(FrameTable) else view
         await self.run_action(action, target)
+
+
+LEAVE_WITHIN_S = 2.0  # after a signal, the ordinary exit's time to restore the terminal
+
+
+def _leave_now(code: int) -> None:
+    """Leave as run() does, without the terminal: temporaries removed, atexit handlers run (a
+    run's worker processes end)."""
+    import atexit
+
+    from kview import atomic_write
+
+    atomic_write.remove_pending()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 class _Unjoined(ThreadPoolExecutor):
