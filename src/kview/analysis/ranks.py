@@ -198,7 +198,7 @@ def owned_ops(trace: Trace) -> pl.DataFrame:
     launch: old torch.profiler traces, NCCL kernels of some traces) given to the process whose
     work ran on its device, when only one did: it is that rank's GPU, not a rank of its own."""
     ops = gpu_ops(trace)
-    if ops["global_pid"].null_count() == 0:
+    if ops.height == 0 or ops["global_pid"].null_count() == 0:
         return ops
     owner = (
         ops.filter(pl.col("global_pid").is_not_null() & pl.col("device").is_not_null())
