@@ -322,6 +322,23 @@ def test_overview_of_a_multi_process_export_lists_its_ranks_and_names_the_stragg
     assert build(open_trace(str(ddp["ddp_nsys.rank0"]), use_cache=False)).ranks.height == 0
 
 
+def test_phases_of_a_multi_process_export_take_each_process_its_own_launches(ddp, runs):
+    """One export of both ranks: step_N's GPU time is what each rank launched while its own
+    step_N was open, added over the ranks (rank 1's kernels launched during rank 0's step are
+    not rank 0's step's), so the phases' shares add up to at most 100%."""
+    from kview.analysis.layers import phase_times
+    from kview.trace import open_trace
+
+    _, ranks = runs["nsys_1file"]
+    want: dict[str, int] = {}
+    for r in ranks.values():
+        for step, gpu in truth.step_gpu(r).items():
+            want[step] = want.get(step, 0) + gpu
+    phases = phase_times(open_trace(str(ddp["ddp_nsys_1file"]), use_cache=False))
+    assert dict(phases.select("Phase", "GPU Time (ns)").rows()) == want and len(want) == 5
+    assert phases["Share (%)"].sum() <= 100
+
+
 async def test_ranks_view_on_key_7_shows_every_trace_as_one_run(ddp, runs):
     """`kview rank0.sqlite rank1.sqlite`, key 7: a bar per rank over the iteration table; t
     cycles the lower table through the stragglers and the collectives; every number is the

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kview.analysis.attribution import launched_ops
+from kview.analysis.attribution import gpu_ops, launched_ops
 from kview.derived import derived
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
 
@@ -57,16 +58,41 @@ def merge_intervals(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return o.group_by([*by, "_seg"]).agg(pl.col("start").min(), pl.col("end").max()).drop("_seg")
 
 
+def _ops_by_process(trace: Trace) -> dict[int, pl.Series] | None:
+    """Idx of the GPU ops each process launched, when more than one process did (else None)."""
+    ops = gpu_ops(trace)
+    if ops.height == 0:
+        return None
+    ops = ops.select("Idx", "global_pid").drop_nulls("global_pid")
+    if ops["global_pid"].n_unique() < 2:
+        return None
+    return {p: g["Idx"] for (p,), g in ops.group_by("global_pid")}
+
+
 def range_times(trace: Trace, ranges: pl.DataFrame, ops: pl.Series | None = None) -> pl.DataFrame:
     """Per range label: CPU time (how long an instance was open, per thread, an instance inside
     another of the same label on its thread counted once), and the GPU time and op count of
     the work launched while any instance was open, on any thread, each op counted once.
 
     `ranges` has label, start, end, global_tid. Phases, compare's ranges and diff's phases all
-    come from here, so they never disagree."""
+    come from here, so they never disagree. In a trace of several processes (one export of a
+    distributed run) a range owns the work its own process launched: step_3 of rank 0 does not
+    take rank 1's kernels launched while it was open, and the per-process sums are added."""
     schema = pl.Schema({"label": pl.String, "cpu": pl.Int64, "gpu": pl.Int64, "ops": pl.Int64})
     if ranges.height == 0:
         return pl.DataFrame(schema=schema)
+    if ops is None and (by_process := _ops_by_process(trace)) is not None:
+        pid = pl.col("global_tid") & PID_MASK
+        parts = [
+            range_times(trace, r, by_process.get(p, pl.Series("Idx", [], dtype=pl.Int64)))
+            for (p,), r in ranges.group_by(pid.alias("_pid"), maintain_order=True)
+        ]
+        return (
+            pl.concat(parts)
+            .group_by("label", maintain_order=True)
+            .agg(pl.col("cpu").sum(), pl.col("gpu").sum(), pl.col("ops").sum())
+            .cast(schema)
+        )
     per_thread = merge_intervals(ranges, ["label", "global_tid"])
     cpu = per_thread.group_by("label").agg((pl.col("end") - pl.col("start")).sum().cast(pl.Int64).alias("cpu"))
     windows = merge_intervals(ranges, ["label"])
