@@ -123,6 +123,22 @@ def test_gpu_ops_without_a_launch_belong_to_the_rank_of_their_gpu():
     assert got == truth.collectives(ranks) and got[(0, "SendRecv")][0] == 80
 
 
+def test_an_unnumbered_step_range_is_an_iteration():
+    """kview's own captures mark the step `profiled_step` (no number): one iteration, measured
+    as the independent computation measures a step over the plain SQLite rows."""
+    import sqlite3
+
+    path = ROOT / "sample_traces" / "lm-small_ctx256_train_nsys.sqlite"
+    ranks = truth.from_nsys(str(path))
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    ((lo, hi),) = con.execute("SELECT start, end FROM NVTX_EVENTS WHERE text = 'profiled_step'").fetchall()
+    ranks[0].steps = {1: (lo, hi)}
+    t = iteration_table(open_run([str(path)], use_cache=False))
+    cols = ["Rank", "Iteration", "Wall (ns)", "Busy (ns)", "Compute (ns)", "Communication (ns)", "Exposed comm (ns)"]
+    assert t.select(*cols, "Memory (ns)", "Idle (ns)").rows() == truth.iteration_rows(ranks)
+    assert t["Step"].to_list() == ["profiled_step"] and t["Busy (ns)"][0] > 30_000_000
+
+
 def test_ranks_come_from_the_traces_own_metadata(runs):
     sources = {name: rank_table(runs[name][0])["Rank from"].to_list() for name in RUNS}
     assert sources == {
