@@ -298,7 +298,8 @@ KINDS = ("compute", "communication", "memory")
 def rank_ops(run: Run) -> pl.DataFrame:
     """Every GPU op of the run with its rank: rank, start, end, kind (compute, communication
     or memory: copies and sets), collective (communication kernels) and bytes (copies, sets,
-    and collectives where the trace records them)."""
+    and collectives where the trace records them). No kernel names: 8 ranks of a million
+    kernels would hold 8 million of them."""
     parts = []
     for i, t in enumerate(run.traces):
         ops = owned_ops(t)
@@ -332,7 +333,7 @@ def rank_ops(run: Run) -> pl.DataFrame:
         units = run.units.filter(pl.col("trace") == i).select("global_pid", "device", "rank")
         parts.append(
             ops.join(units, on=["global_pid", "device"], how="inner", nulls_equal=True).select(
-                "rank", "start", "end", "kind", "collective", "bytes", "Kernel"
+                "rank", "start", "end", "kind", "collective", "bytes"
             )
         )
     schema = pl.Schema(
@@ -343,7 +344,6 @@ def rank_ops(run: Run) -> pl.DataFrame:
             "kind": pl.String,
             "collective": pl.String,
             "bytes": pl.Int64,
-            "Kernel": pl.String,
         }
     )
     if not parts:
