@@ -307,49 +307,25 @@ def ancestor_at(tree: pl.DataFrame, rows: pl.DataFrame, pos: str, level: str, co
 
 _POS = 1 << 32  # positions on one thread stay below this
 
-INNERMOST_SCHEMA = {"call_id": pl.Int64, "global_tid": pl.Int64, "id": pl.Int64, "ipos": pl.Int64, "idepth": pl.Int64}
+INNERMOST_SCHEMA = pl.Schema(
+    {"call_id": pl.Int64, "global_tid": pl.Int64, "id": pl.Int64, "ipos": pl.Int64, "idepth": pl.Int64}
+)
 
 
 def innermost(tree: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """(call_id, global_tid, id, ipos, idepth) of the innermost range of `tree` (a nest() result) with
     start <= call start and end >= call end, for the calls (call_id, global_tid, start, end)
-    that have one.
-
-    The candidate is the last range in preorder starting at or before the call; the ranges
-    around the call are that candidate's ancestors-or-self that end at or after the call ends,
-    and since an ancestor ends no earlier than its descendants, the deepest such depth is found
-    by binary search, each round one ancestor_at over the calls still undecided."""
+    that have one (Nesting.innermost_rows)."""
     if tree.height == 0 or calls.height == 0:
         return pl.DataFrame(schema=INNERMOST_SCHEMA)
-    t = tree.select(
-        "global_tid",
-        pl.col("start").alias("c_start"),
-        pl.col("pos").alias("cpos"),
-        pl.col("depth").cast(pl.Int64).alias("cdepth"),
+    rows = Nesting.of(tree).innermost_rows(calls)
+    hit = np.flatnonzero(rows >= 0)
+    found = tree[rows[hit]].select("global_tid", "id", pl.col("pos").alias("ipos"), pl.col("depth").alias("idepth"))
+    return (
+        found.with_columns(pl.Series("call_id", calls["call_id"].to_numpy()[hit]))
+        .select(list(INNERMOST_SCHEMA))
+        .cast(INNERMOST_SCHEMA)
     )
-    c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
-    c = (
-        c.sort("c_start")
-        .join_asof(
-            t.sort(["c_start", "cpos"]), on="c_start", by="global_tid", strategy="backward", check_sortedness=False
-        )
-        .filter(pl.col("cpos").is_not_null())
-        .with_columns(pl.lit(-1, dtype=pl.Int64).alias("lo"), (pl.col("cdepth") + 1).alias("hi"))
-    )
-    done = [c.head(0)]
-    while c.height:
-        settled = pl.col("hi") - pl.col("lo") <= 1
-        done.append(c.filter(settled))
-        c = c.filter(~settled).with_columns(((pl.col("lo") + pl.col("hi")) // 2).alias("mid"))
-        c = ancestor_at(tree, c, "cpos", "mid", {"end": "_aend"})
-        ok = pl.col("_aend") >= pl.col("c_end")
-        c = c.with_columns(
-            pl.when(ok).then(pl.col("mid")).otherwise(pl.col("lo")).alias("lo"),
-            pl.when(ok).then(pl.col("hi")).otherwise(pl.col("mid")).alias("hi"),
-        ).drop("mid", "_aend")
-    found = pl.concat(done).filter(pl.col("lo") >= 0)
-    found = ancestor_at(tree, found, "cpos", "lo", {"id": "id", "pos": "ipos"})
-    return found.select("call_id", "global_tid", "id", "ipos", pl.col("lo").alias("idepth"))
 
 
 @dataclass(frozen=True)
