@@ -220,9 +220,7 @@ class KviewApp(App):
         try:
             message = ranks([t.trace for t in traces])
         except Exception as e:  # a table that cannot be made must not end the session
-            empty = pl.DataFrame()
-            why = f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0]
-            message = RanksReady(empty, empty, empty, empty, why)
+            message = _no_ranks(e)
         finally:
             self._busy(-1)
         self.views["ranks"].post_message(message)
@@ -262,9 +260,7 @@ class KviewApp(App):
             self.call_from_thread(view.show_stage, "ranks")
             message = ranks([open_trace(f) for f in files])
         except Exception as e:  # a table that cannot be made must not end the session
-            empty = pl.DataFrame()
-            why = f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0]
-            message = RanksReady(empty, empty, empty, empty, why)
+            message = _no_ranks(e)
         finally:
             self._busy(-1)
         view.post_message(message)
@@ -579,6 +575,12 @@ class KviewApp(App):
         view = self.views[vid]
         target = view.query(FrameTable).first() if table and view.query(FrameTable) else view
         await self.run_action(action, target)
+
+
+def _no_ranks(e: Exception) -> RanksReady:
+    """The Ranks view's message when its tables could not be made: empty tables and why."""
+    empty = pl.DataFrame()
+    return RanksReady(empty, empty, empty, empty, f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0])
 
 
 LEAVE_WITHIN_S = 2.0  # after a signal, the ordinary exit's time to restore the terminal
