@@ -295,15 +295,23 @@ class _Kinds:
         size = int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
         where = labels["name_code"].to_numpy()
         self.rows: dict[str, np.ndarray] = {}
+        self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
         for key, flag, outermost in self.KINDS:
             by_code = np.zeros(size, dtype=bool)
             values = labels[flag].fill_null(False).to_numpy()
             by_code[where] = ~values if flag == "marker" else values
-            mask = by_code[codes]
+            mask = self.masks[key] = by_code[codes]
             self.rows[key] = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
+        # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
+        seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
+        self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
         ranges = nv.projection_ranges(trace)
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
         self.labels = labels
+
+    def seq_of(self, name_code: pl.Expr) -> pl.Expr:
+        """The autograd seq of each code's label (null where it has none)."""
+        return pl.lit(self.seq).gather(name_code).alias("seq")
 
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one."""
@@ -348,7 +356,6 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     # Each question is the innermost (or outermost) range of one kind around the call: the
     # innermost range of all around the call, then that kind's nearest row above it.
     inner = kinds.nest.innermost_rows(calls)
-    seqs = kinds.labels.select("name_code", "seq")
     per_call = calls.select("call_id")
     for key, cols in (
         ("uid", [pl.col("id").alias("uid")]),
@@ -359,7 +366,7 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     ):
         found = kinds.around(calls, inner, key)
         if key == "bwd":
-            found = found.join(seqs, on="name_code", how="left")
+            found = found.with_columns(kinds.seq_of(pl.col("name_code")))
         per_call = per_call.join(found.select("call_id", *cols), on="call_id", how="left")
     per_call = per_call.with_columns(
         (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
@@ -367,11 +374,11 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     ).drop("_node")
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
-    tree = kinds.nest.tree
+    nodes = np.flatnonzero(kinds.masks["bwd"])
     node_of_eval = (
-        tree.select("id", "name_code", "start", "parent")
-        .join(kinds.labels.filter(pl.col("bwd_node")).select("name_code", "seq"), on="name_code", how="inner")
-        .sort("start")
+        kinds.nest.tree[nodes]
+        .select("start", "parent", kinds.seq_of(pl.col("name_code")))
+        .sort("start", maintain_order=True)
         .group_by("parent", maintain_order=True)
         .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
         .rename({"parent": "eval_id"})

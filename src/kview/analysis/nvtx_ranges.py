@@ -106,27 +106,28 @@ def _styled(frames: tuple[pl.DataFrame, pl.DataFrame]) -> tuple[pl.DataFrame, pl
 def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(labelled, names): see those two.
 
-    A range's label is one integer key until the names are built: its registered string's id,
-    or its inline text's code (the text comes in Categorical), and its domain's index. Names are
-    made once per distinct key and deduplicated by one Categorical cast; codes follow first
-    appearance in the trace (stable for a file), so no million strings are sorted or joined.
+    A range's label is one key until the names are built: its domain's index and its registered
+    string's id or its inline text. Keys are numbered by first appearance (`first_appearance`:
+    one hash per row, no string table), names are made once per distinct key and numbered the
+    same way, so names that read the same (a registered string equal to an inline text, a domain
+    created twice) share a code, and no million strings are sorted, joined or hashed into a
+    dictionary.
     """
     ev = trace.nvtx_events.with_columns(
-        pl.col("text").to_physical().cast(pl.Int64).fill_null(-1).alias("text_code"),
+        pl.col("text").cast(pl.String),
         (pl.col("global_tid") & PID_ONLY).alias("pid_key"),
         pl.col("domain_id").fill_null(-1),
     )
-    r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
+    r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE).drop("pid_key")
     doms = ev.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
     # registered string first, inline text second, as nsys's coalesce(sid.value, text)
     ids = r.select(pl.col("text_id").drop_nulls().unique())
     sids = trace.with_strings(ids, "text_id", "sid").drop_nulls("sid")
     registered = pl.col("text_id").is_in(sids["text_id"].implode())
-    label_key = pl.when(registered).then(pl.col("text_id") * 2 + 1).otherwise(pl.col("text_code") * 2) + 2
     if doms.height:
         # a range joins every domain-create row of its domainId in its process, as in nsys (the
         # rare domain created on several threads counts its ranges once per row)
-        named = doms.with_columns(pl.col("text").cast(pl.String).alias("dtext"))
+        named = doms.with_columns(pl.col("text").alias("dtext"))
         dom = (
             trace.with_strings(named, "text_id", "dsid")
             .sort("start", maintain_order=True)
@@ -135,40 +136,97 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             .with_row_index("dom_ix", offset=1)
             .with_columns(pl.col("dom_ix").cast(pl.Int64))
         )
-        r = r.join(
+        r = r.with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
             dom.select("domain_id", "pid_key", "dom_ix"), on=["domain_id", "pid_key"], how="left", maintain_order="left"
         )
         domains = dom.select("dom_ix", "domain")
     else:
         r = r.with_columns(pl.lit(None, dtype=pl.Int64).alias("dom_ix"))
         domains = pl.DataFrame(schema={"dom_ix": pl.Int64, "domain": pl.String})
-    r = r.with_columns((pl.col("dom_ix").fill_null(0) * (1 << 36) + label_key).alias("_key"))
+    key = r.select(
+        pl.col("dom_ix").fill_null(0),
+        pl.when(registered).then(pl.col("text_id")).alias("_sid"),
+        pl.when(registered).then(None).otherwise(pl.col("text")).alias("_text"),
+    )
+    key_code, firsts = first_appearance(key)
     keys = (
-        r.select("_key", "dom_ix", "text_id", "text", registered.alias("_reg"))
-        .unique("_key", keep="first", maintain_order=True)
-        .join(sids, on="text_id", how="left")
-        .join(domains, on="dom_ix", how="left")
+        key.filter(firsts)
+        .join(sids.rename({"text_id": "_sid"}), on="_sid", how="left", maintain_order="left")
+        .join(domains, on="dom_ix", how="left", maintain_order="left")
         .select(
-            "_key",
-            pl.format(
-                "{}:{}",
-                pl.col("domain").fill_null(""),
-                pl.when(pl.col("_reg")).then(pl.col("sid")).otherwise(pl.col("text").cast(pl.String)).fill_null(""),
-            ).alias("name"),
+            pl.format("{}:{}", pl.col("domain").fill_null(""), pl.coalesce("sid", "_text").fill_null("")).alias("name")
         )
     )
-    # one hash per distinct name: keys that read the same (a registered string equal to an inline
-    # text, a domain created twice) share a code
-    keys = keys.with_columns(
-        pl.col("name").cast(pl.Categorical(pl.Categories.random())).to_physical().cast(pl.Int64).alias("_c")
+    del key
+    if domains.height or sids.height:
+        name_of_key, named_first = first_appearance(keys)
+    else:  # every name is ":" + a distinct text: one name per key already
+        name_of_key = pl.Series("code", np.arange(keys.height, dtype=np.int64))
+        named_first = pl.Series("first", np.ones(keys.height, dtype=bool))
+    table = keys.filter(named_first).with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
+    labelled_ = r.select(
+        "id",
+        "start",
+        "end",
+        "event_type",
+        "global_tid",
+        "end_global_tid",
+        name_of_key.gather(key_code).alias("name_code"),
+        STYLE.alias("style"),
     )
-    table = keys.select("_c", "name").unique("_c", keep="first", maintain_order=True)
-    table = table.with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
-    keys = keys.select("_key", "_c").join(table.select("_c", "name_code"), on="_c", how="left", maintain_order="left")
-    labelled_ = r.join(keys.select("_key", "name_code"), on="_key", how="left", maintain_order="left").select(
-        "id", "start", "end", "event_type", "global_tid", "end_global_tid", "name_code", STYLE.alias("style")
+    return labelled_, table
+
+
+# a fixed seed: keys are compared within one process only, never stored
+_SEED = 0x6B76_6965_77
+
+
+def first_appearance(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """(code, first): each row's code, 0.. in order of the first row with equal values in every
+    column of `frame`, and whether the row is that first one.
+
+    One 64-bit hash per row, then integers only. Rows that share a hash with an earlier row are
+    compared with it column by column, so a collision is found, never merged: then the codes
+    come from an exact group-by instead (slower, same result).
+    """
+    n = frame.height
+    if n == 0:
+        return pl.Series("code", [], dtype=pl.Int64), pl.Series("first", [], dtype=pl.Boolean)
+    h = _row_hash(frame)
+    first = h.is_first_distinct()
+    rank = first.cast(pl.Int64).cum_sum() - 1
+    at = pl.DataFrame({"h": h, "first": first, "rank": rank}).with_row_index("row")
+    heads = at.filter(pl.col("first")).select("h", pl.col("rank").alias("code"), pl.col("row").alias("head"))
+    repeats = at.filter(~pl.col("first")).join(heads, on="h", how="left")
+    if repeats.height:
+        cols = frame.columns
+        mine = frame.select(pl.all().gather(repeats["row"]))
+        theirs = frame.select(pl.all().gather(repeats["head"]))
+        same = pl.DataFrame({c: mine[c].eq_missing(theirs[c]) for c in cols}).select(pl.all_horizontal(pl.all()))
+        if not same.to_series().all():
+            return _first_appearance_exact(frame)
+        code = rank.scatter(repeats["row"], repeats["code"])
+    else:
+        code = rank
+    return code.alias("code"), first.alias("first")
+
+
+def _row_hash(frame: pl.DataFrame) -> pl.Series:
+    return frame.select(pl.struct(pl.all()).hash(_SEED).alias("h"))["h"]
+
+
+def _first_appearance_exact(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    groups = (
+        frame.with_row_index("_row")
+        .group_by(frame.columns, maintain_order=True)
+        .agg(pl.col("_row"))
+        .with_row_index("code")
+        .select(pl.col("code").cast(pl.Int64), "_row")
+        .explode("_row")
+        .sort("_row")
     )
-    return labelled_, table.select("name_code", "name")
+    code = groups["code"]
+    return code.alias("code"), code.is_first_distinct().alias("first")
 
 
 @derived
@@ -216,7 +274,7 @@ def projection_ranges(trace: Trace) -> pl.DataFrame:
 @derived
 def projection_tree(trace: Trace) -> pl.DataFrame:
     """nest() of the push/pop projection ranges, computed once per trace."""
-    return nest(projection_ranges(trace).filter(pl.col("style") == "PushPop"))
+    return projection_nesting(trace).tree
 
 
 def nest(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -226,58 +284,65 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
     Valid for families that nest (push/pop on one thread). Ties of identical intervals
     become a chain in id order.
     """
-    r = ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False]).with_columns(
-        pl.int_range(pl.len()).over("global_tid").alias("pos")
-    )
-    # Ranges that ended before this one (end < own end, end <= own start) are all earlier in
-    # start order except zero-length ones at our own start, which sort after a longer range.
-    ends = (
-        r.select("global_tid", "end")
-        .sort(["global_tid", "end"])
-        .with_columns(pl.int_range(1, pl.len() + 1).over("global_tid").alias("n_le"))
-    )
-    key = r.with_columns(
-        pl.when(pl.col("end") > pl.col("start")).then(pl.col("start")).otherwise(pl.col("start") - 1).alias("key")
-    )
-    closed = (
-        key.sort("key")
-        .join_asof(
-            ends.rename({"end": "key"}).sort("key"),
-            on="key",
-            by="global_tid",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .select("id", pl.col("n_le").fill_null(0))
-    )
-    zero = r.filter(pl.col("end") == pl.col("start")).group_by(["global_tid", "start"]).agg(pl.len().alias("n_zero"))
-    r = (
-        r.join(closed, on="id", how="left")
-        .join(zero, on=["global_tid", "start"], how="left")
-        .with_columns(
-            pl.when(pl.col("end") > pl.col("start"))
-            .then(pl.col("n_le") - pl.col("n_zero").fill_null(0))
-            .otherwise(pl.col("n_le"))
-            .alias("n_closed")
-        )
-        .with_columns((pl.col("pos") - pl.col("n_closed")).alias("depth"))
-        .drop("n_le", "n_zero", "n_closed")
-    )
-    parents = r.select("global_tid", pl.col("depth") + 1, pl.col("pos").alias("ppos"), pl.col("id").alias("parent"))
-    r = (
-        r.sort("pos")
-        .join_asof(
-            parents.sort("ppos"),
-            left_on="pos",
-            right_on="ppos",
-            by=["global_tid", "depth"],
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )
-        .drop("ppos")
-    )
-    return r.sort(["global_tid", "pos"])
+    return _nested(ranges)[0]
+
+
+def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """(nest(ranges), each row's parent row, -1 for a root): one sort, then numpy per thread."""
+    r = ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False])
+    n = r.height
+    pos = np.zeros(n, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n:
+        tid = r["global_tid"].to_numpy()
+        start = r["start"].to_numpy()
+        end = r["end"].to_numpy()
+        cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [n]]), strict=True):
+            pos[lo:hi], depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
+            parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
+    ids = r["id"].to_numpy()
+    tree = r.with_columns(
+        pl.Series("pos", pos),
+        pl.Series("depth", depth),
+        pl.Series("parent", np.where(parent >= 0, ids[np.maximum(parent, 0)], 0)).cast(r.schema["id"]),
+    ).with_columns(pl.when(pl.Series(parent >= 0)).then(pl.col("parent")).alias("parent"))
+    return tree, parent
+
+
+def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
+
+    A range's depth is the number of earlier ranges still open when it starts: its place in
+    start order less the ranges that ended by then (end <= its start; for a zero-length range,
+    end < its start), not counting zero-length ranges at its own start, which sort after it.
+    Its parent is the last earlier range one level up (in preorder, the ancestor at depth d is
+    the last range of depth d before it): one stable sort by depth and one sorted search.
+    """
+    m = len(start)
+    pos = np.arange(m, dtype=np.int64)
+    longer = end > start
+    key = np.where(longer, start, start - 1)
+    closed = np.searchsorted(np.sort(end), key, side="right")
+    zero = end == start
+    if zero.any():
+        zs = np.sort(start[zero])
+        at_start = np.searchsorted(zs, start, side="right") - np.searchsorted(zs, start, side="left")
+        closed = closed - np.where(longer, at_start, 0)
+    depth = pos - closed
+    # rows of each depth, in preorder (a stable radix sort where the depths fit 16 bits)
+    small = depth.max(initial=0) < (1 << 15) and depth.min(initial=0) >= 0
+    by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")
+    sorted_key = depth[by_depth] * m + by_depth
+    q = by_depth[depth[by_depth] > 0]  # the asked rows in key order: the search walks forward
+    hit = np.searchsorted(sorted_key, (depth[q] - 1) * m + q, side="left") - 1
+    parent = np.full(m, -1, dtype=np.int64)
+    ok = hit >= 0
+    cand = by_depth[np.maximum(hit, 0)]
+    ok &= depth[cand] == depth[q] - 1
+    parent[q[ok]] = cand[ok]
+    return pos, depth, parent
 
 
 def ancestor_at(tree: pl.DataFrame, rows: pl.DataFrame, pos: str, level: str, cols: dict[str, str]) -> pl.DataFrame:
@@ -348,15 +413,17 @@ class Nesting:
     threads: dict[int, tuple[int, int]]  # global_tid -> [lo, hi) rows
 
     @classmethod
-    def of(cls, tree: pl.DataFrame) -> Nesting:
-        rows = tree.select("id").with_row_index("_row")
-        parent = (
-            tree.select(pl.col("parent").alias("id"))
-            .join(rows, on="id", how="left", maintain_order="left")["_row"]
-            .cast(pl.Int64)
-            .fill_null(-1)
-            .to_numpy()
-        )
+    def of(cls, tree: pl.DataFrame, parent: np.ndarray | None = None) -> Nesting:
+        """The Nesting of a nest() result; `parent` rows when the caller has them (`_nested`)."""
+        if parent is None:
+            rows = tree.select("id").with_row_index("_row")
+            parent = (
+                tree.select(pl.col("parent").alias("id"))
+                .join(rows, on="id", how="left", maintain_order="left")["_row"]
+                .cast(pl.Int64)
+                .fill_null(-1)
+                .to_numpy()
+            )
         tid = tree["global_tid"].to_numpy()
         cut = np.flatnonzero(np.diff(tid)) + 1 if len(tid) else np.array([], dtype=np.int64)
         los = np.concatenate([[0], cut]).astype(np.int64) if len(tid) else cut
@@ -440,8 +507,8 @@ class Nesting:
 
 @derived
 def projection_nesting(trace: Trace) -> Nesting:
-    """projection_tree() as a Nesting."""
-    return Nesting.of(projection_tree(trace))
+    """The push/pop projection ranges nested (projection_tree() is its frame)."""
+    return Nesting.of(*_nested(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
 
 
 PAIR_BYTES = 400  # memory per (call, range) pair through the reports' joins, with headroom

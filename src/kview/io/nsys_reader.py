@@ -102,14 +102,12 @@ def _cast(src: SqliteSource, table: str, col: pl.Series, dtype) -> pl.Series:
 def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
     """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
 
-    `text` comes back Categorical: it is read in rowid chunks and encoded chunk by chunk, so
-    millions of PyTorch range strings never sit in memory as one string column. Its categories
-    are this frame's own, not polars' global ones (which are never freed: five million distinct
-    op labels would stay in the process after the frame is gone).
+    Read in rowid chunks, two per connectorx call (two threads), each cast to kview's types
+    while it is small. `text` stays a plain string column: the labels are keyed by hash
+    (`nvtx_ranges.first_appearance`), and a dictionary of five million distinct op labels would
+    cost more than the strings themselves.
     """
-    text_type = pl.Categorical(pl.Categories.random())
     schema: dict[str, pl.DataType | type[pl.DataType]] = {v[0]: v[1] for v in NVTX_COLUMNS.values()}
-    schema["text"] = text_type
     if not src.has(NVTX):
         return pl.DataFrame(schema=schema)
     have = set(src.columns(NVTX)) | {"rowid"}
@@ -129,20 +127,16 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
         )
         if df.width == 0 or df.height == 0:
             continue
-        if "rowid" in df.columns and not df["rowid"].is_sorted():  # the parts may arrive in either order
-            df = df.sort("rowid")
-        exprs = []
-        for raw, (name, dtype) in NVTX_COLUMNS.items():
-            t = text_type if name == "text" else dtype
-            exprs.append(
-                (
-                    pl.col(raw).cast(pl.String).cast(t)
-                    if name == "text" and raw in df.columns
-                    else pl.col(raw).cast(t)
-                    if raw in df.columns
-                    else pl.lit(None, dtype=t)
-                ).alias(name)
-            )
+        if "rowid" in df.columns and not df["rowid"].is_sorted():
+            # the two parts may arrive in either order: put the second part first (slices, no copy)
+            cut = int(df["rowid"].diff().lt(0).arg_true()[0])
+            df = pl.concat([df.slice(cut), df.slice(0, cut)], rechunk=False)
+            if not df["rowid"].is_sorted():
+                df = df.sort("rowid")
+        exprs = [
+            (pl.col(raw).cast(dtype) if raw in df.columns else pl.lit(None, dtype=dtype)).alias(name)
+            for raw, (name, dtype) in NVTX_COLUMNS.items()
+        ]
         try:
             parts.append(df.select(exprs))
         except (pl.exceptions.PolarsError, ValueError, TypeError) as e:

@@ -1,0 +1,69 @@
+"""NVTX labels keyed by first appearance: the hashed numbering equals an exact one, collisions included."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kview.analysis import nvtx_ranges as nv
+from kview.trace import open_trace
+
+from conftest import KINETO_TRACES, LM_TRACES, PUBLIC_TRACES
+
+TRACES = [*PUBLIC_TRACES, *LM_TRACES[:3], *KINETO_TRACES[:3]]
+
+
+def _keys(path) -> pl.DataFrame:
+    """The (domain, registered string id, inline text) of every range of a real trace."""
+    ev = open_trace(path, use_cache=False).nvtx_events
+    return ev.select(
+        pl.col("domain_id"), pl.col("text_id"), pl.col("text").cast(pl.String), pl.col("global_tid")
+    ).with_columns(pl.col("text").str.slice(0, 12).alias("prefix"))
+
+
+def _numbered_in_python(rows: list[tuple]) -> tuple[list[int], list[bool]]:
+    seen: dict[tuple, int] = {}
+    codes, first = [], []
+    for r in rows:
+        first.append(r not in seen)
+        codes.append(seen.setdefault(r, len(seen)))
+    return codes, first
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_first_appearance_numbers_rows_as_a_dictionary_would(path):
+    keys = _keys(path)
+    if keys.height == 0:
+        pytest.skip("no NVTX")
+    for cols in (["domain_id", "text_id", "text"], ["prefix"], ["global_tid", "prefix"]):
+        frame = keys.select(cols)
+        code, first = nv.first_appearance(frame)
+        want_code, want_first = _numbered_in_python(frame.rows())
+        assert code.to_list() == want_code
+        assert first.to_list() == want_first
+        # short prefixes repeat: there are repeats to compare, not only first rows
+        if cols == ["prefix"] and frame.height > 1000:
+            assert not all(want_first)
+
+
+@pytest.mark.parametrize("path", TRACES[:3], ids=lambda p: p.name)
+def test_hash_collisions_are_found_not_merged(path, monkeypatch):
+    frame = _keys(path).select("prefix", "text")
+    want = nv.first_appearance(frame)
+    # every row hashing to one of two values: nearly every row collides with a different one
+    monkeypatch.setattr(nv, "_row_hash", lambda f: pl.Series("h", [0, 1] * (f.height // 2) + [0] * (f.height % 2)))
+    got = nv.first_appearance(frame)
+    assert got[0].to_list() == want[0].to_list()
+    assert got[1].to_list() == want[1].to_list()
+    assert got[0].max() + 1 == frame.unique().height
+
+
+def test_names_are_one_per_distinct_label_in_first_appearance_order():
+    path = TRACES[0]
+    t = open_trace(path, use_cache=False)
+    lab, names = nv.labelled_ranges(t)
+    assert names["name"].n_unique() == names.height
+    assert names["name_code"].to_list() == list(range(names.height))
+    # codes in order of each name's first range
+    firsts = lab.with_row_index("row").group_by("name_code").agg(pl.col("row").min()).sort("row")
+    assert firsts["name_code"].to_list() == list(range(names.height))
