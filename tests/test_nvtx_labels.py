@@ -67,3 +67,33 @@ def test_names_are_one_per_distinct_label_in_first_appearance_order():
     # codes in order of each name's first range
     firsts = lab.with_row_index("row").group_by("name_code").agg(pl.col("row").min()).sort("row")
     assert firsts["name_code"].to_list() == list(range(names.height))
+
+
+@pytest.mark.parametrize("path", [*PUBLIC_TRACES[:2], *LM_TRACES[:2]], ids=lambda p: p.name)
+def test_nearest_and_outermost_top_down_equal_pointer_jumping(path):
+    """The two ways Nesting answers "which range of this kind is above each row" agree on real
+    nestings, for the kinds attribution asks about and for a random scattering of rows."""
+    import numpy as np
+
+    t = open_trace(path, use_cache=False)
+    nest = nv.projection_nesting(t)
+    if nest.levels is None:
+        pytest.skip("deeper than the top-down limit")
+    labels = nv.labels(t)
+    codes = nest.tree["name_code"].to_numpy()
+    by_code = np.zeros(int(max(codes.max(initial=0), labels["name_code"].max() or 0)) + 1, dtype=bool)
+    by_code[labels["name_code"].to_numpy()] = labels["marker"].to_numpy()
+    rng = np.random.default_rng(7)
+    masks = [by_code[codes], ~by_code[codes], rng.random(len(codes)) < 0.3]
+    assert len(nest.levels) >= 3
+    for mask in masks:
+        assert np.array_equal(nest.nearest(mask), nest._nearest_by_jumps(mask))
+        assert np.array_equal(nest.outermost(mask), nest._outermost_by_jumps(mask))
+        # and one row checked by walking its parents
+        row = int(np.flatnonzero(nest.depth == nest.depth.max())[0])
+        chain = [row]
+        while nest.parent[chain[-1]] >= 0:
+            chain.append(int(nest.parent[chain[-1]]))
+        hits = [r for r in chain if mask[r]]
+        assert nest.nearest(mask)[row] == (hits[0] if hits else -1)
+        assert nest.outermost(mask)[row] == (hits[-1] if hits else -1)

@@ -173,8 +173,13 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
         "correlation",
         (pl.col("global_tid") & PID_MASK).alias("global_pid"),
     )
-    # one launch per op: a correlation id is unique per process
-    return ops.join(r.unique(["correlation", "global_pid"], keep="first"), on=["correlation", "global_pid"], how="left")
+    # one launch per op: a correlation id is unique per process. Only the launches of GPU ops are
+    # made unique (most runtime calls launch nothing)
+    key = ["correlation", "global_pid"]
+    r = r.join(ops.select(key), on=key, how="semi", maintain_order="left").unique(
+        key, keep="first", maintain_order=True
+    )
+    return ops.join(r, on=key, how="left", maintain_order="left")
 
 
 # A path shows at most this many levels: the outermost PATH_HEAD, a marker saying how many
@@ -326,6 +331,8 @@ class _Kinds:
                 pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
             )
         )
+        if self.loose.height == 0:  # no start/end ranges (nearly every trace)
+            return got.select("call_id", "id", "name_code", "start")
         flag = dict((k, f) for k, f, _ in self.KINDS)[key]
         kind = ~pl.col("marker") if flag == "marker" else pl.col(flag)
         loose = self.loose.join(self.labels.filter(kind).select("name_code"), on="name_code", how="semi")
@@ -562,7 +569,9 @@ def attribute(trace: Trace) -> pl.DataFrame:
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
     codes = ops.select("op_code").unique()
-    fields = op_fields(labels.join(codes, left_on="name_code", right_on="op_code", how="semi"))
+    # labels are indexed by name_code (0..n-1): a gather, not a join of millions of labels
+    used = codes["op_code"].drop_nulls()
+    fields = op_fields(labels[used.to_numpy()] if used.len() else labels.clear())
     codes = codes.join(
         fields.select(pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")),
         on="op_code",

@@ -17,6 +17,7 @@ against calls by an explicit per-thread interval join instead.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -478,8 +479,31 @@ class Nesting:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(idx), np.concatenate(found)
 
+    # Up to this many levels, per-row answers are made top-down one level at a time (each row
+    # touched once); deeper nestings (a push never popped in a loop) use pointer jumping.
+    LEVELS_TOP_DOWN = 64
+
+    @functools.cached_property
+    def levels(self) -> list[np.ndarray] | None:
+        """Rows of each depth (0, 1, ...), or None when the nesting is deeper than LEVELS_TOP_DOWN."""
+        if len(self.depth) == 0 or self.depth.max() >= self.LEVELS_TOP_DOWN or self.depth.min() < 0:
+            return None
+        order = np.argsort(self.depth.astype(np.int8), kind="stable")
+        cuts = np.searchsorted(self.depth[order], np.arange(1, int(self.depth.max()) + 1))
+        return np.split(order, cuts)
+
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
+        if self.levels is not None:
+            near = np.full(len(mask), -1, dtype=np.int64)
+            for rows in self.levels:
+                par = self.parent[rows]
+                up = np.where(par >= 0, near[np.maximum(par, 0)], -1)
+                near[rows] = np.where(mask[rows], rows, up)
+            return near
+        return self._nearest_by_jumps(mask)
+
+    def _nearest_by_jumps(self, mask: np.ndarray) -> np.ndarray:
         near = np.where(mask, np.arange(len(mask), dtype=np.int64), self.parent)
         while True:
             at = np.flatnonzero(near >= 0)
@@ -490,7 +514,17 @@ class Nesting:
 
     def outermost(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the outermost range at or above it where `mask` holds, -1 where none."""
-        near = self.nearest(mask)
+        if self.levels is not None:
+            top = np.full(len(mask), -1, dtype=np.int64)
+            for rows in self.levels:
+                par = self.parent[rows]
+                up = np.where(par >= 0, top[np.maximum(par, 0)], -1)
+                top[rows] = np.where(up >= 0, up, np.where(mask[rows], rows, -1))
+            return top
+        return self._outermost_by_jumps(mask)
+
+    def _outermost_by_jumps(self, mask: np.ndarray) -> np.ndarray:
+        near = self._nearest_by_jumps(mask)
         up = np.full(len(mask), -1, dtype=np.int64)
         kinds = np.flatnonzero(mask)
         par = self.parent[kinds]

@@ -25,7 +25,10 @@ NVTX_DOMAIN_CREATE = 75
 
 # globalTid packs VM id << 48 | pid << 24 | tid (nsys); kview's own traces use VM 1.
 VM = 1 << 48
-PID_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid (VM id and PID kept)
+# globalTid -> globalPid (VM id and PID kept): bits 24-63, written as the signed 64-bit value of
+# 0xFFFFFFFFFF000000 so `col & PID_MASK` stays Int64 (the unsigned literal made polars widen every
+# such column to Int128, whose joins and hashes are several times slower); same bits on ids >= 0
+PID_MASK = -(1 << 24)
 PID_ONLY = 0x0000FFFFFF000000  # the PID bits alone (what nsys matches domains by)
 ID_BITS = 0x1000000  # a pid or tid field holds 24 bits
 
