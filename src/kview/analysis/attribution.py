@@ -179,7 +179,9 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
     r = r.join(ops.select(key), on=key, how="semi", maintain_order="left").unique(
         key, keep="first", maintain_order=True
     )
-    return ops.join(r, on=key, how="left", maintain_order="left")
+    # only the launch's columns are new: gpu_ops' columns are shared, not copied
+    launch = ops.select(key).join(r, on=key, how="left", maintain_order="left")
+    return ops.with_columns(launch.select("r_start", "r_end", "global_tid"))
 
 
 # A path shows at most this many levels: the outermost PATH_HEAD, a marker saying how many
@@ -193,11 +195,10 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
     layer (the same without phase ranges, joined with ":"), and which phases it lies in.
     Computed once per range, so a million kernels only carry the id of their innermost range."""
-    labels = nv.labels(trace).with_columns(_is_phase(pl.col("label")).alias("phase"))
+    # the user labels only (module and step names: thousands, where op labels are millions)
+    labels = nv.labels(trace).filter(~pl.col("marker")).with_columns(_is_phase(pl.col("label")).alias("phase"))
     ranges = nv.projection_ranges(trace)
-    users = ranges.join(
-        labels.filter(~pl.col("marker")).select("name_code", "label", "phase"), on="name_code", how="inner"
-    )
+    users = ranges.join(labels.select("name_code", "label", "phase"), on="name_code", how="inner")
     if users.height == 0:
         return pl.DataFrame(
             schema={

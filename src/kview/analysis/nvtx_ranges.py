@@ -268,8 +268,12 @@ def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
     all_ranges = labelled(trace)
     hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
-    r = all_ranges.filter(pl.col("end_global_tid").is_null())
-    return r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64))).drop("end_global_tid")
+    # the usual trace (no cross-thread ranges, every range closed) shares labelled()'s columns
+    one_thread = pl.col("end_global_tid").is_null()
+    r = all_ranges if all_ranges.select(one_thread.all()).item() else all_ranges.filter(one_thread)
+    if r["end"].null_count():
+        r = r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)))
+    return r.drop("end_global_tid")
 
 
 @derived

@@ -128,9 +128,10 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
         if df.width == 0 or df.height == 0:
             continue
         if "rowid" in df.columns and not df["rowid"].is_sorted():
-            # the two parts may arrive in either order: put the second part first (slices, no copy)
-            cut = int(df["rowid"].diff().lt(0).arg_true()[0])
-            df = pl.concat([df.slice(cut), df.slice(0, cut)], rechunk=False)
+            # the two parts arrive in interleaved batches, each in rowid order: two filters restore
+            # the order (no sort)
+            first = pl.col("rowid") < lo + step
+            df = pl.concat([df.filter(first), df.filter(~first)], rechunk=False)
             if not df["rowid"].is_sorted():
                 df = df.sort("rowid")
         exprs = [
