@@ -531,6 +531,7 @@ def attribute(trace: Trace) -> pl.DataFrame:
     # million rows would copy every string instead (an op's Params text is up to 9 kB).
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
     labels = op_labels(trace) if have_nvtx else _NO_OPS
+    w = ops.select("call_id")  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
         calls = ops.filter(pl.col("r_start").is_not_null()).select(
             "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
@@ -544,12 +545,12 @@ def attribute(trace: Trace) -> pl.DataFrame:
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
         orphan = calls.join(ctx.filter(pathless).select("call_id"), on="call_id", how="inner")
         ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
-        ops = ops.join(ctx, on="call_id", how="left")
+        w = w.join(ctx, on="call_id", how="left", maintain_order="left")
     else:
         for c in ("uid", "fop_code", "bseq", "b_uid", "b_fop_code", "open_uid"):
-            ops = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
+            w = w.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
         for c in ("in_fwd", "in_bwd", "in_opt", "any_bwd", "any_opt"):
-            ops = ops.with_columns(pl.lit(None, dtype=pl.Boolean).alias(c))
+            w = w.with_columns(pl.lit(None, dtype=pl.Boolean).alias(c))
     f = pl.col
     direction = (
         pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False))
@@ -560,16 +561,16 @@ def attribute(trace: Trace) -> pl.DataFrame:
         .then(pl.lit("fprop"))
         .otherwise(pl.lit("-"))
     )
-    ops = ops.with_columns(direction.alias("Direction"))
+    w = w.with_columns(direction.alias("Direction"))
     # backward work takes its forward op's layer and op (every op marker has an op name, so a
     # found forward op is a b_fop_code)
     is_b = (f("Direction") == "bprop") & f("b_fop_code").is_not_null()
-    ops = ops.with_columns(
+    w = w.with_columns(
         pl.when(is_b).then(f("b_uid")).otherwise(f("uid")).alias("layer_uid"),
         pl.when(is_b).then(f("b_fop_code")).otherwise(f("fop_code")).alias("op_code"),
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
-    codes = ops.select("op_code").unique()
+    codes = w.select("op_code").unique()
     # labels are indexed by name_code (0..n-1): a gather, not a join of millions of labels
     used = codes["op_code"].drop_nulls()
     fields = op_fields(labels[used.to_numpy()] if used.len() else labels.clear())
@@ -586,16 +587,19 @@ def attribute(trace: Trace) -> pl.DataFrame:
         pl.Series("op_elems", [p[2] for p in parsed], dtype=pl.Int64),
     )
     codes = codes.join(keys, on=["op_", "sizes_"], how="left", nulls_equal=True).drop("sizes_")
-    ops = ops.join(codes, on="op_code", how="left", nulls_equal=True)
+    w = w.join(codes, on="op_code", how="left", nulls_equal=True, maintain_order="left")
     # shown text of a path or layer: an empty one reads `-`, made on the small table
     dash = {c: pl.when(f(c) == "").then(pl.lit("-")).otherwise(f(c)).alias(c) for c in ("path", "layer")}
-    ops = (
-        ops.join(paths.select(pl.col("uid").alias("layer_uid"), dash["layer"]), on="layer_uid", how="left")
-        .join(paths.select("uid", dash["path"]), on="uid", how="left")
-        .join(paths.select(pl.col("uid").alias("open_uid"), dash["path"].alias("open_path")), on="open_uid", how="left")
+    left = {"how": "left", "maintain_order": "left"}
+    w = (
+        w.join(paths.select(pl.col("uid").alias("layer_uid"), dash["layer"]), on="layer_uid", **left)
+        .join(paths.select("uid", dash["path"]), on="uid", **left)
+        .join(paths.select(pl.col("uid").alias("open_uid"), dash["path"].alias("open_path")), on="open_uid", **left)
         .with_columns(pl.coalesce("path", "open_path").alias("path_"))
     )
-    ops = ops.join(name_categories(ops["Kernel"]), on="Kernel", how="left")
+    named = ops.select("Kernel").join(name_categories(ops["Kernel"]), on="Kernel", **left).drop("Kernel")
+    # the context columns were joined on a narrow frame in the ops' order: added, not joined
+    ops = ops.hstack(w.drop("call_id")).hstack(named)
     named = f("name_category")
     cat = (
         pl.when(f("kind") == "memcpy")
