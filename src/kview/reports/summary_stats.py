@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
+import numpy as np
 import polars as pl
 
 
@@ -38,24 +39,17 @@ def _exact_round(x: float, digits: int) -> float:
 def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataFrame:
     """Round float columns like SQLite's round(x, digits).
 
-    The rounded value is built as decimal text and parsed, which yields the double nearest to
-    the decimal, as SQLite's result is: polars computes `m / 10` as `m * 0.1`, which prints
-    7866.2 as 7866.200000000001.
+    SQLite's result is the double nearest to the rounded decimal (m / 10**digits as text,
+    parsed). IEEE division is correctly rounded, so numpy's m / 10**digits is that same double;
+    polars computes `m / 10` as `m * 0.1`, which would print 7866.2 as 7866.200000000001.
     """
     scale = 10**digits
     out = []
     for c in cols:
-        x = pl.col(c).cast(pl.Float64)
-        m = (x.abs() * scale + 0.5).floor().cast(pl.Int64)
-        text = pl.concat_str(
-            [
-                pl.when(x < 0).then(pl.lit("-")).otherwise(pl.lit("")),
-                (m // scale).cast(pl.String),
-                pl.lit("."),
-                (m % scale).cast(pl.String).str.pad_start(digits, "0"),
-            ]
-        )
-        out.append(pl.when(x.is_finite()).then(text.cast(pl.Float64)).otherwise(x).alias(c))
+        x = df[c].cast(pl.Float64)
+        m = (x.abs() * scale + 0.5).floor()
+        q = (m.to_numpy() / scale) * np.where(x.to_numpy() < 0, -1.0, 1.0)
+        out.append(pl.Series(c, q, dtype=pl.Float64).zip_with(x.is_finite().fill_null(False), x).alias(c))
     rounded = df.with_columns(out)
     for c in cols:
         y = df[c].cast(pl.Float64).abs() * scale
