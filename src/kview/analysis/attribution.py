@@ -590,14 +590,27 @@ def attribute(trace: Trace) -> pl.DataFrame:
     w = w.join(codes, on="op_code", how="left", nulls_equal=True, maintain_order="left")
     # shown text of a path or layer: an empty one reads `-`, made on the small table
     dash = {c: pl.when(f(c) == "").then(pl.lit("-")).otherwise(f(c)).alias(c) for c in ("path", "layer")}
-    left = {"how": "left", "maintain_order": "left"}
     w = (
-        w.join(paths.select(pl.col("uid").alias("layer_uid"), dash["layer"]), on="layer_uid", **left)
-        .join(paths.select("uid", dash["path"]), on="uid", **left)
-        .join(paths.select(pl.col("uid").alias("open_uid"), dash["path"].alias("open_path")), on="open_uid", **left)
+        w.join(
+            paths.select(pl.col("uid").alias("layer_uid"), dash["layer"]),
+            on="layer_uid",
+            how="left",
+            maintain_order="left",
+        )
+        .join(paths.select("uid", dash["path"]), on="uid", how="left", maintain_order="left")
+        .join(
+            paths.select(pl.col("uid").alias("open_uid"), dash["path"].alias("open_path")),
+            on="open_uid",
+            how="left",
+            maintain_order="left",
+        )
         .with_columns(pl.coalesce("path", "open_path").alias("path_"))
     )
-    named = ops.select("Kernel").join(name_categories(ops["Kernel"]), on="Kernel", **left).drop("Kernel")
+    named = (
+        ops.select("Kernel")
+        .join(name_categories(ops["Kernel"]), on="Kernel", how="left", maintain_order="left")
+        .drop("Kernel")
+    )
     # the context columns were joined on a narrow frame in the ops' order: added, not joined
     ops = ops.hstack(w.drop("call_id")).hstack(named)
     named = f("name_category")
