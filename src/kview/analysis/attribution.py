@@ -606,13 +606,13 @@ def attribute(trace: Trace) -> pl.DataFrame:
         )
         .with_columns(pl.coalesce("path", "open_path").alias("path_"))
     )
-    named = (
+    kernel_cats = (
         ops.select("Kernel")
         .join(name_categories(ops["Kernel"]), on="Kernel", how="left", maintain_order="left")
         .drop("Kernel")
     )
     # the context columns were joined on a narrow frame in the ops' order: added, not joined
-    ops = ops.hstack(w.drop("call_id")).hstack(named)
+    ops = ops.hstack(w.drop("call_id")).hstack(kernel_cats)
     named = f("name_category")
     cat = (
         pl.when(f("kind") == "memcpy")
