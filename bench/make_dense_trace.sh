@@ -5,8 +5,9 @@
 # Systems with kview's module ranges (--annotate) and op ranges with shapes (--shapes =
 # nsys --pytorch=autograd-shapes-nvtx). Needs a GPU with >= 60 GB, nsys on PATH, torch and
 # transformers; kview importable (PYTHONPATH=src). Usage: bash bench/make_dense_trace.sh OUT.sqlite
-# Made on the lent H100/H200 through bench/gpu_capture_user.sh (PHASE=dense); kept outside the
-# repository (xz), its shape is in bench/RESULTS.md.
+# Made on the lent H100/H200 through bench/gpu_capture_user.sh (PHASE=dense). The capture of
+# 2026-11-23 is committed beside this script (dense_llama2.7b_nsys.sqlite.xz, 5 MB): `xz -dk` it and
+# tile it with bench/tile_trace.py --distinct-labels; its shape is in bench/RESULTS.md.
 set -eu
 out=${1:?output .sqlite}
 here=$(cd "$(dirname "$0")/.." && pwd)

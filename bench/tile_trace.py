@@ -120,6 +120,12 @@ def tile(src: str, n: int, dst: str, distinct_labels: bool = False) -> dict[str,
                 f"SELECT {', '.join(sel)} FROM src.{t} WHERE {where}"
             )
         con.commit()
+    # the session lasts as long as the copies do (its end bounds where rows may lie)
+    if "ANALYSIS_DETAILS" in tables and "duration" in [
+        r[1] for r in con.execute("PRAGMA main.table_info(ANALYSIS_DETAILS)")
+    ]:
+        con.execute(f"UPDATE main.ANALYSIS_DETAILS SET duration = duration + {(n - 1) * span}")
+        con.commit()
     counts = {t: con.execute(f"SELECT count(*) FROM main.{t}").fetchone()[0] for t in TILED if t in tables}
     con.execute("DETACH DATABASE src")
     con.close()
