@@ -39,6 +39,11 @@ class Trace:
         # derived tables (kview.derived), keyed by (function, *arguments)
         self.derived_tables: dict[tuple, Any] = {}
 
+    def forget_derived(self) -> None:
+        """Drop the derived tables kept so far (a one-shot command that has its result: the NVTX
+        names and nesting behind an attributed table are gigabytes at a million kernels)."""
+        self.derived_tables.clear()
+
     # -- facts -------------------------------------------------------------
     @cached_property
     def metadata(self) -> dict[str, str]:

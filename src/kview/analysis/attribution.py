@@ -307,7 +307,8 @@ class _Kinds:
             values = labels[flag].fill_null(False).to_numpy()
             by_code[where] = ~values if flag == "marker" else values
             mask = self.masks[key] = by_code[codes]
-            self.rows[key] = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
+            found = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
+            self.rows[key] = found.astype(np.int32) if len(found) < (1 << 31) else found  # half the memory
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
         seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
         self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
@@ -325,12 +326,8 @@ class _Kinds:
         rows = self.rows[key]
         at = np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
         hit = np.flatnonzero(at >= 0)
-        got = (
-            tree[at[hit]]
-            .select("id", "name_code", "start")
-            .with_columns(
-                pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
-            )
+        got = tree.select("id", "name_code", "start")[at[hit]].with_columns(
+            pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
         )
         if self.loose.height == 0:  # no start/end ranges (nearly every trace)
             return got.select("call_id", "id", "name_code", "start")
