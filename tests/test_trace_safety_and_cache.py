@@ -111,3 +111,16 @@ def test_no_cache_writes_nothing(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "xdg").exists()
     assert cache.cache_root() == tmp_path / "xdg" / "kview"
+
+
+def test_cache_has_every_key_once_stored(tmp_path):
+    import polars as pl
+
+    trace = tmp_path / "t.sqlite"
+    shutil.copy(TRACE, trace)
+    assert not cache.has(trace, ["kernels.start"])
+    frame = pl.DataFrame({"start": [1, 2, 3]})
+    cache.store(trace, "kernels.start", frame)
+    assert cache.has(trace, ["kernels.start"])
+    assert not cache.has(trace, ["kernels.start", "kernels.end"])
+    assert cache.load(trace, "kernels.start").equals(frame)

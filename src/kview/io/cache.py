@@ -111,6 +111,16 @@ def _entry(trace_path: Path) -> tuple[Path, str, str] | None:
     return cache_root() / "frames" / digest[:32], digest, resolved
 
 
+def has(trace_path: Path, keys: list[str] | tuple[str, ...]) -> bool:
+    """Whether the cache holds a file for every one of `keys` of this trace (reading one still
+    checks it: this answers "is it worth starting from the cache", not "is it valid")."""
+    try:
+        found = _entry(trace_path)
+        return found is not None and all((found[0] / f"{k}.parquet").is_file() for k in keys)
+    except OSError:
+        return False
+
+
 def load(trace_path: Path, key: str) -> pl.DataFrame | None:
     """The cached frame `key` of this trace, or None (absent, unusable, or not this trace's)."""
     found = _entry(trace_path)
