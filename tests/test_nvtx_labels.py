@@ -1,4 +1,4 @@
-"""NVTX labels keyed by first appearance: the hashed numbering equals an exact one, collisions included."""
+"""NVTX labels keyed by first appearance (the hashed numbering equals an exact one, collisions included) and the nesting's shortcuts (top-down answers, the start-order split) against their plain forms."""
 
 from __future__ import annotations
 
@@ -97,3 +97,19 @@ def test_nearest_and_outermost_top_down_equal_pointer_jumping(path):
         hits = [r for r in chain if mask[r]]
         assert nest.nearest(mask)[row] == (hits[0] if hits else -1)
         assert nest.outermost(mask)[row] == (hits[-1] if hits else -1)
+
+
+@pytest.mark.parametrize("path", [*PUBLIC_TRACES, *LM_TRACES[:2]], ids=lambda p: p.name)
+def test_nest_order_equals_the_four_key_sort(path):
+    """The shortcut for ranges listed in start order (a stable split by thread) gives exactly the
+    sorted order, also when equal starts need their ends and ids, and when the rows are not in
+    start order at all."""
+    keys, desc = ["global_tid", "start", "end", "id"], [False, False, True, False]
+    r = nv.projection_ranges(open_trace(path, use_cache=False)).select("id", "global_tid", "start", "end")
+    if r.height < 2:
+        pytest.skip("too few ranges")
+    by_start = r.sort("start", "id")
+    # equal starts whose order the split alone would get wrong: shorter first, then longer
+    ties = by_start.head(50).with_columns(pl.lit(0, dtype=pl.Int64).alias("start"))
+    for frame in (by_start, r.reverse(), pl.concat([ties, by_start.slice(50)])):
+        assert nv._nest_order(frame).equals(frame.sort(keys, descending=desc))

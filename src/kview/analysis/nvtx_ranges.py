@@ -294,7 +294,7 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
 
 def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """(nest(ranges), each row's parent row, -1 for a root): one sort, then numpy per thread."""
-    r = ranges.sort(["global_tid", "start", "end", "id"], descending=[False, False, True, False])
+    r = _nest_order(ranges)
     n = r.height
     pos = np.zeros(n, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
@@ -316,6 +316,27 @@ def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     return tree, parent
 
 
+def _nest_order(ranges: pl.DataFrame) -> pl.DataFrame:
+    """`ranges` by thread, then start, longer first, then id.
+
+    Exports list ranges in start order (interleaving threads); then a stable split by thread is
+    that order unless equal starts need their ends and ids compared: checked, and only when the
+    check fails is the frame sorted on all four keys (a multi-column sort of millions of rows)."""
+    keys, desc = ["global_tid", "start", "end", "id"], [False, False, True, False]
+    if ranges.height < 2 or not ranges["start"].is_sorted() or ranges["global_tid"].null_count():
+        return ranges.sort(keys, descending=desc)
+    tids = ranges["global_tid"].to_numpy()
+    uniq, thread = np.unique(tids, return_inverse=True)
+    order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
+    r = ranges[order]
+    t, st, en, ids = (r[c].to_numpy() for c in keys)
+    same_thread = t[1:] == t[:-1]
+    later = (st[1:] > st[:-1]) | (
+        (st[1:] == st[:-1]) & ((en[1:] < en[:-1]) | ((en[1:] == en[:-1]) & (ids[1:] > ids[:-1])))
+    )
+    return r if bool(np.all(later | ~same_thread)) else ranges.sort(keys, descending=desc)
+
+
 def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
 
@@ -329,7 +350,7 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     pos = np.arange(m, dtype=np.int64)
     longer = end > start
     key = np.where(longer, start, start - 1)
-    closed = np.searchsorted(np.sort(end), key, side="right")
+    closed = np.searchsorted(np.sort(end, kind="stable"), key, side="right")  # timsort: ends come nearly sorted
     zero = end == start
     if zero.any():
         zs = np.sort(start[zero])
