@@ -326,7 +326,8 @@ def _nest_order(ranges: pl.DataFrame) -> pl.DataFrame:
     if ranges.height < 2 or not ranges["start"].is_sorted() or ranges["global_tid"].null_count():
         return ranges.sort(keys, descending=desc)
     tids = ranges["global_tid"].to_numpy()
-    uniq, thread = np.unique(tids, return_inverse=True)
+    uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
+    thread = np.searchsorted(uniq, tids)
     order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
     r = ranges[order]
     t, st, en, ids = (r[c].to_numpy() for c in keys)
