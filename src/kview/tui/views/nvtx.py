@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 from rich.text import Text
 from textual import on
@@ -44,11 +45,14 @@ class NvtxView(View):
         if paths.height == 0:
             self.show(Static("This trace has no NVTX ranges."))
             return
-        total = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
-        paths = paths.with_columns(bar(pl.col("GPU (ns)") / total).alias("_bar"))  # share of all ranges' GPU time
-        self.children_of = {
-            k: v for k, v in paths.sort("GPU (ns)", descending=True).group_by("parent_id", maintain_order=True)
-        }
+        self.total_gpu = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
+        # every path's children together, most GPU time first: the rows of a node are one slice
+        # of this frame (a million paths are one sort, not a frame per parent; rows are named
+        # and drawn only when their parent is expanded)
+        self.by_parent = paths.sort("GPU (ns)", descending=True).sort(
+            "parent_id", nulls_last=False, maintain_order=True
+        )
+        self.parents = self.by_parent["parent_id"].fill_null(-1).to_numpy()
         self.range_tree: Tree[dict] = Tree(
             f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree"
         )
@@ -75,27 +79,40 @@ class NvtxView(View):
         t.append(r["_bar"], style="cyan")
         return t
 
+    def _kids(self, parent_id: int | None) -> tuple[int, int]:
+        """The rows [lo, hi) of `by_parent` whose parent is `parent_id`."""
+        key = -1 if parent_id is None else parent_id
+        return (
+            int(np.searchsorted(self.parents, key, side="left")),
+            int(np.searchsorted(self.parents, key, side="right")),
+        )
+
     def _add_ranges(self, node: TreeNode[dict], parent_id: int | None) -> None:
         """Add the ranges under `parent_id` below `node` (on first expansion: a deep tree is
         never built whole)."""
-        key = (parent_id,)
-        kids = self.children_of.get(key)
-        if kids is None:
+        lo, hi = self._kids(parent_id)
+        if lo == hi:
             return
-        for r in kids.iter_rows(named=True):
-            has_kids = (r["path_id"],) in self.children_of
-            node.add(self._label(r), data=r, allow_expand=has_kids)
+        # share of all ranges' GPU time
+        kids = self.by_parent.slice(lo, hi - lo).with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
+        ids = kids["path_id"].to_numpy()
+        has_kids = np.searchsorted(self.parents, ids, side="right") > np.searchsorted(self.parents, ids, side="left")
+        for r, more in zip(kids.iter_rows(named=True), has_kids.tolist()):
+            node.add(self._label(r), data=r, allow_expand=more)
 
     def reveal(self, path_id: int) -> TreeNode[dict] | None:
         """Expand the ancestors of range path `path_id` and put the cursor on it."""
         if self.data is None or not hasattr(self, "range_tree"):
             return None
-        parent_of = dict(zip(self.data.paths["path_id"].to_list(), self.data.paths["parent_id"].to_list()))
+        paths = self.data.paths
+        ids = paths["path_id"].to_numpy()  # ascending (parents before children)
+        parent_of = paths["parent_id"]
         chain = []
         pid: int | None = path_id
         while pid is not None:
             chain.append(pid)
-            pid = parent_of.get(pid)
+            at = int(np.searchsorted(ids, pid))
+            pid = parent_of[at] if at < len(ids) and ids[at] == pid else None
         node = self.range_tree.root
         for pid in reversed(chain):
             if node.data is not None and not node.children:
