@@ -117,3 +117,31 @@ def test_autograd_ranges_hang_under_backward_pass_each_op_counted_once():
     ops = attribute(t).filter(pl.col("Idx").is_in(path_ops(t, row["path_id"]).implode()))
     assert (ops.height, ops["Duration (ns)"].sum()) == (n, gpu)
     assert set(ops["NVTX Path"]) == {"profiled_step > backward_pass"} and set(ops["Direction"]) == {"bprop"}
+
+
+def test_the_tree_and_the_timelines_range_rows_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
+    """The NVTX tree (paths and their windows) and the Timeline's NVTX rows are kept in the
+    frame cache: a reopen reads them back, equal to a fresh build, without the ranges' labels."""
+    from kview.analysis import timeline
+    from kview.analysis.nvtx_tree import paths_and_windows
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fresh = open_trace(LM, use_cache=False)
+    first = open_trace(LM)
+    paths_and_windows(first), timeline.nvtx_row_table(first)
+    again = open_trace(LM)
+    for got, want in zip(
+        (*paths_and_windows(again), *timeline.nvtx_row_table(again)),
+        (*paths_and_windows(fresh), *timeline.nvtx_row_table(fresh)),
+    ):
+        assert got.height and got.equals(want) and got.schema == want.schema
+    names = {k[0].__name__ for k in again.derived_tables}
+    assert names == {"paths_and_windows", "nvtx_row_table"}, names
+    tl, tf = timeline.build(again), timeline.build(fresh)
+    assert tl.names == tf.names and len(tl.rows) == len(tf.rows)
+    for a, b in zip(tl.rows, tf.rows):
+        assert (a.label, a.group, a.depth) == (b.label, b.group, b.depth)
+        assert all(
+            (x == y).all() and x.dtype == y.dtype
+            for x, y in ((a.start, b.start), (a.end, b.end), (a.code, b.code), (a.cls, b.cls))
+        )

@@ -238,12 +238,12 @@ PHASE_SCHEMA = pl.Schema(
 )
 
 
-@derived
+@derived(persist="layers.phase_times")
 def phase_times(trace: Trace) -> pl.DataFrame:
     """Per phase: the GPU time and op count of the work launched while it was open (any thread),
     its share of all GPU time, and its CPU time (how long it was open). The same numbers
     `kview compare` gives for these ranges (one function computes both). Computed once per
-    trace: Overview, diff and `kview phases` all ask for it."""
+    trace and kept in the frame cache: Overview, diff and `kview phases` all ask for it."""
     from kview.analysis.compare import user_ranges
     from kview.analysis.gpu_time import launch_timeline, range_times
 
@@ -265,4 +265,18 @@ def phase_times(trace: Trace) -> pl.DataFrame:
             pl.col("cpu").alias("CPU Time (ns)"),
         )
         .cast(PHASE_SCHEMA)
+    )
+
+
+@derived(persist="layers.phase_spans")
+def phase_spans(trace: Trace) -> pl.DataFrame:
+    """Phase, start, end: the instance of each phase (`phase_times`' rows, in order) that
+    Compare gives the phase's column (`compare.phase_windows`: its last), kept in the frame
+    cache, so a reopened trace compares its phases without reading every range's label."""
+    from kview.analysis.compare import phase_windows
+
+    windows = phase_windows(trace, phase_times(trace)["Phase"].to_list())
+    return pl.DataFrame(
+        {"Phase": [w.label for w in windows], "start": [w.start for w in windows], "end": [w.end for w in windows]},
+        schema={"Phase": pl.String, "start": pl.Int64, "end": pl.Int64},
     )

@@ -186,9 +186,10 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@derived
+@derived(persist=("nvtx_tree.paths", "nvtx_tree.windows"))
 def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(path_table, path_windows): see those two."""
+    """(path_table, path_windows): see those two. Kept in the frame cache: a reopen reads the
+    tree back instead of nesting every range again."""
     empty = (pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=WINDOWS))
     if not trace.has("NVTX_EVENTS"):
         return empty

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kview.derived import derived_if_computed
+from kview.derived import derived, derived_if_computed
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
@@ -426,17 +426,50 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
 
 def _nvtx_rows(trace: Trace, nvtx_base: int) -> tuple[list[tuple[int, Row]], list[str]]:
     """(thread, row) of every NVTX row (push/pop ranges by depth, then start/end ranges), and
-    the names the rows' codes index.
+    the names the rows' codes index: slices of `nvtx_row_table`'s columns, one per run of
+    (thread, depth)."""
+    table, distinct = nvtx_row_table(trace)
+    if table.height == 0:
+        return [], []
+    tid, depth = table["tid"].to_numpy(), table["depth"].to_numpy()
+    start, end = table["start"].to_numpy(), table["end"].to_numpy()
+    code, cls = table["code"].to_numpy(), (table["kind"].to_numpy() + nvtx_base).astype(np.int8)
+    # a new row wherever the thread or the depth changes (the table holds them run by run)
+    cut = np.flatnonzero((tid[1:] != tid[:-1]) | (depth[1:] != depth[:-1])) + 1
+    bounds = np.concatenate([[0], cut, [len(tid)]]).tolist()
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        g, d = int(tid[lo]), int(depth[lo])
+        label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
+        out.append(
+            (g, Row("nvtx", label, str(g), d, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi], None, g & PID_MASK))
+        )
+    return out, distinct["short"].to_list()
 
-    A row's code is its range's short name (an op marker's op: `aten::mm, op_id = 7, seq = 3,
-    sizes = ...` -> `aten::mm`), numbered among the distinct short names: with autograd shapes
-    nearly every range has a label of its own (5.6 million on the dense 1.1M-kernel trace), and
+
+NVTX_ROWS = pl.Schema(
+    {"tid": pl.Int64, "depth": pl.Int16, "start": pl.Int64, "end": pl.Int64, "code": pl.Int32, "kind": pl.Int8}
+)
+
+
+@derived(persist=("timeline.nvtx_rows", "timeline.nvtx_names"))
+def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The NVTX rows of the timeline as integers, kept in the frame cache (a reopen reads them
+    back without the ranges' labels): one row per range, run by run of (thread, depth) in the
+    timeline's order (push/pop depths, then start/end ranges), start and end from the trace's
+    origin, `code` the range's short name's index in the second frame (short), `kind` its
+    range kind (0 user range, 1 op marker, 2 library).
+
+    A range's short name is its op for an op marker (`aten::mm, op_id = 7, seq = 3, sizes =
+    ...` -> `aten::mm`), numbered among the distinct short names: with autograd shapes nearly
+    every range has a label of its own (5.6 million on the dense 1.1M-kernel trace), and
     keeping each as a Python string would cost more than all the rows' arrays."""
     from kview.analysis import nvtx_ranges as nv
 
+    empty = (pl.DataFrame(schema=NVTX_ROWS), pl.DataFrame(schema={"short": pl.String}))
     lab = nv.labels(trace)
     if lab.height == 0:
-        return [], []
+        return empty
     if not lab["name_code"].is_sorted() or lab["name_code"][-1] != lab.height - 1 or lab["name_code"][0] != 0:
         lab = lab.sort("name_code")
         if lab["name_code"].to_list() != list(range(lab.height)):
@@ -446,11 +479,12 @@ def _nvtx_rows(trace: Trace, nvtx_base: int) -> tuple[list[tuple[int, Row]], lis
         .then(pl.col("label").str.slice(0, pl.col("label").str.find(",", literal=True)))
         .otherwise(pl.col("label"))
     )
-    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0) + nvtx_base
+    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0)
     lab = lab.select(short.fill_null("").alias("short"), kind.cast(pl.Int8).alias("_cls"))
     distinct = lab.select("short").unique().sort("short").with_row_index("_short")
     short_of = lab.join(distinct, on="short", how="left", maintain_order="left")["_short"].cast(pl.Int32).to_numpy()
     cls_of = lab["_cls"].to_numpy()
+    del lab
     ranges = nv.projection_ranges(trace)
     pushpop = ranges.filter(pl.col("style") == "PushPop")
     # the nesting attribution built, when it is there; else depths from sorted searches alone
@@ -473,12 +507,22 @@ def _nvtx_rows(trace: Trace, nvtx_base: int) -> tuple[list[tuple[int, Row]], lis
             se["name_code"].to_numpy(),
         ),
     ]
-    out = []
-    for part in parts:
-        for g, d, st, en, cd in _by_thread_and_depth(*part, trace.origin):
-            label = "NVTX start/end" if d < 0 else f"NVTX d{d}"
-            out.append((g, Row("nvtx", label, str(g), d, st, en, short_of[cd], cls_of[cd], None, g & PID_MASK)))
-    return out, distinct["short"].to_list()
+    runs = [run for part in parts for run in _by_thread_and_depth(*part, trace.origin)]
+    if not runs:
+        return empty[0], distinct.select("short")
+    codes = np.concatenate([cd for *_, cd in runs])
+    table = pl.DataFrame(
+        {
+            "tid": np.concatenate([np.full(len(st), g, dtype=np.int64) for g, _, st, _, _ in runs]),
+            "depth": np.concatenate([np.full(len(st), d, dtype=np.int16) for _, d, st, _, _ in runs]),
+            "start": np.concatenate([st for _, _, st, _, _ in runs]),
+            "end": np.concatenate([en for _, _, _, en, _ in runs]),
+            "code": short_of[codes],
+            "kind": cls_of[codes],
+        },
+        schema=NVTX_ROWS,
+    )
+    return table, distinct.select("short")
 
 
 def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
