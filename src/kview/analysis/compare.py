@@ -22,6 +22,7 @@ from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.gpu_time import launch_timeline, range_times
 from kview.analysis.ranks import owned_ops
+from kview.derived import derived
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
@@ -147,22 +148,32 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
         return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
     if metric == "cpu":
         raise UsageError("--metric cpu applies to ranges only (use --by range)")
-    a = attribute(w.trace)
+    a = ops_by_launch(w.trace, by)
     if ops is not None:
         a = a.filter(pl.col("Idx").is_in(ops.implode()))
-    launched = launch_timeline(w.trace).select("Idx", "t")
-    a = a.join(launched, on="Idx", how="left")
     if w.start is not None:
         a = a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))
     key = {"category": "Category", "kernel": "Kernel", "layer": "Layer"}[by]
-    if by == "layer":  # the layer the Layers view counts it in, else its path's first module
+    return a.group_by(key).agg(pl.col("Duration (ns)").sum().alias("v")).rename({key: "item"})
+
+
+@derived
+def ops_by_launch(trace: Trace, by: str) -> pl.DataFrame:
+    """The attributed GPU ops a column groups (Idx, duration, launch time `t` and the item `by`
+    groups them by), joined once per trace and not once per window (one trace's 250 steps side
+    by side were 250 joins of every op). By layer: the layer the Layers view counts the op in,
+    else its path's first module."""
+    key = {"category": "Category", "kernel": "Kernel", "layer": "Layer"}[by]
+    launched = launch_timeline(trace).select("Idx", "t")
+    a = attribute(trace).select("Idx", "Duration (ns)", key).join(launched, on="Idx", how="left")
+    if by == "layer":
         from kview.analysis.layers import kernel_layers
 
-        layer = kernel_layers(w.trace).select("Idx", pl.col("Layer").alias("_layer"))
+        layer = kernel_layers(trace).select("Idx", pl.col("Layer").alias("_layer"))
         a = a.join(layer, on=pl.col("Idx").cast(pl.Int64), how="left").with_columns(
             pl.coalesce("_layer", pl.col("Layer").str.split(":").list.first()).alias("Layer")
         )
-    return a.group_by(key).agg(pl.col("Duration (ns)").sum().alias("v")).rename({key: "item"})
+    return a.select("Idx", "Duration (ns)", key, "t")
 
 
 def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu", spread: bool = False) -> pl.DataFrame:
