@@ -7,7 +7,8 @@ high-water mark). On a shared machine the CPU seconds are the steadier figure. G
   cold     kview kernels -f csv and the NVTX reports with --no-cache
   cached   the same and every other report after a first run filled an empty cache
   tui      the explorer headless (Textual's run_test): first kernel table, every view loaded,
-           peak RSS of the whole app process; cold (--no-cache) and from the cache
+           peak RSS of the app process (app peak RSS) and of it or the worker process that
+           makes a large trace's tables (peak_rss_mib); cold (--no-cache) and from the cache
   writers  the 1.1M-row attributed table (from the cache) to CSV, TSV, JSON and Markdown, timed
            around the writer alone, output to /dev/null
 
@@ -38,11 +39,21 @@ async def go():
         while app.ready_at is None:
             await pilot.pause(0.02)
         first = app.ready_at - app.t0
-        while unfinished := [w for w in app.workers if not w.is_finished]:
-            await app.workers.wait_for_complete(unfinished)
-            await pilot.pause()
+        # every worker done (the load, then Compare and Ranks, which start once it is in) and
+        # what they posted handled
+        quiet = 0
+        while quiet < 3:
+            unfinished = [w for w in app.workers if not w.is_finished]
+            if unfinished:
+                await app.workers.wait_for_complete(unfinished)
+            quiet = 0 if (unfinished or app.working or 0 not in app.loaded) else quiet + 1
+            await pilot.pause(0.05)
         views = {v: type(app.view(v)).__name__ for v in app.views}
         out = {"first kernel table (s)": round(first, 2), "every view loaded (s)": round(time.perf_counter() - app.t0, 1)}
+        # the app process's own high-water mark (peak_rss_mib is the largest of it and the
+        # worker process that makes a large trace's tables)
+        hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
+        out["app peak RSS (MiB)"] = round(int(hwm[0].split()[1]) / 1024) if hwm else None
         await pilot.press("q")
     print(json.dumps(out))
 

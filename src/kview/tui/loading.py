@@ -42,7 +42,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     """The messages of one trace, in the order a user needs them. `trace` is the Trace (or the
     memory Snapshot) the CLI opened and checked, or a path to open here."""
     from kview.analysis import memory_timeline
-    from kview.analysis.attribution import attribute
+    from kview.analysis.attribution import attribute, launched_ops
     from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.layers import layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table, path_windows
@@ -77,6 +77,12 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
 
     gpu_timeline = timeline.build(trace, cpu=False)
     yield TimelineReady(gpu_timeline, cpu_pending=True)
+    from kview.tui import prepare
+
+    if prepare.worth_it(trace, use_cache):
+        # a large trace: the tables that read every NVTX range are made in a worker process
+        yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
+        prepare.prepare(trace, use_cache)
     yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them
@@ -92,6 +98,11 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     widths = {c: int(v or 0) for c, v in widths.items()}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
     yield AttributedKernels(table, names, names + field_words(table), shown, widths)
+    # each op's launch time (NVTX tree, phases, Compare) is kept; the launches joined to the
+    # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
+    # nothing the views show reads it again)
+    launch_timeline(trace)
+    forget(trace, launched_ops)
     yield Stage("timeline: CPU threads")
     # the CPU rows reuse the NVTX nesting attribution just built; GPU ops take the attributed
     # category, so the Timeline and Kernels agree
@@ -107,6 +118,13 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield from load_memory_beside(trace, use_cache)
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
+
+
+def forget(trace: Trace, *tables) -> None:
+    """Drop derived tables `tables` (of no arguments) from `trace`: what a view needs was made
+    from them, and a later question recomputes them (equal) rather than the session holding them."""
+    for table in tables:
+        trace.derived_tables.pop((table,), None)
 
 
 def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Message]:
@@ -173,7 +191,7 @@ def compare(
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
     one trace holds several), by range, layer, category or kernel: exactly `kview compare`
     (`side_by_side`), whose command line the caption gives."""
-    from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side, user_ranges
+    from kview.analysis.compare import distinct_labels, root_window, side_by_side, user_ranges
     from kview.analysis.ranks import make_run
 
     first = traces[0]
@@ -196,7 +214,7 @@ def compare(
             command = "kview compare " + " ".join(t.name for t in ts) + (" --root profiled_step" if has_root else "")
             head = f"{len(ts)} traces by {by}" + (f" · {legend}" if legend else "")
         else:
-            windows = phase_windows(first.trace, list(first.phase_names))
+            windows = _phase_windows(first)
             command = f"kview compare {first.trace.name} --ranges {','.join(first.phase_names)}"
             head = f"the phases of this trace by {by}"
         command += f" --by {by}" + (" --metric cpu" if metric == "cpu" else "")
@@ -204,6 +222,18 @@ def compare(
         return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric)
+
+
+def _phase_windows(loaded: TraceLoaded) -> list:
+    """The windows of the phases `loaded` names (`compare.phase_windows`), from the frame cache
+    when the trace's phases are the ones kept there."""
+    from kview.analysis.compare import Window, phase_windows
+    from kview.analysis.layers import phase_spans
+
+    spans = phase_spans(loaded.trace)
+    if tuple(spans["Phase"].to_list()) != tuple(loaded.phase_names):
+        return phase_windows(loaded.trace, list(loaded.phase_names))
+    return [Window(loaded.trace, p, s, e) for p, s, e in spans.iter_rows()]
 
 
 def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> CompareReady:
