@@ -91,10 +91,12 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     table = table.with_columns(
         short_names(table["Kernel"]).alias("_short"),
         distinct_short_names(table["Kernel"]).alias("_name"),
-        pl.col("NVTX Path").str.split(" > ").list.last().alias("_range"),
+        # the innermost range: the text after the last " > " (a split would make a list of
+        # every level of every row first)
+        pl.col("NVTX Path").str.replace(r"(?s)^.* > ", "").alias("_range"),
     )
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
-    shown = table.select("Kernel", "_name").unique("Kernel")
+    shown = table.select("Kernel", "_name")[table["Kernel"].arg_unique()]  # a row per kernel name
     text = [c for c, t in table.schema.items() if t == pl.String]
     widths = table.select([pl.col(c).str.len_chars().max() for c in text]).row(0, named=True) if table.height else {}
     widths = {c: int(v or 0) for c, v in widths.items()}
