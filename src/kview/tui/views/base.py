@@ -50,7 +50,11 @@ class View(Vertical):
     def show(self, *widgets: Widget) -> None:
         """Replace the loading indicator (or what was shown) by `widgets`. They go in a fresh
         container: the old one leaves at the next refresh, and ids need only be unique among
-        siblings, so a view can be rebuilt (another trace, another comparison) at once."""
+        siblings, so a view can be rebuilt (another trace, another comparison) at once. A view
+        no longer in the app (it is leaving: a load's message that came after a signal) shows
+        nothing: mounting there would fail and turn a clean exit into an error."""
+        if not self.is_attached:
+            return
         self.remove_children()
         self.mount(Vertical(*widgets, classes="shown"))
 
