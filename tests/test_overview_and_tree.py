@@ -145,3 +145,26 @@ def test_the_tree_and_the_timelines_range_rows_read_back_from_the_cache_equal_fr
             (x == y).all() and x.dtype == y.dtype
             for x, y in ((a.start, b.start), (a.end, b.end), (a.code, b.code), (a.cls, b.cls))
         )
+
+
+def test_a_paths_windows_merge_as_merge_intervals_merges_them():
+    """The tree's windows merged by one numpy sweep equal merge_intervals by path (touching
+    windows merge, equal starts, nested and zero-length windows, far apart values)."""
+    import numpy as np
+
+    from kview.analysis import nvtx_tree as nt
+    from kview.analysis.gpu_time import merge_intervals
+
+    rng = np.random.default_rng(7)
+    cases = []
+    for i in range(500):
+        n, g = int(rng.integers(1, 60)), int(rng.integers(1, 6))
+        s = rng.integers(-20, 50, n)
+        d = rng.integers(0, 15, n) if i % 3 else rng.integers(0, 2, n)
+        cases.append(pl.DataFrame({"path_id": rng.integers(0, g, n), "start": s, "end": s + d}, schema=nt.WINDOWS))
+    cases.append(
+        pl.DataFrame({"path_id": [0, 0, 1], "start": [0, 10**17, 5], "end": [10**17, 3 * 10**17, 6]}, schema=nt.WINDOWS)
+    )
+    for w in cases:
+        want = merge_intervals(w, ["path_id"]).sort(["path_id", "start"]).select(list(nt.WINDOWS)).cast(nt.WINDOWS)
+        assert nt._merge(w).equals(want)
