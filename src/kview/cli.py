@@ -258,7 +258,7 @@ def _write(args, text: str) -> int:
 
 
 def _emit(args, frame, decimals=None) -> int:
-    """One table as the command's document: streamed to stdout slice by slice (a million rows
+    """One table as the command's document: streamed to stdout as polars writes it (a million rows
     never become one string), or written to -o PATH as _write does."""
     from kview.output import render
 

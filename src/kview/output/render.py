@@ -6,12 +6,13 @@ integers, rounded floats as Python prints them, empty cells for NULL, MB with 3 
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import shutil
 import sys
 from collections.abc import Callable
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, cast
 
 import polars as pl
 
@@ -41,34 +42,94 @@ def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) ->
     return frame.select(exprs) if exprs else frame
 
 
-# Long tables are written a slice at a time: each slice is turned into text by polars' writers
-# and handed on, so a million-row table never exists as one string.
-BATCH_ROWS = 100_000
+def _as_written(dtype) -> bool:
+    """Columns polars' writers print exactly as their text form (cast to String): strings,
+    integers and floats (shortest round-trip digits, `NaN`, `inf`) go to the writer as they are."""
+    return dtype == pl.String or dtype.is_integer() or dtype in (pl.Float32, pl.Float64)
 
 
-def _polars_out(
-    text: pl.DataFrame,
+def _cells(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.DataFrame:
+    """The table as the writers take it: strings and numbers as they are, fixed-decimal columns
+    as their text, every other type (categories, booleans, times) cast to its text once."""
+    decimals = decimals or {}
+    if not decimals and all(_as_written(t) for t in frame.dtypes):
+        return frame
+    exprs = []
+    for name, dtype in frame.schema.items():
+        c = pl.col(name)
+        if name in decimals:
+            exprs.append(c.map_batches(_fixed(decimals[name]), return_dtype=pl.String).alias(name))
+        elif _as_written(dtype):
+            exprs.append(c)
+        else:
+            exprs.append(c.cast(pl.String))
+    return frame.select(exprs)
+
+
+# Where a column has to be rewritten for its format (quoting, escapes), the table is written a
+# slice at a time, so the rewritten text never exists for a million rows at once; a table written
+# as it is goes to polars' writer whole (which streams it out in chunks on every core).
+BATCH_ROWS = 250_000
+
+
+def _broken_pipe(e: OSError) -> bool:
+    """polars' writers raise a plain OSError for a closed pipe (`Broken pipe (os error 32)`)."""
+    return e.errno == errno.EPIPE or "os error 32" in str(e) or "[Errno 32]" in str(e)
+
+
+def _out(write: Callable[[], None]) -> None:
+    """Run one polars write into the caller's stream; a closed pipe surfaces as Python's
+    BrokenPipeError (as a write of Python's own would), not as a polars error."""
+    try:
+        write()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        if _broken_pipe(e):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
+        raise
+
+
+def _written(
+    frame: pl.DataFrame,
     out: BinaryIO,
+    rewrite: dict[str, pl.Expr],
     separator: str = ",",
     include_header: bool = False,
     quote_style: Literal["necessary", "never"] = "never",
 ) -> None:
-    """Cells in their text form, written by polars (unquoted unless asked) into a buffer handed
-    on, so a closed pipe surfaces as Python's BrokenPipeError, not as a polars error."""
-    buf = io.BytesIO()
-    text.write_csv(
-        buf,
-        separator=separator,
-        quote_style=quote_style,
-        include_header=include_header,
-        line_terminator="\n",
-    )
-    out.write(buf.getbuffer())
+    """`frame` through polars' CSV writer straight into `out`, the columns in `rewrite` replaced
+    by their expressions slice by slice."""
 
+    def one(part: pl.DataFrame, header: bool) -> None:
+        _out(
+            lambda: part.write_csv(
+                out,
+                separator=separator,
+                quote_style=quote_style,
+                include_header=header,
+                line_terminator="\n",
+            )
+        )
 
-def _slices(frame: pl.DataFrame):
+    if not rewrite:
+        one(frame, include_header)
+        return
+    exprs = [rewrite.get(c, pl.col(c)).alias(c) for c in frame.columns]
     for offset in range(0, max(frame.height, 1), BATCH_ROWS):
-        yield frame.slice(offset, BATCH_ROWS)
+        one(frame.slice(offset, BATCH_ROWS).select(exprs), include_header and offset == 0)
+
+
+def _any(frame: pl.DataFrame, tests: dict[str, pl.Expr]) -> dict[str, bool]:
+    """Which of the named tests hold for some row (one pass of polars over the table)."""
+    if not tests:
+        return {}
+    row = frame.select(e.any().alias(k) for k, e in tests.items()).row(0)
+    return {k: bool(v) for k, v in zip(tests, row)}
+
+
+def _texts(frame: pl.DataFrame) -> list[str]:
+    return [c for c, t in frame.schema.items() if t == pl.String]
 
 
 def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",") -> None:
@@ -76,51 +137,31 @@ def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",")
     doubled inside it); a quote alone is left as it is, as nsys leaves it; NULL is empty."""
     if frame.width == 0 or frame.height == 0:  # nsys writes an empty file for an empty report
         return
-    texts = [c for c, t in frame.schema.items() if t in (pl.String, pl.Categorical) or isinstance(t, pl.Enum)]
     out.write((sep.join(f'"{c}"' if sep in c else c for c in frame.columns) + "\n").encode())
-    for part in _slices(frame):
-        text = cell_strings(part, decimals)
-        # numbers never hold a separator, a quote or a line break: only text columns are looked at
-        seen = (
-            text.select(
-                *[
-                    (pl.col(c).str.contains(sep, literal=True) | pl.col(c).str.contains("\n", literal=True))
-                    .any()
-                    .alias(f"q{i}")
-                    for i, c in enumerate(texts)
-                ],
-                *[
-                    (pl.col(c).str.contains('"', literal=True) | pl.col(c).str.contains("\r", literal=True))
-                    .any()
-                    .alias(f"x{i}")
-                    for i, c in enumerate(texts)
-                ],
-                *[(pl.col(c).str.len_bytes() == 0).any().alias(f"e{i}") for i, c in enumerate(texts)],
-            ).row(0)
-            if texts
-            else ()
-        )
-        n = len(texts)
-        needs, odd, empty = seen[:n], seen[n : 2 * n], seen[2 * n :]
-        if not any(odd):
-            # no quote or carriage return anywhere: polars' own minimal quoting is nsys's rule,
-            # once empty strings (which it would write as "") are nulls
-            blank = {c for c, e in zip(texts, empty) if e}
-            text = (
-                text.with_columns(
-                    pl.when(pl.col(c).str.len_bytes() == 0).then(None).otherwise(pl.col(c)).alias(c) for c in blank
-                )
-                if blank
-                else text
-            )
-            _polars_out(text, out, separator=sep, quote_style="necessary")
-            continue
-        quoted = {c for c, h in zip(texts, needs) if h}
-        _polars_out(
-            text.select(_quoted(pl.col(c), sep).alias(c) if c in quoted else pl.col(c) for c in text.columns),
-            out,
-            separator=sep,
-        )
+    cells = _cells(frame, decimals)
+    # numbers never hold a separator, a quote or a line break: only text columns are looked at,
+    # once for the whole table
+    texts = _texts(cells)
+    seen = _any(
+        cells,
+        {
+            **{f"q{i}": pl.col(c).str.contains_any([sep, "\n"]) for i, c in enumerate(texts)},
+            **{f"x{i}": pl.col(c).str.contains_any(['"', "\r"]) for i, c in enumerate(texts)},
+            **{f"e{i}": pl.col(c).str.len_bytes() == 0 for i, c in enumerate(texts)},
+        },
+    )
+    if not any(seen[f"x{i}"] for i in range(len(texts))):
+        # no quote or carriage return anywhere: polars' own minimal quoting is nsys's rule,
+        # once empty strings (which it would write as "") are nulls
+        blank = {
+            c: pl.when(pl.col(c).str.len_bytes() == 0).then(None).otherwise(pl.col(c))
+            for i, c in enumerate(texts)
+            if seen[f"e{i}"]
+        }
+        _written(cells, out, blank, separator=sep, quote_style="necessary")
+        return
+    quoted = {c: _quoted(pl.col(c), sep) for i, c in enumerate(texts) if seen[f"q{i}"]}
+    _written(cells, out, quoted, separator=sep)
 
 
 def _quoted(e: pl.Expr, sep: str) -> pl.Expr:
@@ -136,9 +177,11 @@ def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     """Tab-separated, nothing quoted: a tab inside a cell becomes a space."""
     if frame.width == 0:
         return
-    for i, part in enumerate(_slices(frame)):
-        text = cell_strings(part, decimals).with_columns(pl.all().str.replace_all("\t", " ", literal=True))
-        _polars_out(text, out, separator="\t", include_header=i == 0)
+    cells = _cells(frame, decimals)
+    texts = _texts(cells)
+    tabs = _any(cells, {c: pl.col(c).str.contains("\t", literal=True) for c in texts})
+    spaced = {c: pl.col(c).str.replace_all("\t", " ", literal=True) for c in texts if tabs[c]}
+    _written(cells, out, spaced, separator="\t", include_header=True)
 
 
 def _md_escape(e: pl.Expr) -> pl.Expr:
@@ -150,6 +193,9 @@ def _md_escape(e: pl.Expr) -> pl.Expr:
 
 
 def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
+    """A Markdown table: `| a | b |` lines. Written by polars' CSV writer with a space as the
+    separator between the cells and `|` columns around them, so each cell is copied once; only
+    columns holding `\\`, `|` or a line break are escaped (slice by slice)."""
     if frame.width == 0:
         return
     numeric = [dt.is_numeric() for dt in frame.dtypes]
@@ -157,29 +203,50 @@ def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     out.write(
         ("| " + " | ".join(head) + " |\n" + "|" + "|".join("---:" if n else "---" for n in numeric) + "|\n").encode()
     )
-    for part in _slices(frame):
-        text = cell_strings(part, decimals)
-        line = pl.concat_str(
-            [
-                pl.lit("| "),
-                pl.concat_str([_md_escape(pl.col(c)).fill_null("") for c in text.columns], separator=" | "),
-                pl.lit(" |"),
-            ]
-        )
-        if part.height:
-            _polars_out(text.select(line.alias("l")), out)
+    if frame.height == 0:
+        return
+    cells = _cells(frame, decimals)
+    texts = _texts(cells)
+    odd = _any(cells, {c: pl.col(c).str.contains_any(["\\", "|", "\n"]) for c in texts})
+    bar = pl.repeat("|", cells.height, dtype=pl.String)
+    names = [f"c{i}" for i in range(cells.width)]
+    lined = cells.rename(dict(zip(cells.columns, names))).select(
+        [bar.alias("b0")] + [e for i, n in enumerate(names) for e in (pl.col(n), bar.alias(f"b{i + 1}"))]
+    )
+    escaped = {n: _md_escape(pl.col(n)) for n, c in zip(names, cells.columns) if c in odd and odd[c]}
+    _written(lined, out, escaped, separator=" ")
+
+
+class _Rows:
+    """A file polars' NDJSON writer writes into: every line break between two rows becomes
+    `,\n`, so the lines are the elements of one JSON array (ndjson escapes line breaks inside
+    values, so every raw one ends a row). The last row's line break is held back."""
+
+    def __init__(self, out: BinaryIO, first: bool) -> None:
+        self.out, self.first, self.pending = out, first, False
+
+    def write(self, b) -> int:
+        if not b:
+            return 0
+        text = bytes(b).replace(b"\n", b",\n")
+        head = b"[\n" if self.first else b",\n" if self.pending else b""
+        self.first = False
+        self.pending = text.endswith(b",\n")
+        self.out.write(head)
+        self.out.write(memoryview(text)[: len(text) - 2] if self.pending else text)
+        return len(b)
+
+    def flush(self) -> None:
+        pass
 
 
 def _json_rows(frame: pl.DataFrame, out: BinaryIO) -> None:
     """A JSON array of row objects, one row a line (polars' own JSON writer; NaN and infinities,
     which JSON cannot hold, as null)."""
-    first = True
-    for part in _slices(frame):
-        rows = part.write_ndjson().rstrip("\n")
-        if rows:  # ndjson escapes line breaks inside values: every raw one ends a row
-            out.write((("[\n" if first else ",\n") + rows.replace("\n", ",\n")).encode())
-            first = False
-    out.write(b"[]" if first else b"\n]")
+    rows = _Rows(out, first=True)
+    if frame.height:
+        _out(lambda: frame.write_ndjson(cast(BinaryIO, rows)))
+    out.write(b"[]" if rows.first else b"\n]")
 
 
 def write_json(frame: pl.DataFrame, out: BinaryIO) -> None:
@@ -196,7 +263,7 @@ def write_json_object(tables: dict[str, pl.DataFrame], out: BinaryIO) -> None:
 
 
 def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
-    """One table in `fmt` to a binary stream, slice by slice."""
+    """One table in `fmt` to a binary stream as polars writes it (never the whole document in memory)."""
     if fmt == "csv":
         write_csv(frame, out, decimals)
     elif fmt == "tsv":
@@ -324,7 +391,7 @@ def render(frame: pl.DataFrame, fmt: str, decimals=None, width: int | None = Non
 
 
 def emit(frame: pl.DataFrame, fmt: str, decimals=None, width: int | None = None) -> None:
-    """One table in `fmt` to stdout as it is made, slice by slice."""
+    """One table in `fmt` to stdout as it is made (polars writes it in chunks, on every core)."""
     _to_stdout(lambda out: write(frame, fmt, out, decimals, width))
 
 
