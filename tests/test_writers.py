@@ -1,0 +1,139 @@
+"""The document writers (kview.output.render): what each format holds, cell for cell, on the LM
+sample's attributed table and on cells with the characters each format has to treat."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import polars as pl
+import pytest
+
+from kview.analysis.attribution import attribute, shown
+from kview.output import render
+from kview.trace import open_trace
+
+from conftest import LM_TRACES
+
+TRACE = next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite")
+
+# cells each format has to treat: separator, quote, line break, carriage return, tab, pipe,
+# backslash, empty text and NULL
+ODD = pl.DataFrame(
+    {
+        "Name": ["a, b", 'say "hi"', 'f("x", 1)', "two\nlines", "cr\rhere", "tab\there", "a|b\\c", "", None],
+        "Count": [1, 2, 3, 4, 5, 6, 7, 8, None],
+        "Avg (ns)": [0.5, 1e16, float("nan"), float("inf"), 2.0, None, 1 / 3, -0.0, 12.25],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def table() -> pl.DataFrame:
+    return shown(attribute(open_trace(TRACE)))
+
+
+def _doc(frame: pl.DataFrame, fmt: str) -> str:
+    return render.render(frame, fmt)
+
+
+def _texts(frame: pl.DataFrame) -> list[list[str]]:
+    """Every cell as the CSV holds it: NULL as empty, numbers as polars prints them."""
+    return [["" if v is None else v for v in row] for row in frame.select(pl.all().cast(pl.String)).iter_rows()]
+
+
+def test_csv_of_the_lm_table_reads_back_cell_for_cell(table):
+    text = _doc(table, "csv")
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == table.columns and len(rows) == table.height + 1 == 3118
+    assert rows[1:] == _texts(table)
+    # a kernel name with commas is one quoted cell; the quoting is nsys's (only what needs it)
+    line = text.splitlines()[2]
+    assert line.startswith("2,fprop,layer_0:attention_sublayer,pow,") and line.count('"') % 2 == 0
+    assert ',"-",' not in text and ',"",' not in text
+
+
+def test_csv_quotes_only_cells_with_the_separator_or_a_line_break():
+    text = _doc(ODD, "csv")
+    assert text.splitlines()[:4] == [
+        "Name,Count,Avg (ns)",
+        '"a, b",1,0.5',
+        'say "hi",2,1e+16',  # a quote alone stays as it is, as nsys leaves it
+        '"f(""x"", 1)",3,NaN',  # quoted for the comma: its quotes doubled
+    ]
+    assert '\n"two\nlines",4,inf\ncr\rhere,5,2.0\n' in text  # a carriage return alone is not quoted either
+    assert text.endswith("\n,8,-0.0\n,,12.25\n")  # empty text and NULL are both empty cells
+    rows = list(csv.reader(io.StringIO(text.replace("\r", ""), newline="")))
+    names = ["a, b", 'say "hi"', 'f("x", 1)', "two\nlines", "crhere", "tab\there", "a|b\\c", "", ""]
+    assert [r[0] for r in rows[1:]] == names
+
+
+def test_csv_without_quotes_anywhere_is_polars_minimal_quoting():
+    frame = ODD.filter(~pl.col("Name").str.contains_any(['"', "\r"]).fill_null(False))
+    assert _doc(frame, "csv") == (
+        'Name,Count,Avg (ns)\n"a, b",1,0.5\n"two\nlines",4,inf\ntab\there,6,\na|b\\c,7,0.3333333333333333\n'
+        ",8,-0.0\n,,12.25\n"
+    )
+
+
+def test_tsv_turns_tabs_in_cells_into_spaces_and_quotes_nothing():
+    lines = _doc(ODD, "tsv").split("\n")
+    assert lines[0] == "Name\tCount\tAvg (ns)"
+    assert lines[1:3] == ["a, b\t1\t0.5", 'say "hi"\t2\t1e+16']
+    assert "tab here\t6\t" in lines and "\t\t12.25" in lines
+
+
+def test_markdown_escapes_pipes_backslashes_and_line_breaks(table):
+    lines = _doc(ODD, "md").split("\n")[:-1]
+    assert lines[:2] == ["| Name | Count | Avg (ns) |", "|---|---:|---:|"]
+    assert lines[5:7] == ["| two lines | 4 | inf |", "| cr\rhere | 5 | 2.0 |"]
+    assert lines[8] == "| a\\|b\\\\c | 7 | 0.3333333333333333 |"
+    assert lines[9:] == ["|  | 8 | -0.0 |", "|  |  | 12.25 |"]
+    md = _doc(table, "md").splitlines()
+    assert len(md) == table.height + 2
+    assert md[3] == "| " + " | ".join(_texts(table)[1]) + " |"
+
+
+def test_json_parses_to_the_frame_records(table):
+    rows = json.loads(_doc(table, "json"))
+    expected = [
+        {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in table.to_dicts()
+    ]
+    assert rows == expected
+    odd = json.loads(_doc(ODD, "json"))
+    assert [r["Name"] for r in odd] == ODD["Name"].to_list()
+    assert [r["Avg (ns)"] for r in odd][:4] == [0.5, 1e16, None, None]  # NaN and infinity: null
+    assert _doc(ODD.clear(), "json") == "[]\n"
+    assert json.loads(render.render_sections({"a": ODD, "b": ODD.clear()}, "json")) == {"a": odd, "b": []}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "json"])
+def test_a_pipe_closed_by_its_reader_is_python_broken_pipe_error(table, fmt):
+    r, w = os.pipe()
+
+    def reader():  # takes the first 100 kB, then goes away (as `head` does)
+        with open(r, "rb") as f:
+            f.read(100_000)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    out = open(w, "wb", buffering=0)
+    try:
+        with pytest.raises(BrokenPipeError):
+            render.write(pl.concat([table] * 8), fmt, out)  # 35 MB
+    finally:
+        t.join()
+        out.close()
+
+
+def test_kernels_into_head_ends_quietly():
+    cmd = f"{sys.executable} -m kview.cli kernels {TRACE} -f csv | head -2"
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.splitlines()[0].startswith("Idx,Direction,Layer,Op,Params,Kernel")
