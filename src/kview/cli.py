@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from kview.errors import KviewError, TraceError, UsageError, debugging, internal_error_line, shown
@@ -324,13 +325,13 @@ def cmd_stats(args) -> int:
             _note(trace, "; ".join(parts))
 
     if args.output:
-        texts = {
-            targets[r.name]: render.render(r.frame, args.format, r.decimals)
+        documents = {
+            targets[r.name]: partial(render.write, r.frame, args.format, decimals=r.decimals)
             for r in reports
             if not (r.skipped or r.empty)
         }
-        files.write(texts, [args.trace], args.force)
-        for path in texts:
+        files.write_streamed_all(documents, [args.trace], args.force)  # each streamed, as _emit's
+        for path in documents:
             print(f"wrote {path}", file=sys.stderr)
         remark()
         return 0

@@ -4,9 +4,10 @@ written atomically (all files or none), and every failure named as the output's.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from kview import atomic_write
 from kview.errors import OutputError
@@ -47,6 +48,40 @@ class _Nothing(Exception):
     """The document came out empty: no file is made."""
 
 
+class _File:
+    """A new file as the writers see it: every byte through os.write, so polars' writers hand
+    their chunks here (a short write goes on; a full disk is Python's OSError ENOSPC)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.size = fd, 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(self.fd, view) :]
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _stream_into(tmp: Path, writer: Callable[[BinaryIO], None]) -> int:
+    """`writer`'s document into the new file `tmp`, synced; its size."""
+    try:  # a temporary of a killed run with a recycled pid; O_EXCL then never follows a link
+        os.unlink(tmp)
+    except OSError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        f = _File(fd)
+        writer(cast(BinaryIO, f))
+        os.fsync(fd)
+        return f.size
+    finally:
+        os.close(fd)
+
+
 def write_streamed(path: Path, writer: Callable[[BinaryIO], None], inputs: list[str], force: bool) -> bool:
     """One document written as `writer` makes it, into a temporary beside `path` that replaces
     it at the end (a million-row table never exists as one string). False, and no file, when
@@ -54,18 +89,23 @@ def write_streamed(path: Path, writer: Callable[[BinaryIO], None], inputs: list[
     check([path], inputs, force)
     try:
         with atomic_write.replacing(path) as tmp:
-            try:  # a temporary of a killed run with a recycled pid
-                os.unlink(tmp)
-            except OSError:
-                pass
-            with open(tmp, "xb") as f:
-                writer(f)
-                if f.tell() == 0:
-                    raise _Nothing
-                f.flush()
-                os.fsync(f.fileno())
+            if _stream_into(tmp, writer) == 0:
+                raise _Nothing
     except _Nothing:
         return False
     except OSError as e:
         raise OutputError(path, f"cannot be written ({e.strerror or e}); nothing was written") from None
     return True
+
+
+def write_streamed_all(writers: Mapping[Path, Callable[[BinaryIO], None]], inputs: list[str], force: bool) -> None:
+    """Several documents, each written as its writer makes it into a temporary beside its path;
+    the temporaries replace their paths only once every one is written (all files or none)."""
+    check(list(writers), inputs, force)
+    dest = None
+    try:
+        with ExitStack() as renames:  # each `replacing` renames its temporary as the stack closes
+            for dest, writer in writers.items():
+                _stream_into(renames.enter_context(atomic_write.replacing(dest)), writer)
+    except OSError as e:
+        raise OutputError(dest, f"cannot be written ({e.strerror or e}); nothing was written") from None

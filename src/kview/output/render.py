@@ -6,9 +6,10 @@ integers, rounded floats as Python prints them, empty cells for NULL, MB with 3 
 
 from __future__ import annotations
 
-import errno
 import io
 import json
+import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -72,22 +73,28 @@ def _cells(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.Da
 BATCH_ROWS = 250_000
 
 
-def _broken_pipe(e: OSError) -> bool:
-    """polars' writers raise a plain OSError for a closed pipe (`Broken pipe (os error 32)`)."""
-    return e.errno == errno.EPIPE or "os error 32" in str(e) or "[Errno 32]" in str(e)
+def _os_error(e: OSError) -> OSError:
+    """polars' writers raise a plain OSError whose text holds the system's error number
+    (`Broken pipe (os error 32)`, `[Errno 28] No space left on device`): that number as
+    Python's own OSError (a closed pipe is then BrokenPipeError, as a write of Python's is)."""
+    if e.errno is not None:
+        return e
+    found = re.search(r"os error (\d+)|\[Errno (\d+)\]", str(e))
+    if not found:
+        return e
+    number = int(found.group(1) or found.group(2))
+    return OSError(number, os.strerror(number))
 
 
 def _out(write: Callable[[], None]) -> None:
-    """Run one polars write into the caller's stream; a closed pipe surfaces as Python's
-    BrokenPipeError (as a write of Python's own would), not as a polars error."""
+    """Run one polars write into the caller's stream; its failures as Python's own OSErrors."""
     try:
         write()
-    except BrokenPipeError:
-        raise
     except OSError as e:
-        if _broken_pipe(e):
-            raise BrokenPipeError(errno.EPIPE, "Broken pipe") from None
-        raise
+        error = _os_error(e)
+        if error is e:
+            raise
+        raise error from None
 
 
 def _written(
