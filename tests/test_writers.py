@@ -137,3 +137,14 @@ def test_kernels_into_head_ends_quietly():
     r = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout.splitlines()[0].startswith("Idx,Direction,Layer,Op,Params,Kernel")
+
+
+def test_enum_columns_are_written_by_their_names_with_each_format_rules():
+    style = pl.Series(["Push,Pop", "tab\tbar|", None, "Push,Pop"], dtype=pl.Enum(["Push,Pop", "tab\tbar|", "unused"]))
+    frame = pl.DataFrame({"Style": style, "N": [1, 2, 3, 4]})
+    assert _doc(frame, "csv") == 'Style,N\n"Push,Pop",1\ntab\tbar|,2\n,3\n"Push,Pop",4\n'
+    assert _doc(frame, "tsv") == "Style\tN\nPush,Pop\t1\ntab bar|\t2\n\t3\nPush,Pop\t4\n"
+    assert _doc(frame, "md").splitlines()[2:4] == ["| Push,Pop | 1 |", "| tab\tbar\\| | 2 |"]
+    assert json.loads(_doc(frame, "json"))[1] == {"Style": "tab\tbar|", "N": 2}
+    quoted = pl.DataFrame({"Style": pl.Series(['a "b"', "c,d"], dtype=pl.Enum(['a "b"', "c,d"]))})
+    assert _doc(quoted, "csv") == 'Style\na "b"\n"c,d"\n'

@@ -49,10 +49,23 @@ def _as_written(dtype) -> bool:
     return dtype == pl.String or dtype.is_integer() or dtype in (pl.Float32, pl.Float64)
 
 
-def _cells(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.DataFrame:
+def _cells(
+    frame: pl.DataFrame, decimals: dict[str, int] | None = None, odd: tuple[str, ...] | None = None
+) -> pl.DataFrame:
     """The table as the writers take it: strings and numbers as they are, fixed-decimal columns
-    as their text, every other type (categories, booleans, times) cast to its text once."""
+    as their text, every other type (categories, booleans, times) cast to its text once. An Enum
+    column stays as it is (polars writes its names) when no name is empty or holds one of the
+    characters `odd` this format has to treat, so its million rows are not made text first."""
     decimals = decimals or {}
+
+    def kept(dtype) -> bool:
+        if _as_written(dtype):
+            return True
+        if odd is None or not isinstance(dtype, pl.Enum):
+            return False
+        names = pl.Series(dtype.categories, dtype=pl.String)
+        return not (names.str.len_bytes() == 0).any() and not names.str.contains_any(list(odd)).any()
+
     if not decimals and all(_as_written(t) for t in frame.dtypes):
         return frame
     exprs = []
@@ -60,7 +73,7 @@ def _cells(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.Da
         c = pl.col(name)
         if name in decimals:
             exprs.append(c.map_batches(_fixed(decimals[name]), return_dtype=pl.String).alias(name))
-        elif _as_written(dtype):
+        elif kept(dtype):
             exprs.append(c)
         else:
             exprs.append(c.cast(pl.String))
@@ -145,14 +158,13 @@ def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",")
     if frame.width == 0 or frame.height == 0:  # nsys writes an empty file for an empty report
         return
     out.write((sep.join(f'"{c}"' if sep in c else c for c in frame.columns) + "\n").encode())
-    cells = _cells(frame, decimals)
     # numbers never hold a separator, a quote or a line break: only text columns are looked at,
     # once for the whole table
+    cells = _cells(frame, decimals, odd=('"', "\r"))
     texts = _texts(cells)
     seen = _any(
         cells,
         {
-            **{f"q{i}": pl.col(c).str.contains_any([sep, "\n"]) for i, c in enumerate(texts)},
             **{f"x{i}": pl.col(c).str.contains_any(['"', "\r"]) for i, c in enumerate(texts)},
             **{f"e{i}": pl.col(c).str.len_bytes() == 0 for i, c in enumerate(texts)},
         },
@@ -167,8 +179,12 @@ def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",")
         }
         _written(cells, out, blank, separator=sep, quote_style="necessary")
         return
-    quoted = {c: _quoted(pl.col(c), sep) for i, c in enumerate(texts) if seen[f"q{i}"]}
-    _written(cells, out, quoted, separator=sep)
+    # quotes somewhere: polars would quote a cell for them, nsys does not; the cells that need
+    # quotes get them here, and polars writes every cell as it is
+    cells = _cells(frame, decimals)
+    texts = _texts(cells)
+    needs = _any(cells, {c: pl.col(c).str.contains_any([sep, "\n"]) for c in texts})
+    _written(cells, out, {c: _quoted(pl.col(c), sep) for c in texts if needs[c]}, separator=sep)
 
 
 def _quoted(e: pl.Expr, sep: str) -> pl.Expr:
@@ -184,7 +200,7 @@ def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     """Tab-separated, nothing quoted: a tab inside a cell becomes a space."""
     if frame.width == 0:
         return
-    cells = _cells(frame, decimals)
+    cells = _cells(frame, decimals, odd=("\t",))
     texts = _texts(cells)
     tabs = _any(cells, {c: pl.col(c).str.contains("\t", literal=True) for c in texts})
     spaced = {c: pl.col(c).str.replace_all("\t", " ", literal=True) for c in texts if tabs[c]}
@@ -212,7 +228,7 @@ def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     )
     if frame.height == 0:
         return
-    cells = _cells(frame, decimals)
+    cells = _cells(frame, decimals, odd=("\\", "|", "\n"))
     texts = _texts(cells)
     odd = _any(cells, {c: pl.col(c).str.contains_any(["\\", "|", "\n"]) for c in texts})
     bar = pl.repeat("|", cells.height, dtype=pl.String)
