@@ -197,8 +197,13 @@ def first_appearance(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     first = h.is_first_distinct()
     rank = first.cast(pl.Int64).cum_sum() - 1
     at = pl.DataFrame({"h": h, "first": first, "rank": rank}).with_row_index("row")
-    heads = at.filter(pl.col("first")).select("h", pl.col("rank").alias("code"), pl.col("row").alias("head"))
-    repeats = at.filter(~pl.col("first")).join(heads, on="h", how="left")
+    repeats = at.filter(~pl.col("first"))
+    # only the first rows that something repeats are looked up (a join over every first row
+    # would hash millions of distinct labels again)
+    heads = at.filter(pl.col("first") & pl.col("h").is_in(repeats["h"].implode())).select(
+        "h", pl.col("rank").alias("code"), pl.col("row").alias("head")
+    )
+    repeats = repeats.join(heads, on="h", how="left")
     if repeats.height:
         cols = frame.columns
         mine = frame.select(pl.all().gather(repeats["row"]))
