@@ -320,6 +320,16 @@ class _Kinds:
         """The autograd seq of each code's label (null where it has none)."""
         return pl.lit(self.seq).gather(name_code).alias("seq")
 
+    def aligned(self, inner: np.ndarray, key: str) -> pl.DataFrame:
+        """(id, name_code, start) of the push/pop range of kind `key` around each call, one row
+        per call in the calls' order (nulls where none)."""
+        rows = self.rows[key]
+        at = np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
+        idx = pl.Series("i", at, dtype=pl.Int64)
+        return self.nest.tree.select(
+            pl.col(c).gather(pl.when(idx >= 0).then(idx)) for c in ("id", "name_code", "start")
+        )
+
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one."""
         tree = self.nest.tree
@@ -369,6 +379,13 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         ("eval", [pl.col("id").alias("eval_id")]),
         ("opt", [pl.lit(True).alias("any_opt")]),
     ):
+        if kinds.loose.height == 0:  # push/pop only: the answers line up with the calls, no join
+            found = kinds.aligned(inner, key)
+            if key == "bwd":
+                found = found.with_columns(kinds.seq_of(pl.col("name_code")))
+            hit = pl.col("id").is_not_null()
+            per_call = per_call.with_columns(found.select(pl.when(hit).then(c) for c in cols))
+            continue
         found = kinds.around(calls, inner, key)
         if key == "bwd":
             found = found.with_columns(kinds.seq_of(pl.col("name_code")))
