@@ -75,6 +75,6 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
     """
     rest = [k for k in group_keys if k not in by]
     if rest:
-        df = df.sort(rest, nulls_last=False, maintain_order=True)
+        df = df.sort(rest, nulls_last=False)  # the keys are unique per row: a total order
     # SQLite puts NULL first in ascending and last in descending order.
     return df.sort(by, descending=descending, nulls_last=descending, maintain_order=True)
