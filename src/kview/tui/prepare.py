@@ -105,11 +105,7 @@ def all_cached(path: Path, keys: tuple[str, ...]) -> bool:
     reading them checks them)."""
     from kview.io import cache
 
-    try:
-        found = cache._entry(path)
-        return found is not None and all((found[0] / f"{k}.parquet").is_file() for k in keys)
-    except OSError:
-        return False
+    return cache.has(path, keys)
 
 
 def prepare(trace: Trace, use_cache: bool) -> bool:
