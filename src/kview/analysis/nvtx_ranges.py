@@ -265,7 +265,17 @@ def labels(trace: Trace) -> pl.DataFrame:
 
 
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
-    return frame.join(names(trace).rename({"name": out}), on="name_code", how="left")
+    """`frame` with each name_code's name in column `out` (null for a code with none), in
+    `frame`'s order."""
+    table = names(trace)
+    n = table.height
+    if n and table["name_code"][0] == 0 and table["name_code"][n - 1] == n - 1 and table["name_code"].is_sorted():
+        # codes are the table's row numbers: a gather, not a join against millions of names
+        code = pl.col("name_code")
+        return frame.with_columns(
+            pl.lit(table["name"]).gather(pl.when(code.is_between(0, n - 1)).then(code)).alias(out)
+        )
+    return frame.join(table.rename({"name": out}), on="name_code", how="left", maintain_order="left")
 
 
 @derived
