@@ -33,18 +33,27 @@ def replacing(dest: Path):
             pass
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write all of `data` to a new file `path` (a short write, e.g. ENOSPC, raises OSError)."""
+def open_new(path: Path) -> int:
+    """A descriptor of the new file `path`, open for writing."""
     try:  # a temporary of a killed run with a recycled pid; O_EXCL then never follows a link
         os.unlink(path)
     except OSError:
         pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+
+
+def write_fully(fd: int, data) -> None:
+    """All of `data` (bytes-like) to `fd`: a short write goes on; a full disk raises OSError (ENOSPC)."""
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write all of `data` to a new file `path` (a short write, e.g. ENOSPC, raises OSError)."""
+    fd = open_new(path)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        write_fully(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -56,11 +56,10 @@ class _File:
         self.fd, self.size = fd, 0
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[os.write(self.fd, view) :]
-        self.size += len(data)
-        return len(data)
+        atomic_write.write_fully(self.fd, data)
+        n = memoryview(data).nbytes
+        self.size += n
+        return n
 
     def flush(self) -> None:
         pass
@@ -68,11 +67,7 @@ class _File:
 
 def _stream_into(tmp: Path, writer: Callable[[BinaryIO], None]) -> int:
     """`writer`'s document into the new file `tmp`, synced; its size."""
-    try:  # a temporary of a killed run with a recycled pid; O_EXCL then never follows a link
-        os.unlink(tmp)
-    except OSError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    fd = atomic_write.open_new(tmp)
     try:
         f = _File(fd)
         writer(cast(BinaryIO, f))
