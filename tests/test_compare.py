@@ -139,3 +139,20 @@ def test_compare_csv_first_column_and_plain_numbers(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "no range named 'nope'" in bad.stderr
+
+
+def test_equal_values_come_out_in_name_order():
+    """Ties (equal changes, equal totals) are ordered by name, so a table is the same run after run
+    (a hash join's row order used to decide them)."""
+    before = PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite"
+    after = PUBLIC / "nsysai_2gpu_fsdp_after_nsys2026.2.sqlite"
+    d = diff(open_trace(before, use_cache=False), open_trace(after, use_cache=False), top=50)
+    rows = d["Largest changes in count"].select(pl.col("Δ count").abs(), "Kernel").rows()
+    assert rows == sorted(rows, key=lambda r: (-r[0], r[1]))
+    assert len({r[0] for r in rows}) < len(rows)  # this pair has equal changes to order
+    traces = [open_trace(p, use_cache=False) for p in LM]
+    for by in ("range", "category", "kernel", "layer"):
+        df = side_by_side([root_window(t, "profiled_step") for t in traces], by, "gpu")
+        first = df.columns[0]
+        top = df.select(pl.max_horizontal([pl.col(t.stem) for t in traces]).fill_null(-1), first).rows()
+        assert top == sorted(top, key=lambda r: (-r[0], r[1]))

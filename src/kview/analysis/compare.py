@@ -214,7 +214,10 @@ def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu", 
             .alias(f"Δ% {c}")
         )
     out = out.with_columns(exprs).rename({"item": first})
-    return out.sort(pl.max_horizontal([pl.col(c) for c in labels]), descending=True, nulls_last=True)
+    # ties broken by the item, so the order never depends on how the joins came out
+    return out.sort(
+        [pl.max_horizontal([pl.col(c) for c in labels]), pl.col(first)], descending=[True, False], nulls_last=True
+    )
 
 
 def kernel_totals(trace: Trace) -> pl.DataFrame:
@@ -266,11 +269,14 @@ def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
         (pl.col("B count").cast(pl.Int64) - pl.col("A count").cast(pl.Int64)).alias("Δ count"),
     )
     cols = ["Kernel", "A (ns)", "B (ns)", "Δ (ns)", "A count", "B count", "Δ count"]
-    appeared = j.filter(pl.col("total").is_null()).sort("B (ns)", descending=True).select(cols)
-    vanished = j.filter(pl.col("total_b").is_null()).sort("A (ns)", descending=True).select(cols)
+    # every order ends with the kernel's name: equal values never come out in a run-dependent order
+    desc = [True, False]
+    appeared = j.filter(pl.col("total").is_null()).sort(["B (ns)", "Kernel"], descending=desc).select(cols)
+    vanished = j.filter(pl.col("total_b").is_null()).sort(["A (ns)", "Kernel"], descending=desc).select(cols)
     both = j.filter(pl.col("total").is_not_null() & pl.col("total_b").is_not_null())
-    by_time = both.sort(pl.col("Δ (ns)").abs(), descending=True).head(top).select(cols)
-    by_count = both.filter(pl.col("Δ count") != 0).sort(pl.col("Δ count").abs(), descending=True).head(top).select(cols)
+    by_time = both.sort([pl.col("Δ (ns)").abs(), pl.col("Kernel")], descending=desc).head(top).select(cols)
+    changed = both.filter(pl.col("Δ count") != 0)
+    by_count = changed.sort([pl.col("Δ count").abs(), pl.col("Kernel")], descending=desc).head(top).select(cols)
     from kview.analysis.layers import phase_times
 
     pa, pb = phase_times(a), phase_times(b)
