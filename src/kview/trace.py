@@ -39,10 +39,15 @@ class Trace:
         # derived tables (kview.derived), keyed by (function, *arguments)
         self.derived_tables: dict[tuple, Any] = {}
 
-    def forget_derived(self) -> None:
-        """Drop the derived tables kept so far (a one-shot command that has its result: the NVTX
-        names and nesting behind an attributed table are gigabytes at a million kernels)."""
-        self.derived_tables.clear()
+    def forget_derived(self, *tables: Callable[..., Any]) -> None:
+        """Drop the derived tables `tables` (those of no arguments), or every one when none is
+        named: what was made from them stays, and a later question recomputes them (equal) rather
+        than the trace holding them (the NVTX names and nesting behind an attributed table are
+        gigabytes at a million kernels)."""
+        if not tables:
+            self.derived_tables.clear()
+        for table in tables:
+            self.derived_tables.pop((table,), None)
 
     # -- facts -------------------------------------------------------------
     @cached_property

@@ -106,7 +106,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
     # nothing the views show reads it again)
     launch_timeline(trace)
-    forget(trace, launched_ops)
+    trace.forget_derived(launched_ops)
     yield Stage("timeline: CPU threads")
     # the CPU rows reuse the NVTX nesting attribution just built; GPU ops take the attributed
     # category, so the Timeline and Kernels agree
@@ -122,13 +122,6 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield from load_memory_beside(trace, use_cache)
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
-
-
-def forget(trace: Trace, *tables) -> None:
-    """Drop derived tables `tables` (of no arguments) from `trace`: what a view needs was made
-    from them, and a later question recomputes them (equal) rather than the session holding them."""
-    for table in tables:
-        trace.derived_tables.pop((table,), None)
 
 
 def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Message]:
