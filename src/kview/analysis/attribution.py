@@ -320,27 +320,27 @@ class _Kinds:
         """The autograd seq of each code's label (null where it has none)."""
         return pl.lit(self.seq).gather(name_code).alias("seq")
 
+    def _rows_of(self, inner: np.ndarray, key: str) -> np.ndarray:
+        """Per call: the tree row of the push/pop range of kind `key` around it, -1 where none."""
+        rows = self.rows[key]
+        return np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
+
     def aligned(self, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(id, name_code, start) of the push/pop range of kind `key` around each call, one row
         per call in the calls' order (nulls where none)."""
-        rows = self.rows[key]
-        at = np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
-        idx = pl.Series("i", at, dtype=pl.Int64)
+        idx = pl.Series("i", self._rows_of(inner, key), dtype=pl.Int64)
         return self.nest.tree.select(
             pl.col(c).gather(pl.when(idx >= 0).then(idx)) for c in ("id", "name_code", "start")
         )
 
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
-        """(call_id, id, name_code, start) of the range of kind `key` around each call that has one."""
-        tree = self.nest.tree
-        rows = self.rows[key]
-        at = np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
+        """(call_id, id, name_code, start) of the range of kind `key` around each call that has one,
+        push/pop or start/end (a trace with push/pop ranges only asks `aligned`)."""
+        at = self._rows_of(inner, key)
         hit = np.flatnonzero(at >= 0)
-        got = tree.select("id", "name_code", "start")[at[hit]].with_columns(
+        got = self.nest.tree.select("id", "name_code", "start")[at[hit]].with_columns(
             pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
         )
-        if self.loose.height == 0:  # no start/end ranges (nearly every trace)
-            return got.select("call_id", "id", "name_code", "start")
         flag = dict((k, f) for k, f, _ in self.KINDS)[key]
         kind = ~pl.col("marker") if flag == "marker" else pl.col(flag)
         loose = self.loose.join(self.labels.filter(kind).select("name_code"), on="name_code", how="semi")
