@@ -318,8 +318,7 @@ def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
         tid = r["global_tid"].to_numpy()
         start = r["start"].to_numpy()
         end = r["end"].to_numpy()
-        cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
-        for lo, hi in zip(np.concatenate([[0], cut]), np.concatenate([cut, [n]]), strict=True):
+        for lo, hi in _thread_spans(tid):
             pos[lo:hi], depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
             parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
     ids = r["id"].to_numpy()
@@ -353,17 +352,28 @@ def _nest_order(ranges: pl.DataFrame) -> pl.DataFrame:
     return r if bool(np.all(later | ~same_thread)) else ranges.sort(keys, descending=desc)
 
 
-def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
+def nest_depths(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """`ranges` in nest()'s order and each one's nest() depth, without the parents (for a view
+    that draws ranges by depth and asks nothing about their ancestors)."""
+    r = _nest_order(ranges)
+    depth = np.zeros(r.height, dtype=np.int64)
+    tid, start, end = (r[c].to_numpy() for c in ("global_tid", "start", "end"))
+    for lo, hi in _thread_spans(tid):
+        depth[lo:hi] = _depths_in_thread(start[lo:hi], end[lo:hi])
+    return r, depth
 
-    A range's depth is the number of earlier ranges still open when it starts: its place in
-    start order less the ranges that ended by then (end <= its start; for a zero-length range,
-    end < its start), not counting zero-length ranges at its own start, which sort after it.
-    Its parent is the last earlier range one level up (in preorder, the ancestor at depth d is
-    the last range of depth d before it): one stable sort by depth and one sorted search.
-    """
-    m = len(start)
-    pos = np.arange(m, dtype=np.int64)
+
+def _thread_spans(tid: np.ndarray) -> zip:
+    """[lo, hi) of each thread's rows in rows sorted by thread."""
+    cut = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+    return zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(tid)]]), strict=True)
+
+
+def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of one thread's ranges in (start, longer first) order: the number of earlier ranges
+    still open when it starts, i.e. its place in start order less the ranges that ended by then
+    (end <= its start; for a zero-length range, end < its start), not counting zero-length
+    ranges at its own start, which sort after it."""
     longer = end > start
     key = np.where(longer, start, start - 1)
     closed = np.searchsorted(np.sort(end, kind="stable"), key, side="right")  # timsort: ends come nearly sorted
@@ -372,7 +382,18 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
         zs = np.sort(start[zero])
         at_start = np.searchsorted(zs, start, side="right") - np.searchsorted(zs, start, side="left")
         closed = closed - np.where(longer, at_start, 0)
-    depth = pos - closed
+    return np.arange(len(start), dtype=np.int64) - closed
+
+
+def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
+
+    The parent is the last earlier range one level up (in preorder, the ancestor at depth d is
+    the last range of depth d before it): one stable sort by depth and one sorted search.
+    """
+    m = len(start)
+    pos = np.arange(m, dtype=np.int64)
+    depth = _depths_in_thread(start, end)
     # rows of each depth, in preorder (a stable radix sort where the depths fit 16 bits)
     small = depth.max(initial=0) < (1 << 15) and depth.min(initial=0) >= 0
     by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")

@@ -527,24 +527,17 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(thread, depth, start, end, name code) of push/pop ranges in nv.nest()'s order (thread,
-    then start, longer first, then id), with nest()'s depths, from sorted searches per thread
-    and no joins: a range's depth is the number of earlier ranges on its thread still open when
-    it starts (a zero-length range counts those ending at its start as open, as nest() does)."""
-    r = r.select("global_tid", "start", "end", "name_code", "id").sort(
-        ["global_tid", "start", "end", "id"], descending=[False, False, True, False]
+    then start, longer first, then id) with nest()'s depths, without the parents nest() finds."""
+    from kview.analysis import nvtx_ranges as nv
+
+    r, depth = nv.nest_depths(r.select("global_tid", "start", "end", "name_code", "id"))
+    return (
+        r["global_tid"].to_numpy(),
+        depth.astype(np.int16),
+        r["start"].to_numpy(),
+        r["end"].to_numpy(),
+        r["name_code"].to_numpy(),
     )
-    tid, start, end = r["global_tid"].to_numpy(), r["start"].to_numpy(), r["end"].to_numpy()
-    depth = np.empty(len(tid), dtype=np.int16)
-    for lo, hi in _segments(tid):
-        s, e = start[lo:hi], end[lo:hi]
-        ends = np.sort(e)
-        long_ = e > s
-        closed = np.searchsorted(ends, np.where(long_, s, s - 1), side="right")
-        zero = s[~long_]  # zero-length ranges sort after a longer one at the same start
-        same_start = np.searchsorted(zero, s, side="right") - np.searchsorted(zero, s, side="left")
-        closed = np.where(long_, closed - same_start, closed)
-        depth[lo:hi] = np.arange(hi - lo) - closed
-    return tid, depth, start, end, r["name_code"].to_numpy()
 
 
 def _by_thread_and_depth(tid, depth, start, end, code, origin: int):
