@@ -28,19 +28,25 @@ def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
     return lambda s: pl.Series([None if v is None else f"{v:.{d}f}" for v in s.to_list()], dtype=pl.String)
 
 
-def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.DataFrame:
-    """Every column as its nsys text form (vectorized; NULL stays NULL)."""
+def _as_text(frame: pl.DataFrame, decimals: dict[str, int] | None, kept: Callable[[pl.DataType], bool]) -> pl.DataFrame:
+    """Fixed-decimal columns as their text, columns whose type `kept` accepts as they are, every
+    other column cast to its text (vectorized; NULL stays NULL)."""
     decimals = decimals or {}
     exprs = []
     for name, dtype in frame.schema.items():
         c = pl.col(name)
         if name in decimals:
             exprs.append(c.map_batches(_fixed(decimals[name]), return_dtype=pl.String).alias(name))
-        elif dtype == pl.String:
+        elif kept(dtype):
             exprs.append(c)
         else:
             exprs.append(c.cast(pl.String))
     return frame.select(exprs) if exprs else frame
+
+
+def cell_strings(frame: pl.DataFrame, decimals: dict[str, int] | None = None) -> pl.DataFrame:
+    """Every column as its nsys text form."""
+    return _as_text(frame, decimals, lambda dtype: dtype == pl.String)
 
 
 def _as_written(dtype) -> bool:
@@ -68,16 +74,7 @@ def _cells(
 
     if not decimals and all(_as_written(t) for t in frame.dtypes):
         return frame
-    exprs = []
-    for name, dtype in frame.schema.items():
-        c = pl.col(name)
-        if name in decimals:
-            exprs.append(c.map_batches(_fixed(decimals[name]), return_dtype=pl.String).alias(name))
-        elif kept(dtype):
-            exprs.append(c)
-        else:
-            exprs.append(c.cast(pl.String))
-    return frame.select(exprs)
+    return _as_text(frame, decimals, kept)
 
 
 # Where a column has to be rewritten for its format (quoting, escapes), the table is written a
