@@ -83,8 +83,6 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
         # a large trace: the tables that read every NVTX range are made in a worker process
         yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
         prepare.prepare(trace, use_cache)
-    if prepare.large(trace):
-        prepare.launch_times(trace)
     yield Stage("attributing kernels")
     table = attribute(trace)
     # grouping keys derived once, here in the worker, so no keystroke pays for them

@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from kview.derived import derived
-
 if TYPE_CHECKING:
     from kview.trace import Trace
 
@@ -36,6 +34,7 @@ def tables() -> dict[str, Callable[[Trace], Any]]:
     """The derived tables the worker makes, by file name, in the order it makes them
     (attribution first: the rest reuse its nesting and labels)."""
     from kview.analysis.attribution import attribute
+    from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.iterations import step_instances
     from kview.analysis.layers import phase_spans, phase_times
     from kview.analysis.nvtx_tree import paths_and_windows
@@ -50,7 +49,7 @@ def tables() -> dict[str, Callable[[Trace], Any]]:
         "phase_spans": phase_spans,
         "holdings": kept_holdings,
         "steps": step_instances,
-        "launch_timeline": kept_launch_timeline,
+        "launch_timeline": launch_timeline,
     }
 
 
@@ -65,26 +64,8 @@ CACHE_KEYS = (
     "layers.phase_spans",
     "overview.holdings",
     "iterations.steps1",
-    "tui.launch_timeline",
+    "gpu_time.launch_timeline",
 )
-
-
-@derived(persist="tui.launch_timeline")
-def kept_launch_timeline(trace: Trace) -> pl.DataFrame:
-    """`gpu_time.launch_timeline` (each op's launch time), kept in the frame cache for the
-    explorer: made from every op joined to its launch (0.85 GB on the dense 1.1M-kernel trace)
-    for a table of 30 MB."""
-    from kview.analysis.gpu_time import launch_timeline
-
-    return launch_timeline(trace)
-
-
-def launch_times(trace: Trace) -> None:
-    """Put a large trace's launch timeline (read from the frame cache when it is kept there)
-    in its derived tables before anything asks for it."""
-    from kview.analysis.gpu_time import launch_timeline
-
-    trace.derived_tables.setdefault((launch_timeline,), kept_launch_timeline(trace))
 
 
 def large(trace: Trace) -> bool:
@@ -97,15 +78,9 @@ def large(trace: Trace) -> bool:
 def worth_it(trace: Trace, use_cache: bool) -> bool:
     """Whether to make the tables in a worker: a large trace whose tables are not all kept in
     the frame cache yet."""
-    return large(trace) and not (use_cache and all_cached(Path(trace.path), CACHE_KEYS))
-
-
-def all_cached(path: Path, keys: tuple[str, ...]) -> bool:
-    """Whether the frame cache holds every one of `keys` for this trace (the files are there;
-    reading them checks them)."""
     from kview.io import cache
 
-    return cache.has(path, keys)
+    return large(trace) and not (use_cache and cache.has(Path(trace.path), CACHE_KEYS))
 
 
 def prepare(trace: Trace, use_cache: bool) -> bool:
