@@ -54,9 +54,15 @@ def cpu_op_summary(trace: Trace) -> pl.DataFrame:
     return g.sort(["Self (ns)", "Op"], descending=[True, False]).cast(SCHEMA)
 
 
-@derived
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
+    return holdings_table(trace).row(0, named=True)
+
+
+# kept in the frame cache: counting a reopened trace's ranges would read every range's label
+@derived(persist="cpu_ops.holdings")
+def holdings_table(trace: Trace) -> pl.DataFrame:
+    """`holdings` as one row."""
     from kview.analysis.attribution import gpu_ops
 
     out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
@@ -68,7 +74,7 @@ def holdings(trace: Trace) -> dict[str, int]:
         out["ranges"] = int(marks.len() - marks.sum())
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         out["API calls"] = trace.columns("runtime", ["start"]).height
-    return out
+    return pl.DataFrame([out], schema={k: pl.Int64 for k in out})
 
 
 def no_gpu_work_note(trace: Trace) -> str:

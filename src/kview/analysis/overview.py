@@ -13,7 +13,6 @@ from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.layers import phase_times
 from kview.analysis.sanity import impossible, warning
-from kview.derived import derived
 from kview.output.format import fmt_ns
 from kview.trace import Trace
 
@@ -47,14 +46,6 @@ class Overview:
     findings: list[str] = field(default_factory=list)
     cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)  # per rank, when the trace holds several
-
-
-@derived(persist="overview.holdings")
-def kept_holdings(trace: Trace) -> pl.DataFrame:
-    """`holdings` as one row, kept in the frame cache: counting a reopened trace's ranges would
-    read every range's label."""
-    h = holdings(trace)
-    return pl.DataFrame([h], schema={k: pl.Int64 for k in h})
 
 
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
@@ -109,7 +100,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             names = procs.filter(pl.col("global_pid").is_in(gp.implode()))
             if names.height:
                 facts.append(("Processes", ", ".join(f"{n} ({p})" for n, p in names.select("name", "pid").iter_rows())))
-    h = kept_holdings(trace).row(0, named=True)
+    h = holdings(trace)
     facts += [(k[0].upper() + k[1:], f"{h[k]:,}") for k in ("CPU ops", "ranges", "API calls") if h[k]]
     if not ops.height:
         facts.append(("GPU kernels", "none"))

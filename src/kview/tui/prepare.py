@@ -34,11 +34,11 @@ def tables() -> dict[str, Callable[[Trace], Any]]:
     """The derived tables the worker makes, by file name, in the order it makes them
     (attribution first: the rest reuse its nesting and labels)."""
     from kview.analysis.attribution import attribute
+    from kview.analysis.cpu_ops import holdings_table
     from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.iterations import step_instances
     from kview.analysis.layers import phase_spans, phase_times
     from kview.analysis.nvtx_tree import paths_and_windows
-    from kview.analysis.overview import kept_holdings
     from kview.analysis.timeline import nvtx_row_table
 
     return {
@@ -47,7 +47,7 @@ def tables() -> dict[str, Callable[[Trace], Any]]:
         "timeline_nvtx": nvtx_row_table,
         "phase_times": phase_times,
         "phase_spans": phase_spans,
-        "holdings": kept_holdings,
+        "holdings": holdings_table,
         "steps": step_instances,
         "launch_timeline": launch_timeline,
     }
@@ -62,7 +62,7 @@ CACHE_KEYS = (
     "timeline.nvtx_names",
     "layers.phase_times",
     "layers.phase_spans",
-    "overview.holdings",
+    "cpu_ops.holdings",
     "iterations.steps1",
     "gpu_time.launch_timeline",
 )
