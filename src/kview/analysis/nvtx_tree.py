@@ -136,15 +136,20 @@ def ops_in_windows(windows: pl.DataFrame, timeline: pl.DataFrame, path_id: int) 
     return timeline["Idx"].gather(np.cumsum(steps)).alias("Idx")
 
 
+def _merged_by_groups(windows: pl.DataFrame) -> pl.DataFrame:
+    """`merge_intervals` by path itself, for the windows the sweep below does not take."""
+    return merge_intervals(windows, ["path_id"]).sort(["path_id", "start"]).select(list(WINDOWS)).cast(WINDOWS)
+
+
 def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     """Union of [start, end] per path_id (touching windows merge), sorted by path and start:
     `merge_intervals` by path, as one numpy sweep (a grouped running max over a million paths
     was most of the tree's time)."""
     if windows.height == 0 or windows.select(pl.any_horizontal(pl.all().is_null().any())).item():
-        return merge_intervals(windows, ["path_id"]).sort(["path_id", "start"]).select(list(WINDOWS)).cast(WINDOWS)
+        return _merged_by_groups(windows)
     pid, s, e = (windows[c].to_numpy().astype(np.int64) for c in ("path_id", "start", "end"))
     if (e < s).any():  # a window ending before it starts: merge_intervals' own (order-dependent) answer
-        return merge_intervals(windows, ["path_id"]).sort(["path_id", "start"]).select(list(WINDOWS)).cast(WINDOWS)
+        return _merged_by_groups(windows)
     order = np.lexsort((s, pid))
     pid, s, e = pid[order], s[order], e[order]
     first = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
@@ -154,7 +159,7 @@ def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     top = np.maximum(np.maximum.reduceat(s, first), np.maximum.reduceat(e, first))
     span = top - base + 1
     if float(base.min()) < -(2.0**61) or float(top.max()) > 2.0**61 or float(span.astype(np.float64).sum()) > 2.0**61:
-        return merge_intervals(windows, ["path_id"]).sort(["path_id", "start"]).select(list(WINDOWS)).cast(WINDOWS)
+        return _merged_by_groups(windows)
     shift = np.repeat(np.concatenate([[0], np.cumsum(span)[:-1]]) - base, np.diff(np.r_[first, len(pid)]))
     ends = np.maximum.accumulate(e + shift)
     new = np.ones(len(pid), dtype=bool)
