@@ -79,8 +79,8 @@ def test_several_reports_json_is_one_object_keyed_by_report_csv_is_refused():
         err = _run("-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", fmt, code=2)
         assert err.count("\n") == 1 and "-o PREFIX" in err and "-f json" in err
     md = _run("-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "md").splitlines()
-    assert md[0] == "### CUDA GPU Kernel Summary (cuda_gpu_kern_sum)" and md[2].startswith("| Time (%) |")
-    assert "### CUDA API Summary (cuda_api_sum)" in md
+    assert md[0] == "### CUDA GPU Kernel Summary (cuda\\_gpu\\_kern\\_sum)" and md[2].startswith("| Time (%) |")
+    assert "### CUDA API Summary (cuda\\_api\\_sum)" in md
 
 
 def test_multi_table_commands_json_one_object_csv_refused():

@@ -43,9 +43,13 @@ def _doc(frame: pl.DataFrame, fmt: str) -> str:
     return render.render(frame, fmt)
 
 
-def _texts(frame: pl.DataFrame) -> list[list[str]]:
-    """Every cell as the CSV holds it: NULL as empty, numbers as polars prints them."""
-    return [["" if v is None else v for v in row] for row in frame.select(pl.all().cast(pl.String)).iter_rows()]
+def _texts(frame: pl.DataFrame, missing: str = "-") -> list[list[str]]:
+    """Every cell as the CSV holds it: NULL and kview's `-` (missing) as empty, numbers as
+    polars prints them."""
+    return [
+        ["" if v is None or v == missing else v for v in row]
+        for row in frame.select(pl.all().cast(pl.String)).iter_rows()
+    ]
 
 
 def test_csv_of_the_lm_table_reads_back_cell_for_cell(table):
@@ -92,18 +96,19 @@ def test_tsv_turns_tabs_in_cells_into_spaces_and_quotes_nothing():
 def test_markdown_escapes_pipes_backslashes_and_line_breaks(table):
     lines = _doc(ODD, "md").split("\n")[:-1]
     assert lines[:2] == ["| Name | Count | Avg (ns) |", "|---|---:|---:|"]
-    assert lines[5:7] == ["| two lines | 4 | inf |", "| cr\rhere | 5 | 2.0 |"]
+    assert lines[5:7] == ["| two lines | 4 | inf |", "| cr here | 5 | 2.0 |"]
     assert lines[8] == "| a\\|b\\\\c | 7 | 0.3333333333333333 |"
     assert lines[9:] == ["|  | 8 | -0.0 |", "|  |  | 12.25 |"]
     md = _doc(table, "md").splitlines()
     assert len(md) == table.height + 2
-    assert md[3] == "| " + " | ".join(_texts(table)[1]) + " |"
+    assert md[3] == "| " + " | ".join(render.md_escape(c) for c in _texts(table, missing="")[1]) + " |"
 
 
 def test_json_parses_to_the_frame_records(table):
     rows = json.loads(_doc(table, "json"))
     expected = [
-        {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in table.to_dicts()
+        {k: None if (isinstance(v, float) and math.isnan(v)) or v == "-" else v for k, v in r.items()}
+        for r in table.to_dicts()
     ]
     assert rows == expected
     odd = json.loads(_doc(ODD, "json"))

@@ -54,7 +54,13 @@ def _document_flags(defaults: bool) -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("output")
-    g.add_argument("-f", "--format", default=d("table"), choices=FORMATS, help="output format (default: table)")
+    g.add_argument(
+        "-f",
+        "--format",
+        default=d(None),
+        choices=FORMATS,
+        help="output format (default: from -o's extension: .csv, .tsv, .md, .json; else table)",
+    )
     g.add_argument(
         "-o",
         "--output",
@@ -206,6 +212,18 @@ def _one_table_per_document(fmt: str, what: str, hint: str) -> None:
 
     if fmt not in MULTI_TABLE_FORMATS:
         raise UsageError(f"{what} do not fit one {fmt.upper()} document on stdout: {hint}")
+
+
+FORMAT_OF_EXTENSION = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+def _resolve_format(args) -> None:
+    """Without -f, a document written to -o PATH takes the format its extension names
+    (`-o k.csv` is CSV); anything else is the table."""
+    if getattr(args, "format", "") is None:
+        out = getattr(args, "output", None)
+        one = getattr(getattr(args, "cmd", None), "one_document", True)
+        args.format = FORMAT_OF_EXTENSION.get(Path(out).suffix.lower(), "table") if out and one else "table"
 
 
 def _inputs(args) -> list[str]:
@@ -604,9 +622,18 @@ def cmd_timeline(args) -> int:
         raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
     if args.format in ("table", "md"):
         text = timeline.text(tl, t0, t1, width, kinds, args.depth, title)
-        return _write(args, f"```\n{text}```\n" if args.format == "md" else text)
+        return _write(args, timeline_markdown(text) if args.format == "md" else text)
     cells = timeline.table(tl, t0, t1, max(width - 25, 10), kinds, args.depth)
     return _write(args, render.render(cells, args.format))
+
+
+def timeline_markdown(picture: str) -> str:
+    """The timeline's picture as a Markdown code block, fenced by more backticks than any run
+    of them inside it (an op's name), so nothing inside is read as Markdown."""
+    import re
+
+    fence = "`" * max([3] + [len(m) + 1 for m in re.findall(r"`+", picture)])
+    return f"{fence}\n{picture}{fence}\n"
 
 
 def cmd_external(args) -> int:
@@ -638,8 +665,13 @@ def cmd_memory(args) -> int:
     facts = mt.summary(tl)
     live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
     t0 = tl.start
+    from kview.output.render import DATA_FORMATS
+
     sections = {
-        "summary": pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
+        # a person reads the facts with their units; data formats get numbers, units in the names
+        "summary": mt.summary_data(tl)
+        if args.format in DATA_FORMATS
+        else pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
         "timeline": tl.series.select(
             "idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), "allocated", "requested", "reserved"
         ).rename({"idx": "Event", "allocated": "Allocated", "requested": "Requested", "reserved": "Reserved"}),
@@ -905,6 +937,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    _resolve_format(args)
     try:
         if getattr(args, "max_memory", None) is not None:
             _set_max_memory(args.max_memory)

@@ -50,6 +50,7 @@ COLUMNS = [
 _INT = ("Idx", "Duration (ns)", "Start (ns)", "Stream", "Device", "Correlation", "FLOPs", "Bytes", "_grid", "_block")
 SCHEMA = {
     **{c: pl.Int64 if c in _INT else pl.Float64 if c == "TFLOP/s" else pl.String for c in COLUMNS},
+    "TC": pl.Boolean,
     "_grid": pl.Int64,
     "_block": pl.Int64,
 }
@@ -674,10 +675,8 @@ def attribute(trace: Trace) -> pl.DataFrame:
         _launch_dims("block").alias("Block"),
         f("correlation").alias("Correlation"),
         f("path_").fill_null("-").alias("NVTX Path"),
-        pl.when(gemm | (f("Category") == "attention"))
-        .then(pl.when(f("tc").fill_null(False)).then(pl.lit("1")).otherwise(pl.lit("0")))
-        .otherwise(pl.lit("-"))
-        .alias("TC"),
+        # on Tensor Cores: true or false for GEMM and attention kernels, missing for the rest
+        pl.when(gemm | (f("Category") == "attention")).then(f("tc").fill_null(False)).alias("TC"),
         "FLOPs",
         "Bytes",
         pl.when(f("FLOPs").is_not_null() & (f("Duration (ns)") > 0))

@@ -532,3 +532,51 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
     if f.get("max_memory_reserved") is not None:
         rows.append(("torch max_memory_reserved", versus(f["max_memory_reserved"], int(top[1] or 0))))
     return rows
+
+
+def summary_data(tl: MemoryTimeline) -> pl.DataFrame:
+    """The facts of `summary` as one row of numbers for the data formats, each unit in its
+    column's name (bytes as integers, times in ms from the snapshot's start); torch's own
+    counters are missing when the snapshot does not carry them."""
+    pk = tl.peak
+    f = tl.facts
+    top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)
+    span = (int(tl.series.select(pl.col("t").max()).item() or 0) - tl.start) / 1e6 if tl.series.height else None
+    phases_from = (
+        "the trace's NVTX"
+        if tl.clock == "trace"
+        else ("the snapshot's record_function ranges" if tl.phases.height else None)
+    )
+    row = {
+        "Snapshot": tl.name,
+        "Device": tl.device,
+        "Device name": f.get("device"),
+        "Events": tl.events.height,
+        "Span (ms)": span,
+        "Peak allocated (B)": int(pk["allocated"]),
+        "Peak at (ms)": (pk["t"] - tl.start) / 1e6 if pk["t"] is not None else None,
+        "Peak event": pk["idx"] if pk["t"] is not None else None,
+        "Peak requested (B)": int(top[0] or 0),
+        "Peak reserved (B)": int(top[1] or 0),
+        "Phases from": phases_from,
+        "torch max_memory_allocated (B)": f.get("max_memory_allocated"),
+        "torch requested_bytes peak (B)": f.get("requested_bytes_peak"),
+        "torch max_memory_reserved (B)": f.get("max_memory_reserved"),
+    }
+    schema = {
+        "Snapshot": pl.String,
+        "Device": pl.Int64,
+        "Device name": pl.String,
+        "Events": pl.Int64,
+        "Span (ms)": pl.Float64,
+        "Peak allocated (B)": pl.Int64,
+        "Peak at (ms)": pl.Float64,
+        "Peak event": pl.Int64,
+        "Peak requested (B)": pl.Int64,
+        "Peak reserved (B)": pl.Int64,
+        "Phases from": pl.String,
+        "torch max_memory_allocated (B)": pl.Int64,
+        "torch requested_bytes peak (B)": pl.Int64,
+        "torch max_memory_reserved (B)": pl.Int64,
+    }
+    return pl.DataFrame([row], schema=schema)

@@ -151,10 +151,13 @@ def _texts(frame: pl.DataFrame) -> list[str]:
 
 def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",") -> None:
     """nsys's CSV: a cell is quoted only when it holds the separator or a line break (quotes
-    doubled inside it); a quote alone is left as it is, as nsys leaves it; NULL is empty."""
-    if frame.width == 0 or frame.height == 0:  # nsys writes an empty file for an empty report
+    doubled inside it); a quote alone is left as it is, as nsys leaves it; NULL is empty. A
+    table without rows is its header line, so a reader still learns the columns."""
+    if frame.width == 0:
         return
     out.write((sep.join(f'"{c}"' if sep in c else c for c in frame.columns) + "\n").encode())
+    if frame.height == 0:
+        return
     # numbers never hold a separator, a quote or a line break: only text columns are looked at,
     # once for the whole table
     cells = _cells(frame, decimals, odd=('"', "\r"))
@@ -204,18 +207,27 @@ def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     _written(cells, out, spaced, separator="\t", include_header=True)
 
 
+# What CommonMark and GitHub would read as markup inside a table cell: inline HTML and
+# autolinks (`<float>`), emphasis (`*`, `_`), strikethrough (`~`), code spans, entities (`&lt;`),
+# links (`[x](y)`, opened by `[`), the cell separator and the escape character itself. Each is backslash-escaped, which both
+# render as the character; a line break would end the row, so it becomes a space.
+MD_SPECIAL = ("\\", "`", "*", "_", "<", ">", "|", "~", "&", "[", "\n", "\r")
+_MD_CLASS = r"[\\`*_<>|~&\[]"
+
+
 def _md_escape(e: pl.Expr) -> pl.Expr:
-    return (
-        e.str.replace_all("\\", "\\\\", literal=True)
-        .str.replace_all("|", "\\|", literal=True)
-        .str.replace_all("\n", " ", literal=True)
-    )
+    return e.str.replace_all(_MD_CLASS, r"\$0").str.replace_all(r"\r\n|\r|\n", " ")
+
+
+def md_escape(text: str) -> str:
+    """One piece of text (a title, a heading) as Markdown shows it literally."""
+    return re.sub(r"\r\n|\r|\n", " ", re.sub(_MD_CLASS, lambda m: "\\" + m.group(0), text))
 
 
 def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     """A Markdown table: `| a | b |` lines. Written by polars' CSV writer with a space as the
     separator between the cells and `|` columns around them, so each cell is copied once; only
-    columns holding `\\`, `|` or a line break are escaped (slice by slice)."""
+    columns holding a character of MD_SPECIAL are escaped (slice by slice)."""
     if frame.width == 0:
         return
     numeric = [dt.is_numeric() for dt in frame.dtypes]
@@ -225,9 +237,9 @@ def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     )
     if frame.height == 0:
         return
-    cells = _cells(frame, decimals, odd=("\\", "|", "\n"))
+    cells = _cells(frame, decimals, odd=MD_SPECIAL)
     texts = _texts(cells)
-    odd = _any(cells, {c: pl.col(c).str.contains_any(["\\", "|", "\n"]) for c in texts})
+    odd = _any(cells, {c: pl.col(c).str.contains_any(list(MD_SPECIAL)) for c in texts})
     bar = pl.repeat("|", cells.height, dtype=pl.String)
     names = [f"c{i}" for i in range(cells.width)]
     lined = cells.rename(dict(zip(cells.columns, names))).select(
@@ -278,12 +290,31 @@ def write_json_object(tables: dict[str, pl.DataFrame], out: BinaryIO) -> None:
     """Several tables as one JSON object keyed by name, each an array of row objects."""
     for i, (name, frame) in enumerate(tables.items()):
         out.write(("{" if i == 0 else ",\n").encode() + json.dumps(name, ensure_ascii=False).encode() + b": ")
-        _json_rows(frame, out)
+        _json_rows(as_data(frame), out)
     out.write(b"}\n" if tables else b"{}\n")
+
+
+# kview's tables write `-` where a text value is missing (no layer, no op markers, no launch
+# dimensions); the data formats carry it as missing instead: null in JSON, an empty cell in CSV/TSV
+MISSING = "-"
+DATA_FORMATS = ("csv", "tsv", "json")
+
+
+def as_data(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with every text cell that reads `-` made missing (only the columns holding one
+    are rewritten)."""
+    texts = [c for c, t in frame.schema.items() if t == pl.String]
+    if not texts or frame.height == 0:
+        return frame
+    marked = _any(frame, {c: pl.col(c) == MISSING for c in texts})
+    rewrite = [pl.when(pl.col(c) != MISSING).then(pl.col(c)).alias(c) for c in texts if marked[c]]
+    return frame.with_columns(rewrite) if rewrite else frame
 
 
 def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
     """One table in `fmt` to a binary stream as polars writes it (never the whole document in memory)."""
+    if fmt in DATA_FORMATS:
+        frame = as_data(frame)
     if fmt == "csv":
         write_csv(frame, out, decimals)
     elif fmt == "tsv":
@@ -398,7 +429,7 @@ def render_sections(
         if df.height == 0 and empty is None and title not in (texts or {}):
             continue
         body = (texts or {}).get(title) or (render(df, fmt) if df.height else empty or "")
-        head = f"### {title}{suffix}\n\n" if fmt == "md" else f"** {title}{suffix}:\n\n"
+        head = f"### {md_escape(title + suffix)}\n\n" if fmt == "md" else f"** {title}{suffix}:\n\n"
         blocks.append(head + body)
     return "\n".join(blocks)
 

@@ -75,6 +75,8 @@ UNITS = {"ns": 1, "µs": 1_000, "ms": 1_000_000}
 def fmt_cell(v, decimals: int = 1) -> str:
     if v is None:
         return ""
+    if isinstance(v, bool):  # as the data formats write it
+        return "true" if v else "false"
     if isinstance(v, float):
         return f"{v:,.{decimals}f}"
     if isinstance(v, int) and not isinstance(v, bool):
