@@ -71,10 +71,12 @@ def test_csv_quotes_only_cells_with_the_separator_or_a_line_break():
         'say "hi",2,1e+16',  # a quote alone stays as it is, as nsys leaves it
         '"f(""x"", 1)",3,NaN',  # quoted for the comma: its quotes doubled
     ]
-    assert '\n"two\nlines",4,inf\ncr\rhere,5,2.0\n' in text  # a carriage return alone is not quoted either
+    # a carriage return alone is not quoted either; it is shown as `\x0d`, as every control
+    # character a terminal would act on (kview.output.visible)
+    assert '\n"two\nlines",4,inf\ncr\\x0dhere,5,2.0\n' in text
     assert text.endswith("\n,8,-0.0\n,,12.25\n")  # empty text and NULL are both empty cells
-    rows = list(csv.reader(io.StringIO(text.replace("\r", ""), newline="")))
-    names = ["a, b", 'say "hi"', 'f("x", 1)', "two\nlines", "crhere", "tab\there", "a|b\\c", "", ""]
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    names = ["a, b", 'say "hi"', 'f("x", 1)', "two\nlines", "cr\\x0dhere", "tab\there", "a|b\\c", "", ""]
     assert [r[0] for r in rows[1:]] == names
 
 

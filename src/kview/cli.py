@@ -263,6 +263,9 @@ def _check_output(args) -> None:
 
 def _write(args, text: str) -> int:
     """The command's document: to stdout, or to -o PATH (atomically; nothing for no data)."""
+    from kview.output.visible import visible_lines
+
+    text = visible_lines(text)  # names from the trace hold no control character (JSON escapes them)
     if not args.output:
         sys.stdout.write(text)
         return 0
@@ -297,6 +300,7 @@ def _emit(args, frame, decimals=None) -> int:
 
 def cmd_stats(args) -> int:
     from kview.output import render
+    from kview.output.visible import visible_lines
     from kview.reports import REPORTS
 
     names = _report_names(args.report)
@@ -360,7 +364,7 @@ def cmd_stats(args) -> int:
                 out.write("\n")
             out.write(f"** {r.title} ({r.name}):\n\n")
             if r.skipped:
-                out.write(f"SKIPPED: {trace.name} {r.skipped}.\n")
+                out.write(visible_lines(f"SKIPPED: {trace.name} {r.skipped}.\n"))
             elif r.empty:
                 out.write("(no rows)\n")
             else:
@@ -380,7 +384,7 @@ def cmd_stats(args) -> int:
         return 0
     sections = {f"{r.title} ({r.name})": r.frame for r in reports}
     skipped = {f"{r.title} ({r.name})": f"SKIPPED: {trace.name} {r.skipped}.\n" for r in reports if r.skipped}
-    out.write(render.render_sections(sections, args.format, empty="(no rows)\n", texts=skipped))
+    out.write(visible_lines(render.render_sections(sections, args.format, empty="(no rows)\n", texts=skipped)))
     return 0
 
 
@@ -858,11 +862,12 @@ def run_tui(args: argparse.Namespace) -> int:
         paths = [str(sample)]
         note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
     from kview.analysis.ranks import trace_paths
+    from kview.output.visible import visible_lines
 
     try:  # a folder of per-rank traces opens as its traces (`kview run/`)
         paths = [str(p) for p in trace_paths(paths)]
     except TraceError as e:
-        print(f"kview: {shown(e.path)}: {e.problem}", file=sys.stderr)
+        print(visible_lines(f"kview: {shown(e.path)}: {e.problem}"), file=sys.stderr)
         return 2
     from kview.analysis.memory_timeline import Snapshot, open_snapshot
     from kview.io.snapshot_pickle import is_snapshot_file
@@ -872,7 +877,7 @@ def run_tui(args: argparse.Namespace) -> int:
         try:  # a memory snapshot opens in the Memory view
             traces.append(open_snapshot(p) if is_snapshot_file(p) else open_trace(p, use_cache=not args.no_cache))
         except TraceError as e:
-            print(f"kview: {shown(p)}: {e.problem}", file=sys.stderr)
+            print(visible_lines(f"kview: {shown(p)}: {e.problem}"), file=sys.stderr)
             return 2
     try:
         tui = importlib.import_module("kview.tui.app")
@@ -932,6 +937,18 @@ def main(argv: list[str] | None = None) -> int:
             print(e.line(), file=sys.stderr)
             return 2
         return run_tui(args)
+    from kview.output.visible import VisibleText
+
+    stderr = sys.stderr
+    sys.stderr = VisibleText(stderr)  # file names and trace text in messages: no control characters
+    try:
+        return _command(argv)
+    finally:
+        sys.stderr = stderr
+
+
+def _command(argv: list[str]) -> int:
+    """A command (not the explorer): its document on stdout or -o, every failure one line."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -18,6 +18,7 @@ from typing import BinaryIO, Literal, cast
 import polars as pl
 
 from kview.output.format import fit_header, shrink_headers
+from kview.output.visible import VisibleStream, json_visible, visible
 
 FORMATS = ("table", "csv", "tsv", "md", "json")
 EXTENSIONS = {"table": "txt", "csv": "csv", "tsv": "tsv", "md": "md", "json": "json"}
@@ -260,7 +261,7 @@ class _Rows:
     def write(self, b) -> int:
         if not b:
             return 0
-        text = bytes(b).replace(b"\n", b",\n")
+        text = json_visible(bytes(b)).replace(b"\n", b",\n")
         head = b"[\n" if self.first else b",\n" if self.pending else b""
         self.first = False
         self.pending = text.endswith(b",\n")
@@ -289,7 +290,9 @@ def write_json(frame: pl.DataFrame, out: BinaryIO) -> None:
 def write_json_object(tables: dict[str, pl.DataFrame], out: BinaryIO) -> None:
     """Several tables as one JSON object keyed by name, each an array of row objects."""
     for i, (name, frame) in enumerate(tables.items()):
-        out.write(("{" if i == 0 else ",\n").encode() + json.dumps(name, ensure_ascii=False).encode() + b": ")
+        out.write(
+            ("{" if i == 0 else ",\n").encode() + json_visible(json.dumps(name, ensure_ascii=False).encode()) + b": "
+        )
         _json_rows(as_data(frame), out)
     out.write(b"}\n" if tables else b"{}\n")
 
@@ -312,17 +315,25 @@ def as_data(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
-    """One table in `fmt` to a binary stream as polars writes it (never the whole document in memory)."""
+    """One table in `fmt` to a binary stream as polars writes it (never the whole document in
+    memory); every control character in it made visible (JSON escapes them itself)."""
     if fmt in DATA_FORMATS:
         frame = as_data(frame)
+    if fmt == "json":
+        write_json(frame, out)
+        return
+    shown = VisibleStream(out)
+    _write_text(frame, fmt, cast(BinaryIO, shown), decimals, width)
+    shown.finish()
+
+
+def _write_text(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
     if fmt == "csv":
         write_csv(frame, out, decimals)
     elif fmt == "tsv":
         write_tsv(frame, out, decimals)
     elif fmt == "md":
         write_markdown(frame, out, decimals)
-    elif fmt == "json":
-        write_json(frame, out)
     elif fmt == "table":
         out.write(to_table(frame, decimals, width).encode())
     else:
@@ -330,8 +341,11 @@ def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: in
 
 
 def _text(writer, *args) -> str:
+    """A text format's document as one string, its control characters made visible (as `write`'s)."""
     buf = io.BytesIO()
-    writer(*args[:1], buf, *args[1:])
+    shown = VisibleStream(buf)
+    writer(*args[:1], cast(BinaryIO, shown), *args[1:])
+    shown.finish()
     return buf.getvalue().decode()
 
 
@@ -348,7 +362,9 @@ def to_markdown(frame: pl.DataFrame, decimals=None) -> str:
 
 
 def to_json(frame: pl.DataFrame) -> str:
-    return _text(write_json, frame)
+    buf = io.BytesIO()
+    write_json(frame, buf)
+    return buf.getvalue().decode()
 
 
 def _group_digits(v: str) -> str:
@@ -369,7 +385,7 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
     text = cell_strings(frame, decimals)
     numeric = [dt.is_numeric() for dt in frame.dtypes]
     rows = [
-        [("" if v is None else (_group_digits(v) if numeric[i] else v)) for i, v in enumerate(r)]
+        [("" if v is None else (_group_digits(v) if numeric[i] else visible(v))) for i, v in enumerate(r)]
         for r in text.iter_rows()
     ]
     values = [max([0] + [len(r[i]) for r in rows]) for i in range(len(frame.columns))]

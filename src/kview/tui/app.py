@@ -54,6 +54,7 @@ from kview.tui.messages import (
 from kview.tui.views import shown_by
 from kview.tui.views.base import View
 from kview.tui.views.kernels import KernelsView
+from kview.tui.visible_filter import VisibleFilter
 from kview.tui.widgets.context_screen import ContextScreen
 from kview.tui.widgets.frame_table import UNITS, FrameTable
 from kview.tui.widgets.help_screen import HelpScreen
@@ -86,6 +87,8 @@ class KviewApp(App):
         traces: list[Trace | Snapshot] | None = None,
     ):
         super().__init__()
+        # every line drawn passes it: no control character from a trace reaches the terminal
+        self._filters.append(VisibleFilter())
         self.paths = paths
         self.traces = traces  # opened by the CLI, one per path (else each worker opens its path)
         self.use_cache = use_cache

@@ -25,6 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kview.output.format import fit_header, shrink_headers
+from kview.output.visible import visible
 from kview.tui.keymap import TABLE_KEYS, bindings
 
 # 16-colour safe: named ANSI colours only, consistent across views.
@@ -371,7 +372,7 @@ class FrameTable(ScrollView, can_focus=True):
             if numeric and is_duration(c) and scale > 1:
                 text = fmt_cell(v / scale, 3)
             else:
-                text = fmt_cell(v)
+                text = visible(fmt_cell(v))
             if numeric:
                 text = text.rjust(w)
             elif c in NAME_COLUMNS and len(text) > w:
@@ -416,7 +417,7 @@ class FrameTable(ScrollView, can_focus=True):
             mark = ""
             if self.sort_state and self.sort_state[0] == c:
                 mark = "▼" if self.sort_state[1] else "▲"
-            label = (fit_header(self.header(c), w - len(mark)) + mark).ljust(w)
+            label = (fit_header(visible(self.header(c)), w - len(mark)) + mark).ljust(w)
             style = Style(bold=True, underline=(j == self.cursor_col))
             segs.append(Segment(label + "  ", style))
         return Strip(segs).crop(scroll_x, scroll_x + width).extend_cell_length(width)
