@@ -46,7 +46,7 @@ def settings(data: dict) -> dict:
         split = int(s.get("max_split_size") or -1)
         given = s.get("roundup_power2_divisions")
         divisions = {int(k): int(v) for k, v in (given if isinstance(given, dict) else {}).items() if int(v) > 1}
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         split, divisions = -1, {}
     return {
         "max_split_size": split if split > 0 else None,

@@ -120,7 +120,16 @@ def _events(trace: list) -> pl.DataFrame:
         pl.col("stream").fill_null(0),
     )
     allocs = ev.filter(pl.col("action") == ALLOC)["idx"]
-    sites = pl.Series("site", [call_site(trace[i].get("frames")) for i in allocs.to_list()], dtype=pl.String)
+    # entries that share one frames list (a pickle's memo makes them so) look it up once
+    by_list: dict[int, str] = {}
+    site_of = []
+    for i in allocs.to_list():
+        frames = trace[i].get("frames")
+        key = id(frames)
+        if key not in by_list:
+            by_list[key] = call_site(frames)
+        site_of.append(by_list[key])
+    sites = pl.Series("site", site_of, dtype=pl.String)
     site = pl.Series("site", [None] * ev.height, dtype=pl.String).scatter(allocs, sites) if allocs.len() else None
     return ev.with_columns(site if site is not None else pl.lit(None, pl.String).alias("site")).select(
         list(EVENT_SCHEMA)
