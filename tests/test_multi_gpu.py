@@ -1,0 +1,87 @@
+"""Two real GPUs (issue 32): HF Llama (168M parameters) under torchrun with DDP and with FSDP2 on
+two H200 of one host over NCCL, rank 1 slowed by 20 ms before each step, captured by
+`kview capture --annotate` (bench/gpu_multi_gpu.sh): one nsys export per rank, one export of both
+processes, and the torch backend. Every figure is checked against rank_truth.py, which reads the
+same SQLite files with plain per-process queries."""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+
+import pytest
+import rank_truth as truth
+
+from kview.analysis.collectives import collectives_by_rank, straggler_instances
+from kview.analysis.iterations import iteration_table
+from kview.analysis.ranks import open_run
+
+from conftest import ROOT
+
+CAPTURE = ROOT / "tests" / "fixtures" / "capture"
+FILES = {
+    "ddp_nsys_per_rank": ["llama_ddp_nsys.rank0", "llama_ddp_nsys.rank1"],
+    "ddp_nsys_1file": ["llama_ddp_nsys_1file"],
+    "ddp_torch": ["llama_ddp_torch.rank0", "llama_ddp_torch.rank1"],
+    "fsdp_nsys_per_rank": ["llama_fsdp_nsys.rank0", "llama_fsdp_nsys.rank1"],
+    "fsdp_torch": ["llama_fsdp_torch.rank0", "llama_fsdp_torch.rank1"],
+}
+ITERATION_COLUMNS = [
+    "Rank",
+    "Iteration",
+    "Wall (ns)",
+    "Busy (ns)",
+    "Compute (ns)",
+    "Communication (ns)",
+    "Exposed comm (ns)",
+    "Memory (ns)",
+    "Idle (ns)",
+]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama2gpu")
+    out = {}
+    for name in sorted({f for fs in FILES.values() for f in fs}):
+        path = d / f"{name}.sqlite"
+        with lzma.open(CAPTURE / f"{name}.sqlite.xz") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(paths):
+    """name -> (kview's run, the independent ranks)."""
+    out = {}
+    for name, files in FILES.items():
+        ranks: dict = {}
+        for i, f in enumerate(files):
+            ranks.update(truth.from_nsys(str(paths[f]), first_rank=i if "torch" in name else None))
+        out[name] = (open_run([str(paths[f]) for f in files], use_cache=False), ranks)
+    return out
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_iterations_equal_per_process_queries(runs, name):
+    run, ranks = runs[name]
+    want = truth.iteration_rows(ranks)
+    assert len(want) == 6  # 2 ranks x profiled steps 3-5
+    assert sorted(iteration_table(run).select(ITERATION_COLUMNS).rows()) == want
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_collectives_matched_on_every_rank(runs, name):
+    """DDP all-reduces its gradient buckets, FSDP all-gathers parameters and reduce-scatters
+    gradients: each instance is found on both ranks, and the counts and times equal the queries."""
+    run, ranks = runs[name]
+    got = {(r, c): (n, t, b) for r, c, n, t, b in collectives_by_rank(run).rows()}
+    assert got == truth.collectives(ranks)
+    kinds = {c for _, c in got}
+    assert kinds == ({"AllReduce", "Broadcast"} if name.startswith("ddp") else {"AllGather", "ReduceScatter"})
+    for kind in kinds:
+        assert got[(0, kind)][0] == got[(1, kind)][0]
+    s = straggler_instances(run)
+    assert s.height >= 3 * 15 and (s["Ranks"] == 2).all()
+    assert {(i, c, n): (last, w, m) for i, c, n, _, last, w, m in s.rows()} == truth.stragglers(ranks)
