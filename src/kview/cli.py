@@ -128,6 +128,23 @@ def _diff_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--top", type=int, default=15)
+    p.add_argument(
+        "--gate",
+        action="append",
+        default=None,
+        metavar="[SCOPE:]PCT",
+        help="exit 1, printing what got slower from BEFORE to AFTER by more than PCT percent (exit 0: nothing "
+        "did); SCOPE is total, step, phase, layer, category or kernel (repeat the flag: --gate layer:5%% "
+        "--gate total:2%%); a bare PCT gates every scope. With several steps on both sides, per-step medians "
+        "are compared",
+    )
+    p.add_argument(
+        "--gate-min",
+        type=float,
+        default=1.0,
+        metavar="PCT",
+        help="leave out of the gate items under PCT percent of the run's GPU time on both sides (default 1)",
+    )
 
 
 RUN_TABLES = {
@@ -509,6 +526,8 @@ def cmd_diff(args) -> int:
     from kview.analysis.compare import diff
     from kview.output import render
 
+    if args.gate:
+        return _diff_gate(args)
     _one_table_per_document(args.format, "the diff's tables", "use -f json (one object keyed by table), md or table")
     a, b = _open(args, args.before), _open(args, args.after)
     sections = diff(a, b, args.top)
@@ -519,6 +538,33 @@ def cmd_diff(args) -> int:
         args,
         render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n"),
     )
+
+
+def _diff_gate(args) -> int:
+    """`kview diff A B --gate ...`: the table of what regressed past its gate; exit 1 when any did."""
+    from kview.analysis.gate import gate, parse_gates
+    from kview.output import render
+
+    gates = parse_gates(args.gate)  # a malformed gate is refused before any trace is read
+    if args.gate_min < 0:
+        raise UsageError("--gate-min takes a percentage of 0 or more")
+    a, b = _open(args, args.before), _open(args, args.after)
+    v = gate(a, b, gates, args.gate_min)
+    basis = (
+        f"per-step medians ({v.steps[0]} steps of A, {v.steps[1]} of B)"
+        if v.steps[0]
+        else "whole traces (per-step medians need several steps on both sides)"
+    )
+    n = v.regressed.height
+    verdict = (
+        f"{n} of {v.checked} gated items regressed past their gate"
+        if n
+        else f"passed: none of {v.checked} gated items regressed past its gate"
+    )
+    print(f"kview: gate {a.name} -> {b.name}: {verdict}; {basis}", file=sys.stderr)
+    frame = v.regressed
+    _write(args, render.render(frame, args.format) if n or args.format == "json" else "")
+    return 1 if n else 0
 
 
 def cmd_run_tables(args) -> int:
