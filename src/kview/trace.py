@@ -201,12 +201,16 @@ class JsonTrace(Trace):
         super().__init__(KinetoSource(Path(path).expanduser().absolute(), use_cache), use_cache)
 
 
-def _sniff(p: Path) -> str:
+def _head(p: Path) -> bytes:
     try:
         with open(p, "rb") as f:
-            head = f.read(64)
+            return f.read(64)
     except OSError as e:
         raise TraceError(p, f"cannot be read ({e.strerror})") from None
+
+
+def _sniff(p: Path) -> str:
+    head = _head(p)
     if head.startswith(b"\x1f\x8b"):
         return "json"
     if head.lstrip()[:1] in (b"{", b"["):
@@ -248,6 +252,11 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
         raise TraceError(p, "is a folder, not a trace file")
     if st.st_size == 0:
         raise TraceError(p, "is empty")
+    from kview.io import converted
+
+    kind = converted.kind_of(p, _head(p))
+    if kind is not None:  # a report or a compressed export: opened as its copy in the cache
+        return open_trace(converted.copy_of(p, kind), use_cache=use_cache)
     if _sniff(p) == "json":
         return JsonTrace(p, use_cache=use_cache)
     from kview.io.nsys_reader import NsysSource
