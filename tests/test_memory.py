@@ -19,7 +19,7 @@ from kview.cli import main
 from kview.io import snapshot_pickle
 from kview.output.memory_plot import columns, plot
 
-from conftest import FIXTURES
+from conftest import FIXTURES, SAMPLES
 
 MEM = FIXTURES / "memory"
 SMALL = ["small_forward_fp32", "small_forward_bf16", "small_train_fp32", "small_train_bf16"]
@@ -260,7 +260,7 @@ class _Evil:
         ("truncated", "truncated"),
         ("folder", "is a folder"),
         ("csv", "do not fit one CSV document"),
-        ("trace-without", "has no allocator history beside it"),
+        ("trace-without", "has no allocator history beside it (t.memory.pickle) and no memory events of its own"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(unpacked, tmp_path, capsys, kind, words):
@@ -282,8 +282,8 @@ def test_bad_input_is_one_line_and_exit_2(unpacked, tmp_path, capsys, kind, word
         p = unpacked / "tiny_cmd.memory.pickle"
         args = ["-f", "csv"]
     elif kind == "trace-without":
-        p = tmp_path / "t.sqlite"
-        shutil.copy(unpacked / "tiny_cmd.sqlite", p)
+        p = tmp_path / "t.sqlite"  # an nsys trace recorded without --cuda-memory-usage
+        shutil.copy(SAMPLES / "lm-small_ctx256_forward_nsys.sqlite", p)
     assert main(["memory", str(p), *args]) == 2
     err = capsys.readouterr()
     assert err.out == ""

@@ -190,7 +190,7 @@ def _handed_over(p: argparse.ArgumentParser) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
-MEMORY_TABLES = ("summary", "timeline", "phases", "by-site", "by-size", "top")
+MEMORY_TABLES = ("summary", "timeline", "phases", "steps", "by-site", "by-size", "top")
 
 
 def _memory_options(p: argparse.ArgumentParser) -> None:
@@ -717,15 +717,18 @@ def cmd_memory(args) -> int:
     t0 = tl.start
     from kview.output.render import DATA_FORMATS
 
+    # a trace's own events know no requested bytes (and nsys's no reserved): those columns go
+    levels = [c for c in ("allocated", "requested", "reserved") if tl.series[c].null_count() < tl.series.height]
     sections = {
         # a person reads the facts with their units; data formats get numbers, units in the names
         "summary": mt.summary_data(tl)
         if args.format in DATA_FORMATS
         else pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
-        "timeline": tl.series.select(
-            "idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), "allocated", "requested", "reserved"
-        ).rename({"idx": "Event", "allocated": "Allocated", "requested": "Requested", "reserved": "Reserved"}),
+        "timeline": tl.series.select("idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), *levels).rename(
+            {"idx": "Event", **{c: c.capitalize() for c in levels}}
+        ),
         "phases": mt.phase_peaks(tl),
+        "steps": mt.step_peaks(tl),
         "by-site": mt.by_site(live, args.top),
         "by-size": mt.by_size(live, args.top),
         "top": mt.top_allocations(tl, args.top),
@@ -735,17 +738,21 @@ def cmd_memory(args) -> int:
     titles = {
         "summary": "Memory",
         "phases": "Allocated bytes per phase",
-        "by-site": "Live at the peak, by call site",
+        "steps": "Allocated bytes per step",
+        "by-site": mt.by_site_title(tl),
         "by-size": "Live at the peak, by size",
         "top": "Largest allocations",
     }
-    shown = {titles[k]: v for k, v in sections.items() if k in titles}
+    # the steps when they are not the phases already
+    steps_too = tl.steps.height > 0 and not tl.steps.equals(tl.phases)
+    shown = {titles[k]: v for k, v in sections.items() if k in titles and (k != "steps" or steps_too)}
     texts = {}
     if args.format == "table":
         width = args.width or min(shutil.get_terminal_size((100, 24)).columns, 160)
         shown = {"Allocated and reserved over time": pl.DataFrame(), **shown}
         texts["Allocated and reserved over time"] = (
-            "\n".join(plot(tl.series, tl.phases, width, args.height, tl.peak)) + "\n"
+            "\n".join(plot(tl.series, tl.phases, width, args.height, tl.peak, zero=tl.start, level=mt.level_word(tl)))
+            + "\n"
         )
     elif args.format == "json":
         shown["timeline"] = sections["timeline"]
@@ -793,7 +800,9 @@ COMMANDS = [
         cmd_memory,
         _memory_options,
         "FILE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, kview capture --memory, "
-        "kview bench --memory-snapshot; .gz/.xz too) or a trace with TRACE.memory.pickle beside it. Allocated = "
+        "kview bench --memory-snapshot; .gz/.xz too) or a trace with TRACE.memory.pickle beside it; a trace "
+        "without one shows its own memory events (torch.profiler profile_memory=True, nsys "
+        "--cuda-memory-usage=true), and the summary names the source of every figure. Allocated = "
         "the allocator's blocks in use (torch's memory_allocated; its peak is max_memory_allocated), requested = "
         "the bytes asked for (torch's requested_bytes), reserved = the allocator's segments; the phases come from "
         "the trace beside the snapshot, else from its record_function ranges.",

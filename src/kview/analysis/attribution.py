@@ -530,15 +530,10 @@ def shown(table: pl.DataFrame) -> pl.DataFrame:
     return table.select(COLUMNS)
 
 
-# kept in the disk cache: a reopen reads the table back instead of attributing again
-@derived(persist="attribution")
-def attribute(trace: Trace) -> pl.DataFrame:
-    """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
-    one row per GPU op, ordered by start."""
-    ops = launched_ops(trace)
-    if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
-        return pl.DataFrame(schema=SCHEMA)
-    ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
+def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """What attribution adds to each of `ids` (call_id) from its CPU call in `calls` (call_id,
+    global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
+    path_ and the integer keys behind them, in the order of `ids`."""
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     # Ranges are carried as integer keys (uid: a user range of user_paths; fop_code: an op
     # marker's name_code) until the end; the strings come from small tables by joins, which
@@ -546,11 +541,8 @@ def attribute(trace: Trace) -> pl.DataFrame:
     # million rows would copy every string instead (an op's Params text is up to 9 kB).
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
     labels = op_labels(trace) if have_nvtx else _NO_OPS
-    w = ops.select("call_id")  # the columns attribution adds, joined on this narrow frame
+    w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
-        calls = ops.filter(pl.col("r_start").is_not_null()).select(
-            "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
-        )
         kinds = _Kinds(trace, labels)
         ctx = _contexts(trace, calls, kinds)
         back = _forward_of_backward(trace, kinds, ctx.filter(pl.col("bseq").is_not_null()))
@@ -621,6 +613,35 @@ def attribute(trace: Trace) -> pl.DataFrame:
         )
         .with_columns(pl.coalesce("path", "open_path").alias("path_"))
     )
+    return w
+
+
+def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
+    """Direction, Layer and Op of CPU calls other than kernel launches (call_id, global_tid,
+    start, end): an allocation, say, read as a launch made there would be."""
+    w = _call_columns(trace, calls.select("call_id"), calls)
+    return w.select(
+        "call_id",
+        "Direction",
+        pl.col("layer").fill_null("-").alias("Layer"),
+        pl.col("op_").fill_null("-").alias("Op"),
+    )
+
+
+# kept in the disk cache: a reopen reads the table back instead of attributing again
+@derived(persist="attribution")
+def attribute(trace: Trace) -> pl.DataFrame:
+    """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
+    one row per GPU op, ordered by start."""
+    ops = launched_ops(trace)
+    if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
+        return pl.DataFrame(schema=SCHEMA)
+    ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
+    calls = ops.filter(pl.col("r_start").is_not_null()).select(
+        "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
+    )
+    w = _call_columns(trace, ops.select("call_id"), calls)
+    f = pl.col
     kernel_cats = (
         ops.select("Kernel")
         .join(name_categories(ops["Kernel"]), on="Kernel", how="left", maintain_order="left")

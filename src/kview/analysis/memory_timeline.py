@@ -42,6 +42,9 @@ FREE = "free_requested"
 SEGMENT_PLUS = ("segment_alloc", "segment_map")
 SEGMENT_MINUS = ("segment_free", "segment_unmap")
 BEFORE = "(allocated before the recording)"
+TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db", ".json", ".json.gz")
+SNAPSHOT = "snapshot"  # MemoryTimeline.source of an allocator history (trace_memory has the others)
+WINDOW_SCHEMA = pl.Schema({"Phase": pl.String, "start": pl.Int64, "end": pl.Int64})
 NO_FRAME = "(no Python frame: autograd engine or C++)"
 
 EVENT_SCHEMA = {
@@ -66,6 +69,10 @@ class MemoryTimeline:
     phases: pl.DataFrame  # Phase, start, end (ns on the timeline's clock)
     clock: str  # "trace" (the trace's ns) or "snapshot" (ns since the first event)
     facts: dict = field(default_factory=dict)  # torch's own counters, when kview wrote the snapshot
+    # where the figures come from: SNAPSHOT, or the trace's own events (trace_memory.KINETO, NSYS)
+    source: str = SNAPSHOT
+    origin: int | None = None  # time zero when it is the trace's (its start), else the first event
+    steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=WINDOW_SCHEMA))  # Phase, start, end
 
     @property
     def peak(self) -> dict:
@@ -77,6 +84,9 @@ class MemoryTimeline:
 
     @property
     def start(self) -> int:
+        """Time zero of the shown times: the trace's start, else the first event."""
+        if self.origin is not None:
+            return self.origin
         return int(self.series.select(pl.col("t").min()).item() or 0) if self.series.height else 0
 
 
@@ -325,7 +335,7 @@ def open_snapshot(path: str | os.PathLike) -> Snapshot:
     """Load a snapshot file, or the snapshot `kview capture --memory` wrote beside a trace
     (TRACE.memory.pickle); TraceError names the file and what is wrong."""
     p = Path(path).expanduser()
-    trace_like = p.name.endswith((".sqlite", ".sqlite3", ".db", ".json", ".json.gz"))
+    trace_like = p.name.endswith(TRACE_SUFFIXES)
     if snapshot_pickle.is_snapshot_file(p) or not trace_like or p.is_dir():
         snap, trace = p, _trace_beside(p)
     else:
@@ -358,7 +368,23 @@ def timeline(
 
 
 def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
-    """The timeline of a snapshot file, or of the snapshot beside a trace (`open_snapshot`)."""
+    """The timeline of a snapshot file, or of the snapshot beside a trace (`open_snapshot`); a
+    trace without one gives the timeline of its own memory events (trace_memory)."""
+    p = Path(path).expanduser()
+    beside = snapshot_pickle.memory_name(p)
+    if p.name.endswith(TRACE_SUFFIXES) and p.is_file() and not beside.exists():
+        from kview.analysis import trace_memory
+        from kview.trace import open_trace
+
+        tl = trace_memory.timeline(open_trace(p, use_cache=use_cache), device)
+        if tl is None:
+            raise TraceError(
+                p,
+                f"has no allocator history beside it ({beside.name}) and no memory events of its own: record "
+                "one with `kview capture --memory`, torch.profiler(profile_memory=True) or nsys "
+                "--cuda-memory-usage=true",
+            )
+        return tl
     return timeline(open_snapshot(path), device, use_cache)
 
 
@@ -399,8 +425,18 @@ def live_at(tl: MemoryTimeline, idx: int) -> pl.DataFrame:
 
 
 def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
-    """Live bytes (blocks, and what was asked for) per call site, largest first."""
+    """Live bytes (blocks, and what was asked for) per call site, largest first; for a trace's
+    own events, per direction, layer and op (the trace knows no Python frames)."""
     total = max(int(live["block"].sum()), 1)
+    if "Layer" in live.columns:
+        keys = ["Direction", "Layer", "Op"]
+        return (
+            live.group_by(keys)
+            .agg(pl.col("block").sum().alias("Bytes"), pl.len().alias("Count"))
+            .sort(["Bytes", *keys], descending=[True, False, False, False])
+            .head(n)
+            .select(*keys, "Bytes", (pl.col("Bytes") / total * 100).round(1).alias("%"), "Count")
+        )
     return (
         live.group_by("site")
         .agg(
@@ -418,6 +454,16 @@ def by_site(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
             "Requested",
         )
     )
+
+
+def level_word(tl: MemoryTimeline) -> str:
+    """The plot's word for the filled level: allocated, or nsys's CUDA device memory."""
+    return "CUDA device memory" if tl.source == "nsys" else "allocated"
+
+
+def by_site_title(tl: MemoryTimeline) -> str:
+    """The by_site table's title: by call site (a snapshot) or by op and layer (a trace's events)."""
+    return "Live at the peak, by op and layer" if tl.source != SNAPSHOT else "Live at the peak, by call site"
 
 
 def by_size(live: pl.DataFrame, n: int = 15) -> pl.DataFrame:
@@ -454,8 +500,21 @@ def top_allocations(tl: MemoryTimeline, n: int = 15) -> pl.DataFrame:
 
 
 def phase_peaks(tl: MemoryTimeline) -> pl.DataFrame:
-    """Per phase instance: allocated bytes at its start and end and the highest inside it."""
-    if tl.phases.height == 0:
+    """Per phase instance: allocated bytes at its start and end and the highest inside it, and
+    the highest reserved."""
+    return window_peaks(tl, tl.phases)
+
+
+def step_peaks(tl: MemoryTimeline) -> pl.DataFrame:
+    """phase_peaks per step (ProfilerStep#N, step_N) of the trace."""
+    return window_peaks(tl, tl.steps)
+
+
+def window_peaks(tl: MemoryTimeline, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per window (Phase, start, end): allocated bytes at its start, the highest inside it and at
+    its end; the highest reserved bytes likewise (null where the source has none). The level at
+    a time is the value after the last event at or before it."""
+    if windows.height == 0:
         return pl.DataFrame(
             schema={
                 "Phase": pl.String,
@@ -463,24 +522,24 @@ def phase_peaks(tl: MemoryTimeline) -> pl.DataFrame:
                 "At start": pl.Int64,
                 "Peak": pl.Int64,
                 "At end": pl.Int64,
+                "Reserved peak": pl.Int64,
             }
         )
-    s = tl.series.select("t", "allocated").sort("t")
-    ph = tl.phases.sort("start").with_row_index("_i")
+    s = tl.series.select("t", "allocated", "reserved").sort("t", maintain_order=True)
+    ph = windows.sort("start", maintain_order=True).with_row_index("_i")
 
-    # the level at a time: the value after the last event at or before it (join_asof)
     def at(col: str) -> pl.DataFrame:
         return (
             ph.select("_i", pl.col(col).alias("t"))
             .sort("t")
             .join_asof(s, on="t")
-            .select("_i", pl.col("allocated").alias(col))
+            .select("_i", pl.col("allocated").alias(col), pl.col("reserved").alias(f"r_{col}"))
         )
 
     inside = (
         ph.join_where(s, pl.col("t") >= pl.col("start"), pl.col("t") <= pl.col("end"))
         .group_by("_i")
-        .agg(pl.col("allocated").max().alias("_in"))
+        .agg(pl.col("allocated").max().alias("_in"), pl.col("reserved").max().alias("_rin"))
     )
     t0 = tl.start
     out = (
@@ -495,6 +554,7 @@ def phase_peaks(tl: MemoryTimeline) -> pl.DataFrame:
         pl.col("start_a").alias("At start"),
         pl.max_horizontal("start_a", "end_b", "_in").alias("Peak"),
         pl.col("end_b").alias("At end"),
+        pl.max_horizontal("r_start", "_rin", "r_end").alias("Reserved peak"),
     )
 
 
@@ -503,6 +563,10 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
     when kview wrote the snapshot."""
     from kview.output.memory_plot import human_bytes
 
+    if tl.source != SNAPSHOT:
+        from kview.analysis.trace_memory import summary as trace_summary
+
+        return trace_summary(tl)
     pk = tl.peak
     f = tl.facts
     top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)
@@ -514,6 +578,7 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
         return f"{exact(torch_value)}, {(torch_value / max(ours, 1) - 1) * 100:+.2f}% vs the replay"
 
     rows = [
+        ("Source", "the allocator snapshot (every block, with the Python call site that asked for it)"),
         ("Snapshot", tl.name),
         ("Device", f"{tl.device}" + (f" ({f['device']})" if f.get("device") else "")),
         ("Events", f"{tl.events.height:,}"),
@@ -547,6 +612,10 @@ def summary_data(tl: MemoryTimeline) -> pl.DataFrame:
     """The facts of `summary` as one row of numbers for the data formats, each unit in its
     column's name (bytes as integers, times in ms from the snapshot's start); torch's own
     counters are missing when the snapshot does not carry them."""
+    if tl.source != SNAPSHOT:
+        from kview.analysis.trace_memory import summary_data as trace_summary_data
+
+        return trace_summary_data(tl)
     pk = tl.peak
     f = tl.facts
     top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)

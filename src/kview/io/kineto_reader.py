@@ -30,8 +30,8 @@ import polars as pl
 from kview.errors import TraceError
 from kview.io import memory_budget
 from kview.io.schema import KERNEL as KERNEL_TABLE
+from kview.io.schema import KINETO_MEMORY, MEMCPY_KIND_LABELS, NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, global_pid, global_tid
 from kview.io.schema import MEMCPY as MEMCPY_TABLE
-from kview.io.schema import MEMCPY_KIND_LABELS, NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, global_pid, global_tid
 from kview.io.schema import MEMSET as MEMSET_TABLE
 from kview.io.schema import NVTX as NVTX_TABLE
 from kview.io.schema import RUNTIME as RUNTIME_TABLE
@@ -319,7 +319,7 @@ class KinetoFrames:
     def __init__(self, path: Path, doc: dict):
         self.path = path
         ev = doc["traceEvents"]
-        kern, rt, cpy, mset, ranges = [], [], [], [], []
+        kern, rt, cpy, mset, ranges, mem = [], [], [], [], [], []
         procs = {}
         unread: dict[str, int] = {}
         for e in ev:
@@ -330,6 +330,26 @@ class KinetoFrames:
                 pid = _int(e.get("pid"))
                 if e.get("name") == "process_name" and pid is not None:
                     procs[pid] = str((e.get("args") or {}).get("name", ""))
+                continue
+            if ph == "i" and e.get("name") == KINETO_MEMORY and "ts" in e:
+                # profile_memory=True: one instant per allocation (+) or free (-) of a device's allocator
+                a = e.get("args") or {}
+                if not isinstance(a, dict):
+                    a = {}
+                mem.append(
+                    (
+                        e["ts"],
+                        None,
+                        _int(e.get("pid")),
+                        _int(e.get("tid")),
+                        _int(a.get("Device Type")),
+                        _int(a.get("Device Id")),
+                        _int(a.get("Bytes")),
+                        _int(a.get("Total Allocated")),
+                        _int(a.get("Total Reserved")),
+                        _int(a.get("Addr")),
+                    )
+                )
                 continue
             if ph != "X" or "ts" not in e:
                 continue
@@ -477,6 +497,25 @@ class KinetoFrames:
         self.memset = with_pid(
             _timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
         ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
+        m = _timed(
+            mem,
+            {
+                "pid": i64,
+                "tid": i64,
+                "device_type": i64,
+                "device": i64,
+                "bytes": i64,
+                "total_allocated": i64,
+                "total_reserved": i64,
+                "addr": i64,
+            },
+        )
+        # in the file's order (Kineto writes them as the allocator reported them)
+        self.memory_events = m.select(
+            "start",
+            global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
+            pl.exclude("start", "end", "pid", "tid"),
+        )
         r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
         # Chrome traces list events in no particular order: order ranges by thread and start,
         # outer before inner, as a push/pop stack would have emitted them.
@@ -574,9 +613,20 @@ def read(path: str | Path) -> KinetoFrames:
 
 
 # the frames a decode makes, cached together: a reopen skips the JSON entirely
-FRAME_KEYS = ("kernels", "runtime", "memcpy", "memset", "nvtx_events", "strings", "processes", "devices", "_meta")
+FRAME_KEYS = (
+    "kernels",
+    "runtime",
+    "memcpy",
+    "memset",
+    "nvtx_events",
+    "memory_events",
+    "strings",
+    "processes",
+    "devices",
+    "_meta",
+)
 HAS = {KERNEL_TABLE: "kernels", RUNTIME_TABLE: "runtime", MEMCPY_TABLE: "memcpy", MEMSET_TABLE: "memset"}
-HAS.update({NVTX_TABLE: "nvtx_events", "StringIds": "strings"})
+HAS.update({NVTX_TABLE: "nvtx_events", "StringIds": "strings", KINETO_MEMORY: "memory_events"})
 
 
 class KinetoSource:

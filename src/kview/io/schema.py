@@ -17,6 +17,10 @@ MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
+# nsys --cuda-memory-usage=true: one row per CUDA allocation or free (cudaMalloc, cuMemAlloc, ...)
+MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+# torch.profiler(profile_memory=True)'s `[memory]` events: not an nsys table, a Kineto frame
+KINETO_MEMORY = "[memory]"
 
 # ENUM_NSYS_EVENT_TYPE values (stable across versions; 2022.1 has no ENUM tables).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
@@ -132,6 +136,20 @@ OSRT_COLUMNS = {
     "eventClass": ("event_class", pl.Int64),
 }
 
+MEMORY_USAGE_COLUMNS = {
+    "start": ("start", pl.Int64),
+    "globalPid": ("global_pid", pl.Int64),
+    "deviceId": ("device", pl.Int64),
+    "address": ("addr", pl.Int64),
+    "bytes": ("bytes", pl.Int64),
+    "memKind": ("mem_kind", pl.Int64),
+    "memoryOperationType": ("mem_op", pl.Int64),
+    "correlationId": ("correlation", pl.Int64),
+}
+# ENUM_CUDA_MEM_KIND / ENUM_CUDA_DEV_MEM_EVENT_OPER ids (nsys 2023-2026)
+MEM_KIND_DEVICE, MEM_KIND_DEVICE_STATIC = 2, 5
+MEM_OP_ALLOC, MEM_OP_FREE = 0, 1
+
 # logical table -> (nsys table, column map)
 TABLES = {
     "kernels": (KERNEL, KERNEL_COLUMNS),
@@ -139,6 +157,7 @@ TABLES = {
     "memcpy": (MEMCPY, MEMCPY_COLUMNS),
     "memset": (MEMSET, MEMSET_COLUMNS),
     "osrt": (OSRT, OSRT_COLUMNS),
+    "memory_usage": (MEMORY_USAGE, MEMORY_USAGE_COLUMNS),
 }
 
 

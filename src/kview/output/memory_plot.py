@@ -60,9 +60,12 @@ def plot(
     height: int = 12,
     peak: dict | None = None,
     compact: bool = False,
+    zero: int | None = None,
+    level: str = "allocated",
 ) -> list[str]:
     """The timeline as `height` plot rows plus an axis, a phase row and a legend, `width` wide
-    (`compact`: the phase names and the glyphs' legend on one line, where they fit)."""
+    (`compact`: the phase names and the glyphs' legend on one line, where they fit). The axis
+    counts from `zero` (default: the first event); `level` names the filled area."""
     if series.height == 0:
         return ["(no allocator events)"]
     label_w = 10
@@ -98,7 +101,8 @@ def plot(
     if peak_col is not None:  # on the axis, where no value can hide it
         axis[peak_col] = "▲"
     rows.append(" " * label_w + "└" + "".join(axis))
-    left, right = human_ms(0), human_ms(t1 - t0)
+    z = t0 if zero is None else zero
+    left, right = human_ms(t0 - z), human_ms(t1 - z)
     rows.append(" " * (label_w + 1) + left + " " * max(1, w - len(left) - len(right)) + right)
     if phases.height:
         names = phases["Phase"].unique(maintain_order=True).to_list()
@@ -113,7 +117,7 @@ def plot(
                 marks[c] = "·" if c > a else letter[p["Phase"]]
         rows.append(f"{'phases':>{label_w}} " + "".join(marks))
         rows.append(" " * (label_w + 1) + "  ".join(f"{letter[n]} {n}" for n in names))
-    glyphs = "█ allocated  ─ reserved" + ("  ▲ peak" if peak_col is not None else "")
+    glyphs = f"█ {level}" + ("  ─ reserved" if max(res) > 0 else "") + ("  ▲ peak" if peak_col is not None else "")
     if compact and phases.height and len(rows[-1]) + 3 + len(glyphs) <= width:
         rows[-1] += "   " + glyphs
     else:

@@ -141,10 +141,17 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
 
     snap = memory_name(trace.path)
     if not snap.exists():
+        from kview.analysis import trace_memory
+
+        if trace_memory.source_of(trace) is not None:  # the trace's own memory events
+            yield Stage("memory timeline")
+            yield MemoryReady(trace_memory.timeline(trace))
+            return
         yield MemoryReady(
             None,
-            f"No allocator history beside this trace ({snap.name}). Record one with "
-            "`kview capture --memory`, or open a snapshot: kview SNAPSHOT.pickle",
+            f"No allocator history beside this trace ({snap.name}) and no memory events in it. Record one with "
+            "`kview capture --memory`, torch.profiler(profile_memory=True) or nsys --cuda-memory-usage=true, "
+            "or open a snapshot: kview SNAPSHOT.pickle",
         )
         return
     yield Stage("memory timeline")

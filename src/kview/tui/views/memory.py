@@ -22,6 +22,7 @@ TABLES = (
     ("Live at the peak, by size", "memory by size"),
     ("Largest allocations", "memory top"),
     ("Allocated bytes per phase", "memory phases"),
+    ("Allocated bytes per step", "memory steps"),
 )
 ROWS = 50  # rows of each table (`kview memory --top`)
 
@@ -54,6 +55,7 @@ class MemoryView(View):
             mt.by_size(live, ROWS),
             mt.top_allocations(tl, ROWS),
             mt.phase_peaks(tl),
+            mt.step_peaks(tl),
         ]
         self.head = Static(self.head_text(tl), id="memory-head")
         self.plot = Static("", id="memory-plot")
@@ -69,6 +71,8 @@ class MemoryView(View):
         """The peak in two short lines (80 columns): allocated (blocks) and when, reserved; what
         was asked for, and torch's own counter when the snapshot carries it."""
         pk = tl.peak
+        if tl.source != mt.SNAPSHOT:
+            return MemoryView.trace_head(tl)
         head = Text()
         head.append("Peak ", style="bold")
         head.append(f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
@@ -84,6 +88,24 @@ class MemoryView(View):
             head.append(f"{human_bytes(m)} ({(m / max(pk['allocated'], 1) - 1) * 100:+.2f}%)")
         return head
 
+    @staticmethod
+    def trace_head(tl: mt.MemoryTimeline) -> Text:
+        """The peak of a timeline made from the trace's own events, and which events those are."""
+        from kview.analysis.trace_memory import level_name
+
+        pk = tl.peak
+        head = Text()
+        head.append("Peak ", style="bold")
+        head.append(f"{level_name(tl)} {human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
+        if pk["t"] is not None:
+            head.append(f" at {human_ms(pk['t'] - tl.start)}")
+        if (res := tl.series.select(pl.col("reserved").max()).item()) is not None:
+            head.append(" · reserved ", style="bold")
+            head.append(human_bytes(int(res)))
+        head.append("\nfrom ", style="bold")
+        head.append(str(tl.facts.get("source", tl.source)))
+        return head
+
     def render_plot(self) -> None:
         """The plot as wide as the view (the terminal before it is laid out), shorter in a short
         terminal so the table keeps rows."""
@@ -92,7 +114,8 @@ class MemoryView(View):
         tl = self.data.timeline
         width = max((self.size.width or self.app.size.width) - 2, 40)
         height = 4 if self.app.size.height < 30 else 10
-        self.plot.update("\n".join(plot(tl.series, tl.phases, width, height, tl.peak, compact=True)))
+        lines = plot(tl.series, tl.phases, width, height, tl.peak, compact=True, zero=tl.start, level=mt.level_word(tl))
+        self.plot.update("\n".join(lines))
 
     def on_resize(self, _event) -> None:
         self.render_plot()
@@ -103,7 +126,7 @@ class MemoryView(View):
     def render_table(self) -> None:
         if self.data is None or self.data.timeline is None or not hasattr(self, "table"):
             return
-        title = TABLES[self.table_index][0]
+        title = mt.by_site_title(self.data.timeline) if self.table_index == 0 else TABLES[self.table_index][0]
         self.table.set_frame(self.tables[self.table_index])
         self.status.update(Text(f"{title} · t: next table", style="bold"))
 
