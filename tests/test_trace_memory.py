@@ -23,6 +23,7 @@ from conftest import FIXTURES, KINETO
 
 QWEN = KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # with Total Allocated / Reserved
 RESNET_2021 = KINETO / "resnet50_nw0_2021.pt.trace.json.gz"  # Bytes only (PyTorch 1.9)
+MEM_TORCH = FIXTURES / "memory" / "mem_torch.json.gz"  # captured on an H200 with profile_memory=True
 
 
 def _events(path):
@@ -56,14 +57,19 @@ def _steps(path) -> list[tuple[int, int]]:
     return sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in steps)
 
 
-def test_counters_of_a_public_trace_are_its_total_allocated_and_reserved():
-    tl = tm.timeline(open_trace(QWEN, use_cache=False))
-    ev = _memory(QWEN, 0)
-    assert tl.source == tm.KINETO and tl.device == 0 and tl.events.height == len(ev) == 2588
+@pytest.mark.parametrize(
+    ("path", "events", "peak"),
+    [(QWEN, 2588, 2_219_047_936), (MEM_TORCH, 1056, 402_316_800)],
+    ids=["public-mi300", "captured-h200"],
+)
+def test_counters_are_the_traces_total_allocated_and_reserved(path, events, peak):
+    tl = tm.timeline(open_trace(path, use_cache=False))
+    ev = _memory(path, 0)
+    assert tl.source == tm.KINETO and tl.device == 0 and tl.events.height == len(ev) == events
     alloc = [e["args"]["Total Allocated"] for e in ev]
     assert tl.series["allocated"].to_list() == alloc
     assert tl.series["reserved"].to_list() == [e["args"]["Total Reserved"] for e in ev]
-    assert tl.peak["allocated"] == max(alloc) == 2_219_047_936
+    assert tl.peak["allocated"] == max(alloc) == peak
     assert tl.series["reserved"].max() == max(e["args"]["Total Reserved"] for e in ev)
     # the live set at the peak adds up to the peak (what was there before the trace: one row)
     live = mt.live_at(tl, tl.peak["idx"])
@@ -72,9 +78,10 @@ def test_counters_of_a_public_trace_are_its_total_allocated_and_reserved():
     assert live.filter(pl.col("site") == mt.BEFORE)["block"].sum() <= before
     # per step: the highest Total Allocated of the events inside it
     peaks = mt.step_peaks(tl)
-    for (a, b), got in zip(_steps(QWEN), peaks["Peak"].to_list(), strict=True):
+    assert peaks.height == len(_steps(path)) > 0
+    for (a, b), got in zip(_steps(path), peaks["Peak"].to_list(), strict=True):
         assert got == max(e["args"]["Total Allocated"] for e in ev if a <= _ns(e["ts"]) <= b)
-    for (a, b), got in zip(_steps(QWEN), peaks["Reserved peak"].to_list(), strict=True):
+    for (a, b), got in zip(_steps(path), peaks["Reserved peak"].to_list(), strict=True):
         assert got == max(e["args"]["Total Reserved"] for e in ev if a <= _ns(e["ts"]) <= b)
 
 
@@ -136,11 +143,21 @@ def test_a_trace_without_counters_counts_bytes_from_its_start():
     assert host.peak["allocated"] == max(accumulate(e["args"]["Bytes"] for e in sorted(cpu, key=lambda e: e["ts"])))
 
 
+def _unpacked(tmp_path_factory, name):
+    p = tmp_path_factory.mktemp("trace-memory") / name  # no snapshot beside it here
+    p.write_bytes(lzma.decompress((FIXTURES / "memory" / f"{name}.xz").read_bytes()))
+    return p
+
+
 @pytest.fixture(scope="module")
 def tiny_nsys(tmp_path_factory):
-    p = tmp_path_factory.mktemp("trace-memory") / "tiny_train.sqlite"  # no snapshot beside it here
-    p.write_bytes(lzma.decompress((FIXTURES / "memory" / "tiny_train.sqlite.xz").read_bytes()))
-    return p
+    return _unpacked(tmp_path_factory, "tiny_train.sqlite")
+
+
+@pytest.fixture(scope="module")
+def mem_nsys(tmp_path_factory):
+    """Captured on an H200 with nsys --cuda-memory-usage=true (tests/fixtures/memory/README.md)."""
+    return _unpacked(tmp_path_factory, "mem_nsys.sqlite")
 
 
 def _nsys_level(path, device: int) -> tuple[list[int], int]:
@@ -158,11 +175,13 @@ def _nsys_level(path, device: int) -> tuple[list[int], int]:
     return list(accumulate(r[0] for r in rows)), static
 
 
-def test_nsys_memory_usage_equals_a_plain_query(tiny_nsys):
-    tl = tm.timeline(open_trace(tiny_nsys, use_cache=False))
-    level, static = _nsys_level(tiny_nsys, 0)
+@pytest.mark.parametrize(("trace", "peak"), [("tiny_nsys", 249_825_280), ("mem_nsys", 528_746_496)])
+def test_nsys_memory_usage_equals_a_plain_query(trace, peak, request):
+    path = request.getfixturevalue(trace)
+    tl = tm.timeline(open_trace(path, use_cache=False))
+    level, static = _nsys_level(path, 0)
     assert tl.source == tm.NSYS and tl.series["allocated"].to_list() == level
-    assert tl.peak["allocated"] == max(level) == 249_825_280
+    assert tl.peak["allocated"] == max(level) == peak
     assert tl.facts["static"] == static
     live = mt.live_at(tl, tl.peak["idx"])
     assert int(live["block"].sum()) == max(level)
