@@ -162,8 +162,26 @@ def _run_options(name: str) -> Callable[[argparse.ArgumentParser], None]:
             choices=RUN_TABLES[name],
             help="print only this table (one table is what -f csv/tsv can hold)",
         )
+        _cluster_options(p)
 
     return options
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="summarize each rank file on a worker of this Dask cluster (tcp://HOST:8786), or of a local cluster of "
+        "N worker processes (local:N); needs the cluster extra",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="with --cluster: the folder the workers write each rank file's summary into and a rerun reads them "
+        "from (on a file system every worker and this machine share; default with local:N: kview's cache folder)",
+    )
 
 
 def _timeline_options(p: argparse.ArgumentParser) -> None:
@@ -578,34 +596,104 @@ def cmd_run_tables(args) -> int:
             f"the {args.command} tables",
             "pick one with --table NAME, or use -f json (one object keyed by table), md or table",
         )
-    run = open_run(args.traces, use_cache=not args.no_cache)
+    failed = 0
+    if args.cache_dir is not None and args.cluster is None:
+        raise UsageError("goes with --cluster (the folder its workers write into)", what="--cache-dir")
+    if args.cluster is not None:
+        run, failed = _summarized_run(args)
+        names = [Path(f).name for f in run.files]
+        tables = run.tables_of(args.command)
+    else:
+        run = open_run(args.traces, use_cache=not args.no_cache)
+        names = [t.name for t in run.traces]
+        tables = run_tables(run, args.command)
     for note in run.notes:
         print(f"kview: {note}", file=sys.stderr)
     if not run.ranks:
-        print("kview: no GPU work in " + ", ".join(t.name for t in run.traces) + ": no ranks to show", file=sys.stderr)
-    sections = _run_sections(run, args.command, args.format == "table")
+        print("kview: no GPU work in " + ", ".join(names) + ": no ranks to show", file=sys.stderr)
+    sections = _run_sections(tables, args.command, args.format == "table")
     if args.table is not None:
         frame = sections[args.table][1]
-        return _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
-    return _write(
-        args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
-    )
+        code = _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
+    else:
+        code = _write(
+            args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
+        )
+    if failed:
+        print(
+            f"kview: {failed} of {len(run.files) + failed} rank files failed: the tables leave them out",
+            file=sys.stderr,
+        )
+        return PARTIAL_EXIT
+    return code
 
 
-def _run_sections(run, command: str, for_person: bool) -> dict:
-    """name -> (title, table) of `kview ranks` or `kview iterations`."""
+# `kview ranks --cluster`: some rank files failed (each named on stderr), the tables hold the others
+PARTIAL_EXIT = 3
+
+
+def _summarized_run(args):
+    """The run of args.traces summarized rank file by rank file on args.cluster, with how many
+    files failed (each said on stderr as it fails, progress as each file is done)."""
+    from kview.analysis.rank_files import SummarizedRun
+    from kview.analysis.ranks import trace_paths
+    from kview.cluster import summarize_run
+    from kview.io.cache import cache_root
+
+    if args.cache_dir is None and not args.cluster.startswith("local"):
+        raise UsageError("needs --cache-dir DIR on a file system its workers share with this machine", "--cluster")
+    cache_dir = os.path.abspath(args.cache_dir or cache_root() / "rank-files")
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot be made ({e.strerror})", what=f"--cache-dir {shown(cache_dir)}") from None
+    files = [os.path.abspath(f) for f in trace_paths(args.traces)]
+    width = len(str(len(files)))
+
+    def progress(n: int, total: int, done) -> None:
+        name = shown(Path(done.path).name)
+        if done.tables is None:
+            print(f"kview: {shown(done.path)}: {done.problem}", file=sys.stderr)
+        else:
+            how = "read from the cache" if done.cached else "summarized"
+            print(f"kview: [{n:>{width}}/{total}] {name} {how}", file=sys.stderr)
+
+    outcome = summarize_run(args.cluster, files, cache_dir, not args.no_cache, progress)
+    good = [d for d in outcome if d.tables is not None]
+    if not good:
+        raise TraceError(files[0] if len(files) == 1 else f"{len(files)} rank files", "none could be summarized")
+    return SummarizedRun([d.path for d in good], [d.tables for d in good]), len(outcome) - len(good)
+
+
+def run_tables(run, command: str) -> dict:
+    """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
     if command == "iterations":
         from kview.analysis.iterations import iteration_stats, iteration_table
 
-        return {
-            "iterations": ("Iterations", iteration_table(run)),
-            "statistics": ("Statistics across iterations", iteration_stats(run)),
-        }
+        return {"iterations": iteration_table(run), "statistics": iteration_stats(run)}
     from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
-    from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
+    from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import rank_table
 
-    time = rank_summary(run)
+    return {
+        "ranks": rank_table(run),
+        "time": rank_summary(run),
+        "collectives": collectives_by_rank(run),
+        "stragglers": stragglers(run),
+        "waits": straggler_instances(run),
+    }
+
+
+def _run_sections(tables: dict, command: str, for_person: bool) -> dict:
+    """name -> (title, table) of `kview ranks` or `kview iterations`."""
+    if command == "iterations":
+        return {
+            "iterations": ("Iterations", tables["iterations"]),
+            "statistics": ("Statistics across iterations", tables["statistics"]),
+        }
+    from kview.analysis.rank_summary import BAR_TITLE, with_time_bar
+
+    time = tables["time"]
     if for_person and time.height:  # where each rank's wall time went, at a glance, in 80 columns
         time = with_time_bar(time).select(
             "Rank",
@@ -617,11 +705,11 @@ def _run_sections(run, command: str, for_person: bool) -> dict:
             BAR_TITLE,
         )
     return {
-        "ranks": ("Ranks", rank_table(run)),
+        "ranks": ("Ranks", tables["ranks"]),
         "time": ("GPU time by rank", time),
-        "collectives": ("Collectives", collectives_by_rank(run)),
-        "stragglers": ("Stragglers by iteration", stragglers(run)),
-        "waits": ("Waiting in each collective", straggler_instances(run)),
+        "collectives": ("Collectives", tables["collectives"]),
+        "stragglers": ("Stragglers by iteration", tables["stragglers"]),
+        "waits": ("Waiting in each collective", tables["waits"]),
     }
 
 

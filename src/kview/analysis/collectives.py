@@ -39,7 +39,12 @@ def collective_ops(run: Run) -> pl.DataFrame:
 def collectives_by_rank(run: Run) -> pl.DataFrame:
     """Per rank and collective: count, GPU time (sum of kernel durations) and bytes (null where
     the trace does not record them: nsys exports; torch.profiler >= 2.1 does)."""
-    c = collective_ops(run)
+    return collectives_of(collective_ops(run))
+
+
+def collectives_of(c: pl.DataFrame) -> pl.DataFrame:
+    """collectives_by_rank of the collective_ops `c` (of any set of ranks: the rows of one rank
+    depend on that rank's ops only)."""
     return (
         c.group_by(["rank", "collective"])
         .agg(
@@ -52,45 +57,94 @@ def collectives_by_rank(run: Run) -> pl.DataFrame:
     )
 
 
+# one instance of a collective: the n-th of its kind in an iteration, on every rank
+INSTANCE = ["Iteration", "collective", "seq"]
+
+
+def instance_parts(c: pl.DataFrame) -> pl.DataFrame:
+    """Per instance of the collective_ops `c` of some of the ranks: how many ranks ran it (n),
+    the shortest kernel (least) and the rank that ran it (last: the lowest of equals), the
+    kernels' summed and longest duration and the first start. Parts of disjoint sets of ranks
+    combine into those of all of them (combine_instances), so a run's instances can be built
+    one rank file at a time."""
+    return (
+        c.sort(["dur", "rank"])
+        .group_by(INSTANCE)
+        .agg(
+            pl.len().alias("n"),
+            pl.col("dur").first().alias("least"),
+            pl.col("rank").first().alias("last"),
+            pl.col("dur").sum().alias("total"),
+            pl.col("dur").max().alias("longest"),
+            pl.col("start").min().alias("first"),
+        )
+    )
+
+
+def combine_instances(parts: pl.DataFrame) -> pl.DataFrame:
+    """instance_parts of disjoint sets of ranks, stacked, as the parts of all of them."""
+    return (
+        parts.sort(["least", "last"])
+        .group_by(INSTANCE)
+        .agg(
+            pl.col("n").sum(),
+            pl.col("least").first(),
+            pl.col("last").first(),
+            pl.col("total").sum(),
+            pl.col("longest").max(),
+            pl.col("first").min(),
+        )
+    )
+
+
+def shared_instances(parts: pl.DataFrame) -> pl.DataFrame:
+    """The instances (instance_parts of every rank) seen on two or more ranks; only those inside
+    iterations when the run has any: set-up collectives (the parameters' first broadcast) are
+    not the loop's waiting."""
+    if parts["Iteration"].null_count() < parts.height:
+        parts = parts.filter(pl.col("Iteration").is_not_null())
+    return parts.filter(pl.col("n") >= 2)
+
+
+def rank_waits(c: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
+    """Per rank of the collective_ops `c`: how long it waited in the shared instances (each
+    kernel's duration minus the instance's shortest: 0 for the rank that joined last), and how
+    often it joined last. Columns rank, Waited (ns), Joined last."""
+    w = c.join(shared.select(*INSTANCE, "least"), on=INSTANCE, how="inner", nulls_equal=True)
+    return w.group_by("rank").agg(
+        (pl.col("dur") - pl.col("least")).sum().alias("Waited (ns)"),
+        (pl.col("dur") == pl.col("least")).sum().alias("Joined last"),
+    )
+
+
+@derived
+def run_instances(run: Run) -> pl.DataFrame:
+    """shared_instances of the run."""
+    return shared_instances(instance_parts(collective_ops(run)))
+
+
 def waits(run: Run) -> pl.DataFrame:
-    """collective_ops of the instances seen on two or more ranks, with `wait`: the kernel's
-    duration minus the shortest of the instance (0 for the rank that joined last). Only those
-    inside iterations when the run has any: set-up collectives (the parameters' first
-    broadcast) are not the loop's waiting."""
-    c = collective_ops(run)
-    if c["Iteration"].null_count() < c.height:
-        c = c.filter(pl.col("Iteration").is_not_null())
-    key = ["Iteration", "collective", "seq"]
-    c = c.with_columns(pl.col("dur").min().over(key).alias("least"), pl.len().over(key).alias("n"))
-    c = c.filter(pl.col("n") >= 2).with_columns((pl.col("dur") - pl.col("least")).alias("wait"))
-    return c
+    """rank_waits of every rank of the run."""
+    return rank_waits(collective_ops(run), run_instances(run))
 
 
 def straggler_instances(run: Run) -> pl.DataFrame:
     """One row per collective instance seen on two or more ranks: Iteration, Collective, #
     (its place in the iteration), Ranks, Last rank (the shortest kernel: it joined last),
     Others' wait (ns) (summed over the other ranks) and Longest wait (ns)."""
-    key = ["Iteration", "collective", "seq"]
-    c = waits(run)
-    g = (
-        c.sort(["dur", "rank"])
-        .group_by(key, maintain_order=False)
-        .agg(
-            pl.col("n").first().alias("Ranks"),
-            pl.col("rank").first().alias("Last rank"),
-            pl.col("wait").sum().alias("Others' wait (ns)"),
-            pl.col("wait").max().alias("Longest wait (ns)"),
-            pl.col("start").min().alias("_t"),
-        )
-    )
-    return g.sort(["Iteration", "_t"], nulls_last=True).select(
+    return straggler_table(run_instances(run))
+
+
+def straggler_table(shared: pl.DataFrame) -> pl.DataFrame:
+    """straggler_instances of the shared_instances `shared`."""
+    return shared.sort(["Iteration", "first"], nulls_last=True).select(
         "Iteration",
         pl.col("collective").alias("Collective"),
         pl.col("seq").alias("#"),
-        "Ranks",
-        "Last rank",
-        "Others' wait (ns)",
-        "Longest wait (ns)",
+        pl.col("n").alias("Ranks"),
+        pl.col("last").alias("Last rank"),
+        (pl.col("total") - pl.col("n") * pl.col("least")).alias("Others' wait (ns)"),
+        (pl.col("longest") - pl.col("least")).alias("Longest wait (ns)"),
     )
 
 
@@ -98,7 +152,11 @@ def stragglers(run: Run) -> pl.DataFrame:
     """Per iteration: the rank that joined its collectives last, weighted by how long the others
     waited for it (`Straggler`), the collectives, and the waiting: in all and the most one
     rank spent in one collective."""
-    s = straggler_instances(run)
+    return stragglers_of(straggler_instances(run))
+
+
+def stragglers_of(s: pl.DataFrame) -> pl.DataFrame:
+    """stragglers of the straggler_instances `s`."""
     per = s.group_by(["Iteration", "Last rank"]).agg(pl.col("Others' wait (ns)").sum().alias("w"))
     top = (
         per.sort(["w", "Last rank"], descending=[True, False])

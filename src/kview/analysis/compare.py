@@ -181,15 +181,19 @@ def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu", 
     column differs from the first (Δ, Δ%); with `spread` (ranks: no column is the baseline)
     instead the spread across the columns: max − min, that as a share of the min, and the
     column holding the max (Longest)."""
+    return columns_side_by_side([(w.label, column(w, by, metric)) for w in windows], by, spread)
+
+
+def columns_side_by_side(columns: list[tuple[str, pl.DataFrame]], by: str, spread: bool = False) -> pl.DataFrame:
+    """side_by_side of the windows' columns (label, `column`'s item -> value), in their order."""
     first = BY_FIRST_COLUMN[by]
     cols = []
-    labels = []
-    for w in windows:
-        label = w.label
+    labels: list[str] = []
+    for label, col in columns:
         while label in labels:
             label += "'"
         labels.append(label)
-        cols.append(column(w, by, metric).rename({"v": label}))
+        cols.append(col.rename({"v": label}))
     out = cols[0]
     for col in cols[1:]:
         out = out.join(col, on="item", how="full", coalesce=True)

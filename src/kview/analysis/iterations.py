@@ -154,7 +154,11 @@ def iteration_table(run: Run) -> pl.DataFrame:
 def iteration_stats(run: Run) -> pl.DataFrame:
     """Per rank and measure: mean, std, min and max across its iterations (outliers included;
     the table flags them)."""
-    t = iteration_table(run)
+    return stats_of(iteration_table(run))
+
+
+def stats_of(t: pl.DataFrame) -> pl.DataFrame:
+    """iteration_stats of the iteration_table `t`."""
     long = t.unpivot(index=["Rank"], on=list(COLUMNS), variable_name="Measure", value_name="v")
     order = pl.DataFrame({"Measure": list(COLUMNS)}).with_row_index("_o")
     return (

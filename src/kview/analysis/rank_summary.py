@@ -35,18 +35,17 @@ def with_time_bar(summary: pl.DataFrame, width: int = 20) -> pl.DataFrame:
 
 @derived
 def rank_summary(run: Run) -> pl.DataFrame:
-    t = iteration_table(run)
-    g = t.group_by("Rank").agg(
+    return summary_of(iteration_table(run), waits(run))
+
+
+def summary_of(iterations: pl.DataFrame, waited: pl.DataFrame) -> pl.DataFrame:
+    """rank_summary of a run's iteration_table and its ranks' waits (collectives.rank_waits)."""
+    g = iterations.group_by("Rank").agg(
         pl.col("Iteration").drop_nulls().len().alias("Iterations"), *[pl.col(c).sum() for c in COLUMNS]
-    )
-    w = (
-        waits(run)
-        .group_by("rank")
-        .agg(pl.col("wait").sum().alias("Waited (ns)"), (pl.col("wait") == 0).sum().alias("Joined last"))
     )
     pct = lambda a, b: pl.when(pl.col(b) > 0).then((pl.col(a) * 100.0 / pl.col(b)).round(1))  # noqa: E731
     return (
-        g.join(w.rename({"rank": "Rank"}), on="Rank", how="left")
+        g.join(waited.rename({"rank": "Rank"}), on="Rank", how="left")
         .with_columns(
             pl.col("Waited (ns)").fill_null(0),
             pl.col("Joined last").fill_null(0).cast(pl.Int64),

@@ -178,7 +178,13 @@ def warm(path: str) -> None:
 
 
 def make_run(traces: list[Trace]) -> Run:
-    units = pl.concat([_units(t, i) for i, t in enumerate(traces)], how="vertical")
+    units, notes = numbered(pl.concat([_units(t, i) for i, t in enumerate(traces)], how="vertical"))
+    return Run(traces, units, notes)
+
+
+def numbered(units: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """The run's units (of every trace, UNIT_SCHEMA and any other columns) by rank, each with its
+    final number, and the note saying why the numbers are not the traces' own, if they are not."""
     notes = []
     if units["rank"].n_unique() < units.height:
         notes.append(
@@ -189,7 +195,7 @@ def make_run(traces: list[Trace]) -> Run:
         units = units.sort(["trace", "device", "global_pid"], nulls_last=True).with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).alias("rank"), pl.lit("order").alias("source")
         )
-    return Run(traces, units.sort("rank"), notes)
+    return units.sort("rank"), notes
 
 
 @derived
