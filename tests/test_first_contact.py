@@ -33,6 +33,7 @@ COMMANDS = [
     ["diff"],
     ["ranks", "-f", "json"],
     ["timeline", "--width", "100"],
+    ["launches", "-f", "json"],
 ]
 
 

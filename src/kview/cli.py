@@ -184,6 +184,28 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+LAUNCH_TABLES = ("kernels", "ops", "queue", "idle", "gaps", "queue-series")
+
+
+def _launches_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument(
+        "--table",
+        default=None,
+        choices=LAUNCH_TABLES,
+        help="print only this table (one table is what -f csv/tsv can hold); queue-series: every change of "
+        "every stream's queue length (only with --table)",
+    )
+    p.add_argument("--top", type=int, default=20, help="gaps: the longest N idle gaps (0: every one; default 20)")
+    p.add_argument(
+        "--kernel-wait",
+        type=int,
+        default=None,
+        metavar="NS",
+        help="a gap between queued ops shorter than this is the GPU's own (kernel wait; default 30 ns, HTA's)",
+    )
+
+
 def _timeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "traces",
@@ -713,6 +735,41 @@ def _run_sections(tables: dict, command: str, for_person: bool) -> dict:
     }
 
 
+def cmd_launches(args) -> int:
+    """`kview launches`: launch cost and delay per kernel and per op, queue length and idle time
+    by cause per stream, the longest idle gaps with the CPU call around them."""
+    from kview.analysis import launches as la
+    from kview.output import render
+
+    if args.table is None:
+        _one_table_per_document(
+            args.format,
+            "the launch tables",
+            "pick one with --table NAME, or use -f json (one object keyed by table), md or table",
+        )
+    if args.top < 0:
+        raise UsageError(f"--top takes a count of 0 or more, not {args.top}")
+    wait = la.KERNEL_WAIT_NS if args.kernel_wait is None else args.kernel_wait
+    if wait < 0:
+        raise UsageError(f"--kernel-wait takes nanoseconds, 0 or more, not {wait}")
+    trace = _open(args, args.trace)
+    if la.launches(trace).height == 0:
+        _note(trace, "no GPU ops: nothing was launched")
+    tables = {
+        "kernels": ("Launch cost and delay by kernel", lambda: la.launch_stats(trace, "Kernel")),
+        "ops": ("Launch cost and delay by CPU op", lambda: la.launch_stats(trace, "Op")),
+        "queue": ("Queue length by stream", lambda: la.queue_summary(trace)),
+        "idle": ("Idle time by stream and cause", lambda: la.idle_by_stream(trace, wait)),
+        "gaps": ("Longest idle gaps", lambda: la.gap_table(trace, args.top, wait)),
+        "queue-series": ("Queue length over time", lambda: la.queue_series(trace)),
+    }
+    if args.table is not None:
+        frame = tables[args.table][1]()
+        return _emit(args, frame) if frame.height or args.format == "json" else _write(args, "")
+    sections = {title: make() for name, (title, make) in tables.items() if name != "queue-series"}
+    return _write(args, render.render_sections(sections, args.format, empty="(none)\n"))
+
+
 def cmd_timeline(args) -> int:
     import shutil
 
@@ -910,6 +967,17 @@ COMMANDS = [
         _run_options("iterations"),
         "Per-iteration GPU time of every rank. TRACES: one export holding every process, one file per rank, a "
         "folder of them, or a mix.",
+    ),
+    Command(
+        "launches",
+        "launch cost and delay per kernel and op, queue length and idle time by cause per stream, idle gaps",
+        cmd_launches,
+        _launches_options,
+        "Launch cost = the launch call's duration; launch delay = the op's start minus the call's end (0 when "
+        "it started before the call returned); queue length = ops launched onto a stream and not started yet; "
+        "idle gaps of a stream split by cause: host (the launch came after the stream went idle), sync (the "
+        "launching thread was waiting in a synchronization first), kernel wait (queued, gap under --kernel-wait), "
+        "other stream (queued; another stream's op ended in the gap), other.",
     ),
     Command(
         "timeline",

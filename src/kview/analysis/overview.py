@@ -11,28 +11,11 @@ import polars as pl
 from kview.analysis.attribution import attribute
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.gpu_time import merge_intervals
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_totals
 from kview.analysis.layers import phase_times
 from kview.analysis.sanity import impossible, warning
 from kview.output.format import fmt_ns
 from kview.trace import Trace
-
-SYNC_APIS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cuCtxSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-)
-SYNC_MEMCPY_APIS = (
-    "cudaMemcpy",
-    "cudaMemcpy2D",
-    "cudaMemcpyToSymbol",
-    "cudaMemcpyFromSymbol",
-    "cuMemcpyHtoD_v2",
-    "cuMemcpyDtoH_v2",
-    "cudaMemset",
-)
 
 
 @dataclass
@@ -217,6 +200,8 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                 f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
                 f"host; prefer the Async variants on a stream."
             )
+    if ops.height:
+        findings += launch_findings(trace)
     least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
     if least is not None and least < 50:
         findings.append(
@@ -235,6 +220,23 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
     return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks)
+
+
+def launch_findings(trace: Trace) -> list[str]:
+    """Where the streams' idle time was mostly the host's (late launches, waits in a
+    synchronization), say so and point at the Launches view (key 0, `kview launches`)."""
+    idle = idle_totals(trace)
+    total = sum(idle.values())
+    host = idle["host"] + idle["sync"]
+    if total == 0 or host * 2 < total:
+        return []
+    return [
+        f"Host-bound streams: {host * 100 / total:.0f}% of the streams' idle time ({fmt_ns(host)} of "
+        f"{fmt_ns(total)}) came before a launch the host made late"
+        + (f", {fmt_ns(idle['sync'])} of it after waiting in a synchronization" if idle["sync"] else "")
+        + f". The Launches view (key 0) and `kview launches {trace.name}` show the gaps and the CPU call "
+        f"around each."
+    ]
 
 
 RANK_COLUMNS = ("Rank", "Iterations", "Wall (ns)", "Busy (% of wall)", "Exposed comm (ns)", "Exposed (% of comm)")

@@ -114,6 +114,11 @@ VIEW_KEYS = {
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],
+    "launches": [
+        Key("t", "cycle_table", "Next table: idle gaps, launch cost and delay by kernel, by op, queue length", "table"),
+        Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+    ],
     "ranks": [
         Key("t", "cycle_table", "Lower table: iterations, stragglers by iteration, collectives", "table"),
         Key("tab", "", "Move between the ranks and the lower table (y copies the focused one)"),
@@ -149,7 +154,7 @@ PICK_SCREEN_KEYS = [
 ]
 
 # views whose table moves with the cursor keys (the help screen lists the table's keys there)
-TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory")
+TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory", "launches")
 KEY_LABELS = {
     "question_mark": "?",
     "slash": "/",

@@ -18,6 +18,7 @@ from kview.tui.messages import (
     AttributedKernels,
     CompareReady,
     KernelSummary,
+    LaunchesReady,
     LayersReady,
     MemoryReady,
     NvtxTree,
@@ -113,6 +114,8 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
     yield Stage("overview")
     yield OverviewReady(build(trace))
+    yield Stage("launches")
+    yield launches(trace)
     yield Stage("NVTX tree")
     yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
@@ -159,6 +162,21 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
         yield MemoryReady(timeline(open_snapshot(trace.path), use_cache=use_cache, trace=trace))
     except TraceError as e:  # a damaged snapshot beside a good trace: the trace still opens
         yield MemoryReady(None, f"{snap.name} {e.problem}")
+
+
+def launches(trace: Trace) -> LaunchesReady:
+    """The tables of `kview launches` (its defaults), for the Launches view."""
+    from kview.analysis import launches as la
+
+    return LaunchesReady(
+        {
+            "idle": la.idle_by_stream(trace),
+            "gaps": la.gap_table(trace),
+            "kernels": la.launch_stats(trace, "Kernel"),
+            "ops": la.launch_stats(trace, "Op"),
+            "queue": la.queue_summary(trace),
+        }
+    )
 
 
 def field_words(table: pl.DataFrame) -> tuple[str, ...]:

@@ -157,6 +157,14 @@ class RanksReady(ViewMessage):
 
 
 @frozen_message
+class LaunchesReady(ViewMessage):
+    """The tables of `kview launches` (kview.analysis.launches), by the name `--table` takes."""
+
+    view: ClassVar[str] = "launches"
+    tables: dict[str, pl.DataFrame]
+
+
+@frozen_message
 class MemoryReady(ViewMessage):
     """The allocator timeline (`memory_timeline.timeline`) of the snapshot opened, or of the one
     beside the trace; or (None) the sentence saying there is none and how to record one."""

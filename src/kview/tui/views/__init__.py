@@ -6,6 +6,7 @@ from __future__ import annotations
 from kview.tui.views.base import View
 from kview.tui.views.compare import CompareView
 from kview.tui.views.kernels import KernelsView
+from kview.tui.views.launches import LaunchesView
 from kview.tui.views.layers import LayersView
 from kview.tui.views.memory import MemoryView
 from kview.tui.views.nvtx import NvtxView
@@ -13,8 +14,8 @@ from kview.tui.views.overview import OverviewView
 from kview.tui.views.ranks import RanksView
 from kview.tui.views.timeline import TimelineView
 
-# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7 whichever
-# views come before it)
+# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7, Launches 0,
+# whichever views come before them)
 VIEWS: tuple[type[View], ...] = (
     OverviewView,
     KernelsView,
@@ -24,6 +25,7 @@ VIEWS: tuple[type[View], ...] = (
     TimelineView,
     RanksView,
     MemoryView,
+    LaunchesView,
 )
 
 

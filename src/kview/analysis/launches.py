@@ -1,0 +1,374 @@
+"""Launch analysis: how long the host took to launch each GPU op, how long the op then waited,
+how many ops each stream had queued over time, and why each stream sat idle.
+
+Definitions (one each, shared by `kview launches`, the Launches view and the Overview):
+- launch cost: the launch call's own duration on the CPU (its end minus its start);
+- launch delay: the op's start minus the end of its launch call, 0 where the op started before
+  the call returned (as HTA's kernel launch statistics clip it);
+- queue length of a stream: the ops launched onto it (launch call started) that have not started
+  yet (HTA's definition), a step function that changes at launch calls and op starts;
+- an idle gap of a stream: the time between one op's end and the start of the next op on it (in
+  start order), split by cause:
+  - host: the next op's launch call started after the stream went idle (the host was late);
+    `sync` where the launching thread left a synchronization call inside the gap first (it was
+    waiting for the GPU), `host` otherwise (HTA's host wait is the two together);
+  - kernel wait: the op was queued in time and the gap is shorter than KERNEL_WAIT_NS (the
+    GPU's own overhead between back-to-back ops, HTA's kernel wait);
+  - other stream: queued in time, and an op of another stream of the device (a collective,
+    an event the stream waited on) ended inside the gap;
+  - other: anything else (HTA's other is this and `other stream` together).
+Every GPU op with a launch call in the trace counts (kernels, memcpys, memsets, whatever API
+launched them); ops whose launch call is outside the trace have no launch figures and no
+host-side cause.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kview.analysis.attribution import attribute, launched_ops
+from kview.derived import derived
+from kview.trace import Trace
+
+# HTA's default consecutive_kernel_delay (ns): a shorter gap between queued ops is the GPU's own
+KERNEL_WAIT_NS = 30
+SYNC_APIS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+)
+SYNC_MEMCPY_APIS = (
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyToSymbol",
+    "cudaMemcpyFromSymbol",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cudaMemset",
+)
+CAUSES = ("host", "sync", "kernel wait", "other stream", "other")
+CAUSE_COLUMNS = {c: f"{c[0].upper()}{c[1:]} (ns)" for c in CAUSES}
+DELAY, COST, GPU = "Launch delay (ns)", "Launch cost (ns)", "GPU (ns)"
+
+
+def api_calls(trace: Trace) -> pl.DataFrame:
+    """Every runtime API call: global_tid, start, end, api (its name without a _vN suffix)."""
+    schema = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "api": pl.String})
+    if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return pl.DataFrame(schema=schema)
+    r = trace.with_strings(trace.columns("runtime", ["global_tid", "start", "end", "name_id"]), "name_id", "api")
+    return r.select("global_tid", "start", "end", pl.col("api").str.replace(r"_v\d+$", "")).cast(schema)
+
+
+@derived
+def launches(trace: Trace) -> pl.DataFrame:
+    """One row per GPU op with its launch call: Idx, correlation, Kernel, kind, device, stream, start, end,
+    global_tid, r_start, r_end, Op (the CPU op that launched it, from attribution), and its
+    launch cost, launch delay and GPU duration (null where the launch call is not in the trace)."""
+    ops = launched_ops(trace)
+    if ops.height == 0:
+        return pl.DataFrame(
+            schema={
+                "Idx": pl.Int64,
+                "correlation": pl.Int64,
+                "Kernel": pl.String,
+                "kind": pl.String,
+                "device": pl.Int64,
+                "stream": pl.Int64,
+                "start": pl.Int64,
+                "end": pl.Int64,
+                "global_tid": pl.Int64,
+                "r_start": pl.Int64,
+                "r_end": pl.Int64,
+                "Op": pl.String,
+                COST: pl.Int64,
+                DELAY: pl.Int64,
+                GPU: pl.Int64,
+            }
+        )
+    op = attribute(trace).select("Idx", "Op")
+    return (
+        ops.select(
+            "Idx", "correlation", "Kernel", "kind", "device", "stream", "start", "end", "global_tid", "r_start", "r_end"
+        )
+        .join(op, on="Idx", how="left", maintain_order="left")
+        .with_columns(
+            (pl.col("r_end") - pl.col("r_start")).alias(COST),
+            pl.max_horizontal(pl.col("start") - pl.col("r_end"), pl.lit(0)).alias(DELAY),
+            (pl.col("end") - pl.col("start")).alias(GPU),
+        )
+        .with_columns(pl.when(pl.col("r_end").is_null()).then(None).otherwise(pl.col(DELAY)).alias(DELAY))
+    )
+
+
+def _stats(col: str, short: str) -> list[pl.Expr]:
+    c = pl.col(col)
+    return [
+        c.mean().round(0).cast(pl.Int64).alias(f"{short} mean (ns)"),
+        c.quantile(0.5, "linear").round(0).cast(pl.Int64).alias(f"{short} median (ns)"),
+        c.quantile(0.95, "linear").round(0).cast(pl.Int64).alias(f"{short} p95 (ns)"),
+        c.max().alias(f"{short} max (ns)"),
+    ]
+
+
+def launch_stats(trace: Trace, by: str = "Kernel") -> pl.DataFrame:
+    """Per kernel name (`by="Kernel"`) or per launching CPU op (`by="Op"`; "(no op)" where none
+    encloses the launch): launches, GPU time, launch cost and launch delay (mean, median, p95,
+    max), ordered by total launch delay. Ops without a launch call in the trace are left out."""
+    lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    key = pl.col(by).fill_null("(no op)") if by == "Op" else pl.col(by)
+    return (
+        lt.group_by(key.alias(by))
+        .agg(
+            pl.len().alias("Launches"),
+            pl.col(GPU).sum().alias("GPU total (ns)"),
+            *_stats(COST, "Launch cost"),
+            pl.col(DELAY).sum().alias("Launch delay total (ns)"),
+            *_stats(DELAY, "Launch delay"),
+        )
+        .sort(["Launch delay total (ns)", by], descending=[True, False])
+    )
+
+
+@derived
+def queue_series(trace: Trace) -> pl.DataFrame:
+    """Queue length of each stream over time: device, stream, t (ns from the trace's start),
+    queue (ops launched onto the stream, not started yet, after every change at t)."""
+    lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    ev = pl.concat(
+        [
+            lt.select("device", "stream", pl.col("r_start").alias("t"), pl.lit(1, dtype=pl.Int64).alias("d")),
+            lt.select("device", "stream", pl.col("start").alias("t"), pl.lit(-1, dtype=pl.Int64).alias("d")),
+        ]
+    )
+    return (
+        ev.group_by("device", "stream", "t")
+        .agg(pl.col("d").sum())
+        .sort("device", "stream", "t")
+        .with_columns(pl.col("d").cum_sum().over("device", "stream").alias("queue"))
+        .select("device", "stream", (pl.col("t") - trace.origin).alias("t"), "queue")
+    )
+
+
+def queue_summary(trace: Trace) -> pl.DataFrame:
+    """Per stream: launches, the largest and smallest queue length, and the mean over time
+    (between its first launch and its last op's start)."""
+    q = queue_series(trace)
+    n = launches(trace).filter(pl.col("r_start").is_not_null()).group_by("device", "stream").agg(pl.len().alias("n"))
+    held = (pl.col("t").shift(-1).over("device", "stream") - pl.col("t")).fill_null(0)
+    return (
+        q.with_columns(held.alias("held"))
+        .group_by("device", "stream")
+        .agg(
+            pl.col("queue").max().alias("Max queue"),
+            pl.col("queue").min().alias("Min queue"),
+            ((pl.col("queue") * pl.col("held")).sum() / pl.col("held").sum()).round(2).alias("Mean queue"),
+            ((pl.col("queue") == pl.col("queue").max()).cast(pl.Int64) * pl.col("held")).sum().alias("At max (ns)"),
+        )
+        .join(n, on=["device", "stream"])
+        .select(
+            pl.col("device").alias("Device"),
+            pl.col("stream").alias("Stream"),
+            pl.col("n").alias("Launches"),
+            "Max queue",
+            "Mean queue",
+            "At max (ns)",
+            "Min queue",
+        )
+        .sort("Device", "Stream")
+    )
+
+
+def _syncs(trace: Trace) -> pl.DataFrame:
+    calls = api_calls(trace)
+    return calls.filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS])).select(
+        "global_tid", pl.col("end").alias("sync_end"), pl.col("api").alias("sync_api")
+    )
+
+
+@derived
+def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+    """Every idle gap of every stream: device, stream, gap_start (the previous op's end), gap_end
+    (the next op's start), idle (ns), cause (CAUSES), Idx, Kernel and Op of the op after the
+    gap, global_tid of its launch, and the op of another stream that ended last inside the gap
+    (waited_on: its Kernel, null where none). Times are the trace's clock."""
+    lt = launches(trace)
+    if lt.height == 0:
+        return pl.DataFrame(
+            schema={
+                "device": pl.Int64,
+                "stream": pl.Int64,
+                "gap_start": pl.Int64,
+                "gap_end": pl.Int64,
+                "idle": pl.Int64,
+                "cause": pl.String,
+                "Idx": pl.Int64,
+                "Kernel": pl.String,
+                "Op": pl.String,
+                "global_tid": pl.Int64,
+                "r_start": pl.Int64,
+                "waited_on": pl.String,
+            }
+        )
+    s = lt.sort("device", "stream", "start", "Idx").with_columns(
+        pl.col("end").shift(1).over("device", "stream").alias("gap_start")
+    )
+    g = s.filter(pl.col("gap_start").is_not_null()).select(
+        "device",
+        "stream",
+        "gap_start",
+        pl.col("start").alias("gap_end"),
+        (pl.col("start") - pl.col("gap_start")).alias("idle"),
+        "Idx",
+        "Kernel",
+        "Op",
+        "global_tid",
+        "r_start",
+    )
+    # the last sync call the launching thread left before the launch call started
+    syncs = _syncs(trace).sort("sync_end")
+    g = (
+        g.sort("r_start")
+        .join_asof(
+            syncs, left_on="r_start", right_on="sync_end", by="global_tid", strategy="backward", check_sortedness=False
+        )
+        .drop("sync_api")
+    )
+    # the op of the device that ended last at or before the gap's end (another stream's, when
+    # that is inside the gap: this stream's own ops end outside its gaps)
+    ends = lt.select("device", pl.col("end").alias("o_end"), pl.col("Kernel").alias("o_kernel")).sort("o_end")
+    g = g.sort("gap_end").join_asof(
+        ends, left_on="gap_end", right_on="o_end", by="device", strategy="backward", check_sortedness=False
+    )
+    other = pl.col("o_end").is_not_null() & (pl.col("o_end") > pl.col("gap_start"))
+    host = pl.col("r_start") > pl.col("gap_start")  # null (no launch call) is no host wait
+    cause = (
+        pl.when(host & (pl.col("sync_end") > pl.col("gap_start")).fill_null(False))
+        .then(pl.lit("sync"))
+        .when(host.fill_null(False))
+        .then(pl.lit("host"))
+        .when(pl.col("idle") < kernel_wait_ns)
+        .then(pl.lit("kernel wait"))
+        .when(other)
+        .then(pl.lit("other stream"))
+        .otherwise(pl.lit("other"))
+    )
+    return (
+        g.with_columns(
+            cause.alias("cause"),
+            pl.when(other).then(pl.col("o_kernel")).alias("waited_on"),
+        )
+        .select(
+            "device",
+            "stream",
+            "gap_start",
+            "gap_end",
+            "idle",
+            "cause",
+            "Idx",
+            "Kernel",
+            "Op",
+            "global_tid",
+            "r_start",
+            "waited_on",
+        )
+        .sort("device", "stream", "gap_start")
+    )
+
+
+def idle_by_stream(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+    """Per stream: its span (first op start to last op end), busy and idle time, and the idle
+    time by cause (CAUSE_COLUMNS), with the share of the idle time the host was responsible for
+    (host + sync)."""
+    lt = launches(trace)
+    g = idle_gaps(trace, kernel_wait_ns)
+    per = lt.group_by("device", "stream").agg(
+        pl.len().alias("Ops"),
+        (pl.col("end").max() - pl.col("start").min()).alias("Span (ns)"),
+        pl.col(GPU).sum().alias("Busy (ns)"),
+    )
+    by_cause = g.group_by("device", "stream").agg(
+        pl.col("idle").sum().alias("Idle (ns)"),
+        *[pl.col("idle").filter(pl.col("cause") == c).sum().alias(CAUSE_COLUMNS[c]) for c in CAUSES],
+    )
+    host = pl.col(CAUSE_COLUMNS["host"]) + pl.col(CAUSE_COLUMNS["sync"])
+    return (
+        per.join(by_cause, on=["device", "stream"], how="left")
+        .with_columns(pl.col("Idle (ns)", *CAUSE_COLUMNS.values()).fill_null(0))
+        .with_columns(
+            pl.when(pl.col("Idle (ns)") > 0)
+            .then((host * 100.0 / pl.col("Idle (ns)")).round(1))
+            .otherwise(None)
+            .alias("Host share of idle (%)")
+        )
+        .select(
+            pl.col("device").alias("Device"),
+            pl.col("stream").alias("Stream"),
+            "Ops",
+            "Span (ns)",
+            "Busy (ns)",
+            "Idle (ns)",
+            *CAUSE_COLUMNS.values(),
+            "Host share of idle (%)",
+        )
+        .sort("Device", "Stream")
+    )
+
+
+def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+    """The `top` longest idle gaps (0: every one), each with its cause, the op after it (and the
+    CPU op that launched it), and the CPU call around it on the launching thread: the API call in
+    progress when the stream went idle, else the first one that started inside the gap."""
+    g = idle_gaps(trace, kernel_wait_ns).filter(pl.col("idle") > 0)
+    g = g.sort(["idle", "gap_start"], descending=[True, False])
+    if top:
+        g = g.head(top)
+    calls = api_calls(trace).rename({"start": "c_start", "end": "c_end", "api": "c_api"})
+    g = g.with_columns(pl.col("global_tid").cast(pl.Int64))
+    before = g.sort("gap_start").join_asof(
+        calls.sort("c_start"),
+        left_on="gap_start",
+        right_on="c_start",
+        by="global_tid",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    before = before.with_columns(
+        [pl.when(pl.col("c_end") > pl.col("gap_start")).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")]
+    )
+    after = before.filter(pl.col("c_api").is_null()).drop("c_start", "c_end", "c_api")
+    after = after.sort("gap_start").join_asof(
+        calls.sort("c_start"),
+        left_on="gap_start",
+        right_on="c_start",
+        by="global_tid",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    after = after.with_columns(
+        [pl.when(pl.col("c_start") < pl.col("gap_end")).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")]
+    )
+    both = pl.concat([before.filter(pl.col("c_api").is_not_null()), after], how="vertical_relaxed")
+    return both.sort(["idle", "gap_start"], descending=[True, False]).select(
+        pl.col("device").alias("Device"),
+        pl.col("stream").alias("Stream"),
+        (pl.col("gap_start") - trace.origin).alias("From (ns)"),
+        pl.col("idle").alias("Idle (ns)"),
+        pl.col("cause").alias("Cause"),
+        pl.col("Kernel").alias("Next op"),
+        pl.col("Op").alias("Launched by"),
+        pl.col("c_api").alias("CPU call"),
+        (pl.col("c_start") - trace.origin).alias("CPU call from (ns)"),
+        (pl.col("c_end") - pl.col("c_start")).alias("CPU call (ns)"),
+        pl.col("waited_on").alias("Waited on"),
+    )
+
+
+def idle_totals(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, int]:
+    """Idle time of every stream together, by cause (for the Overview's finding)."""
+    g = idle_gaps(trace, kernel_wait_ns)
+    got = dict(g.group_by("cause").agg(pl.col("idle").sum()).iter_rows())
+    return {c: int(got.get(c, 0)) for c in CAUSES}

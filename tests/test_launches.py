@@ -1,0 +1,327 @@
+"""Launch analysis (`kview launches`, the Launches view) against independent computations: plain
+Python over the torch.profiler JSON events, plain SQL over the nsys export; and against HTA's own
+numbers on HTA's test traces where HTA is installed (`pip install '.[hta]'`; CI installs it)."""
+
+from __future__ import annotations
+
+import sqlite3
+from bisect import bisect_right
+from collections import defaultdict
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kview.analysis import launches as la
+from kview.trace import open_trace
+
+from conftest import KINETO, PUBLIC, SAMPLES, kineto_events
+
+SYNCS = set(la.SYNC_APIS) | set(la.SYNC_MEMCPY_APIS)
+HTA_TRACES = [
+    KINETO / "trace_filter__sampled_rank-0.json.gz",
+    KINETO / "trace_filter__sampled_rank-1.json.gz",
+    KINETO / "negative_queue_length_values_check__rank0.json.gz",
+    KINETO / "call_stack__backward_thread.json",
+]
+NSYS = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+
+
+def _ns(us) -> int:
+    return int((Decimal(us) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _kineto_truth(path: Path):
+    """(ops, calls): every GPU op (correlation, device, stream, start, end, name) and every runtime
+    call (tid, start, end, name, correlation), straight from the JSON."""
+    ops, calls = [], []
+    for e in kineto_events(path, ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver")):
+        a = e.get("args", {})
+        s = _ns(e["ts"])
+        d = _ns(e.get("dur", 0))
+        if e["cat"].lower() in ("cuda_runtime", "cuda_driver"):
+            calls.append(dict(tid=(e["pid"], e["tid"]), start=s, end=s + d, name=e["name"], corr=a.get("correlation")))
+        else:
+            ops.append(
+                dict(corr=a.get("correlation"), device=a.get("device"), stream=a.get("stream"), start=s, end=s + d)
+            )
+    return ops, calls
+
+
+def _nsys_truth(path: Path):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    ops = [
+        dict(corr=c, device=d, stream=st, start=s, end=e)
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        for c, d, st, s, e in con.execute(f"SELECT correlationId, deviceId, streamId, start, end FROM {t}")
+    ]
+    calls = [
+        dict(tid=g, start=s, end=e, name=n, corr=c)
+        for g, s, e, n, c in con.execute(
+            "SELECT r.globalTid, r.start, r.end, s.value, r.correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "JOIN StringIds s ON s.id = r.nameId"
+        )
+    ]
+    con.close()
+    for c in calls:
+        c["name"] = c["name"].split("_v")[0] if "_v" in c["name"] else c["name"]
+    return ops, calls
+
+
+def _launch_of(ops, calls):
+    by_corr = {}
+    for c in calls:
+        by_corr.setdefault(c["corr"], c)
+    return {o["corr"]: by_corr[o["corr"]] for o in ops if o["corr"] in by_corr}
+
+
+def _queue_truth(ops, launch):
+    """Per stream: {t: queue length after every change at t}."""
+    delta: dict = defaultdict(lambda: defaultdict(int))
+    for o in ops:
+        if o["corr"] in launch:
+            key = (o["device"], o["stream"])
+            delta[key][launch[o["corr"]]["start"]] += 1
+            delta[key][o["start"]] -= 1
+    out = {}
+    for key, d in delta.items():
+        level, series = 0, {}
+        for t in sorted(d):
+            level += d[t]
+            series[t] = level
+        out[key] = series
+    return out
+
+
+def _gaps_truth(ops, calls, launch, kernel_wait):
+    """Every idle gap (device, stream, gap start, idle, cause), by the rules written out."""
+    syncs = defaultdict(list)
+    for c in calls:
+        if c["name"] in SYNCS:
+            syncs[c["tid"]].append(c["end"])
+    by_stream = defaultdict(list)
+    for o in ops:
+        by_stream[(o["device"], o["stream"])].append(o)
+    ends = defaultdict(list)
+    for o in ops:
+        ends[o["device"]].append(o["end"])
+    for e in ends.values():
+        e.sort()
+    gaps = []
+    for (dev, st), lst in by_stream.items():
+        lst.sort(key=lambda o: o["start"])
+        for prev, o in zip(lst, lst[1:]):
+            g0, g1 = prev["end"], o["start"]
+            call = launch.get(o["corr"])
+            if call is not None and call["start"] > g0:
+                waited = any(g0 < e <= call["start"] for e in syncs[call["tid"]])
+                cause = "sync" if waited else "host"
+            elif g1 - g0 < kernel_wait:
+                cause = "kernel wait"
+            elif bisect_right(ends[dev], g1) > bisect_right(ends[dev], g0):  # an op ended in (g0, g1]
+                cause = "other stream"
+            else:
+                cause = "other"
+            gaps.append((dev, st, g0, g1 - g0, cause))
+    return sorted(gaps)
+
+
+CASES = [
+    (KINETO / "trace_filter__sampled_rank-0.json.gz", _kineto_truth),
+    (KINETO / "negative_queue_length_values_check__rank0.json.gz", _kineto_truth),
+    (NSYS, _nsys_truth),
+    (PUBLIC / "dlprof_lenet_nsys2022.1.sqlite", _nsys_truth),  # synchronizes between steps
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: c[0].name)
+def case(request):
+    path, truth = request.param
+    ops, calls = truth(path)
+    return open_trace(path, use_cache=False), ops, calls
+
+
+def test_launch_cost_and_delay_per_op(case):
+    trace, ops, calls = case
+    launch = _launch_of(ops, calls)
+    # a launch may run several ops (a graph, a collective): a row per op, matched as a multiset
+    want = sorted(
+        (
+            o["corr"],
+            launch[o["corr"]]["end"] - launch[o["corr"]]["start"],
+            max(0, o["start"] - launch[o["corr"]]["end"]),
+        )
+        for o in ops
+        if o["corr"] in launch
+    )
+    got = la.launches(trace).filter(pl.col("r_start").is_not_null())
+    assert got.height == len(want) > 0
+    assert sorted(got.select("correlation", la.COST, la.DELAY).iter_rows()) == want
+
+
+def test_launch_stats_per_kernel(case):
+    trace, *_ = case
+    lt = la.launches(trace).filter(pl.col("r_start").is_not_null())
+    stats = la.launch_stats(trace, "Kernel")
+    assert int(stats["Launches"].sum()) == lt.height
+    for row in stats.head(5).iter_rows(named=True):
+        mine = lt.filter(pl.col("Kernel") == row["Kernel"])
+        delays = sorted(mine[la.DELAY].to_list())
+        costs = mine[la.COST].to_list()
+        assert row["Launches"] == len(delays)
+        assert row["Launch delay total (ns)"] == sum(delays)
+        assert row["Launch delay max (ns)"] == max(delays)
+        assert row["Launch cost max (ns)"] == max(costs)
+        assert row["Launch cost mean (ns)"] == round(sum(costs) / len(costs))
+        # the median as numpy's linear interpolation defines it
+        k = (len(delays) - 1) / 2
+        med = delays[int(k)] + (delays[-(-int(k * 2) // 2)] - delays[int(k)]) * (k - int(k))
+        assert row["Launch delay median (ns)"] == round(med)
+    totals = stats["Launch delay total (ns)"].to_list()
+    assert totals == sorted(totals, reverse=True)
+    by_op = la.launch_stats(trace, "Op")
+    assert int(by_op["Launches"].sum()) == lt.height
+    assert int(by_op["Launch delay total (ns)"].sum()) == int(lt[la.DELAY].sum())
+
+
+def test_queue_length_over_time(case):
+    trace, ops, calls = case
+    want = _queue_truth(ops, _launch_of(ops, calls))
+    q = la.queue_series(trace)
+    got: dict = defaultdict(dict)
+    for d, s, t, v in q.iter_rows():
+        got[(d, s)][t + trace.origin] = v
+    assert dict(got) == want
+    summary = la.queue_summary(trace)
+    for row in summary.iter_rows(named=True):
+        series = want[(row["Device"], row["Stream"])]
+        assert row["Max queue"] == max(series.values())
+        assert row["Min queue"] == min(series.values())
+        ts = sorted(series)
+        held = sum(series[a] * (b - a) for a, b in zip(ts, ts[1:]))
+        assert row["Mean queue"] == pytest.approx(held / (ts[-1] - ts[0]), abs=0.006)
+
+
+def test_idle_gaps_by_cause(case):
+    trace, ops, calls = case
+    want = _gaps_truth(ops, calls, _launch_of(ops, calls), la.KERNEL_WAIT_NS)
+    g = la.idle_gaps(trace)
+    got = sorted(g.select("device", "stream", "gap_start", "idle", "cause").iter_rows())
+    assert got == want
+    per = la.idle_by_stream(trace)
+    for row in per.iter_rows(named=True):
+        mine = [x for x in want if (x[0], x[1]) == (row["Device"], row["Stream"])]
+        assert row["Idle (ns)"] == sum(x[3] for x in mine)
+        for cause, col in la.CAUSE_COLUMNS.items():
+            assert row[col] == sum(x[3] for x in mine if x[4] == cause)
+
+
+def test_gap_table_names_the_cpu_call_around_each_gap(case):
+    trace, ops, calls = case
+    table = la.gap_table(trace, top=10)
+    launch = _launch_of(ops, calls)
+    op_at = {(o["device"], o["stream"], o["start"]): o for o in ops}
+    assert table.height == min(10, int((la.idle_gaps(trace)["idle"] > 0).sum()))
+    idle = table["Idle (ns)"].to_list()
+    assert idle == sorted(idle, reverse=True)
+    for row in table.iter_rows(named=True):
+        g0 = row["From (ns)"] + trace.origin
+        nxt = op_at[(row["Device"], row["Stream"], g0 + row["Idle (ns)"])]
+        call = launch.get(nxt["corr"])
+        if call is None:
+            assert row["CPU call"] is None
+            continue
+        mine = sorted((c for c in calls if c["tid"] == call["tid"]), key=lambda c: c["start"])
+        before = [c for c in mine if c["start"] <= g0]
+        around = before[-1] if before and before[-1]["end"] > g0 else None
+        if around is None:
+            inside = [c for c in mine if g0 <= c["start"] < g0 + row["Idle (ns)"]]
+            around = inside[0] if inside else None
+        if around is None:
+            assert row["CPU call"] is None
+        else:
+            assert (row["CPU call"], row["CPU call from (ns)"] + trace.origin) == (around["name"], around["start"])
+
+
+def test_sync_waits_are_found():
+    """LeNet under DLProf synchronizes between steps: the gaps after those are sync waits."""
+    g = la.idle_gaps(open_trace(PUBLIC / "dlprof_lenet_nsys2022.1.sqlite", use_cache=False))
+    assert (g["cause"] == "sync").sum() >= 1
+
+
+# -- HTA ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hta():
+    return pytest.importorskip("hta.trace_analysis")
+
+
+def _hta_run(hta, path: Path, tmp: Path):
+    import logging
+
+    logging.disable(logging.WARNING)
+    d = tmp / path.name.split(".")[0]
+    d.mkdir()
+    (d / path.name).write_bytes(path.read_bytes())
+    # HTA drops the last ProfilerStep's work unless told; kview reads every event
+    ta = hta.TraceAnalysis(trace_dir=str(d), include_last_profiler_step=True)
+    rank = next(iter(ta.t.traces))
+    return ta, rank
+
+
+@pytest.mark.parametrize("path", HTA_TRACES, ids=lambda p: p.name)
+def test_agrees_with_hta(hta, path, tmp_path):
+    """HTA counts in µs from the trace's first event; kview in ns on the trace's clock."""
+    ta, rank = _hta_run(hta, path, tmp_path)
+    trace = open_trace(path, use_cache=False)
+    lt = la.launches(trace)
+    # launch statistics: HTA's cpu_duration and launch_delay per correlation, for the launch
+    # calls it counts (cudaLaunchKernel[ExC], cudaMemcpyAsync, cudaMemsetAsync)
+    h = ta.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)[rank]
+    mine = lt.filter(pl.col("correlation").is_in(h["correlation"].to_list()))
+    assert mine.height == len(h)
+    got = sorted(mine.select("correlation", la.COST, la.DELAY).iter_rows())
+    want = sorted(
+        (int(c), round(a * 1000), round(b * 1000))
+        for c, a, b in h[["correlation", "cpu_duration", "launch_delay"]].values
+    )
+    assert got == want
+    # queue length: HTA's series has a row per event in an unstable sort, so at a time with
+    # several events its rows differ in order; the level after the last event at each time and
+    # the largest level between times agree
+    series = ta.get_queue_length_time_series(ranks=[rank])
+    if series:
+        hs = series[rank]
+        q = la.queue_series(trace)
+        t0 = trace.origin - ta.t.min_ts * 1000 if hasattr(ta.t, "min_ts") else None
+        launched = dict(lt.filter(pl.col("r_start").is_not_null()).group_by("stream").len().iter_rows())
+        compared = 0
+        for stream, part in hs.groupby("stream"):
+            # HTA's series leaves out ops launched by calls it does not list (cudaGraphLaunch):
+            # streams holding such ops differ by definition
+            if len(part) != 2 * launched.get(stream, 0):
+                continue
+            compared += 1
+            mine_q = q.filter(pl.col("stream") == stream)
+            assert mine_q["queue"].max() <= part["queue_length"].max()
+            assert mine_q["queue"].min() >= part["queue_length"].min()
+            if t0 is not None:
+                last = part.groupby("ts")["queue_length"].agg(list)
+                ts_once = [t for t, v in last.items() if len(v) == 1]
+                want_q = {round(t * 1000) - round(t0): last[t][0] for t in ts_once}
+                have = dict(zip(mine_q["t"].to_list(), mine_q["queue"].to_list()))
+                assert {t: have.get(t) for t in want_q} == want_q
+        assert compared >= 1
+    # idle time by stream: HTA's host wait = kview's host + sync, its kernel wait = kview's, its
+    # other = kview's other stream + other (with HTA's threshold of 30 in its µs)
+    if lt.height and (lt["r_start"].is_not_null().all()):
+        ib, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False, consecutive_kernel_delay=30)
+        idle = la.idle_by_stream(trace, kernel_wait_ns=30_000)
+        c = la.CAUSE_COLUMNS
+        for row in idle.iter_rows(named=True):
+            hrow = ib[ib["stream"] == row["Stream"]].set_index("idle_category")["idle_time"]
+            assert round(hrow.get("host_wait", 0) * 1000) == row[c["host"]] + row[c["sync"]]
+            assert round(hrow.get("kernel_wait", 0) * 1000) == row[c["kernel wait"]]
+            assert round(hrow.get("other", 0) * 1000) == row[c["other stream"]] + row[c["other"]]

@@ -1,0 +1,34 @@
+"""The Launches view (key 0) shows the tables of `kview launches`, and the Overview's finding
+points at it."""
+
+from __future__ import annotations
+
+from test_tui import loaded, screen_text
+
+from kview.analysis import launches as la
+from kview.analysis.overview import launch_findings
+from kview.trace import open_trace
+from kview.tui.app import KviewApp
+
+from conftest import KINETO
+
+TRACE = KINETO / "trace_filter__sampled_rank-0.json.gz"
+
+
+async def test_launches_view_cycles_the_tables_of_kview_launches():
+    trace = open_trace(TRACE, use_cache=False)
+    app = KviewApp([str(TRACE)], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        await pilot.press("0")
+        assert app.query_one("#tabs").active == "launches"
+        table = app.query_one("#launches-table")
+        assert table.frame.equals(la.idle_by_stream(trace))
+        await pilot.press("t")
+        assert table.frame.equals(la.gap_table(trace))
+        await pilot.press("t", "t")
+        assert table.frame.equals(la.launch_stats(trace, "Op"))
+        assert "Launch cost and delay by the CPU op" in screen_text(app)
+        findings = app.view("overview").data.overview.findings
+        assert [f for f in findings if f.startswith("Host-bound")] == launch_findings(trace)
+        assert launch_findings(trace) and "key 0" in launch_findings(trace)[0]
