@@ -147,6 +147,25 @@ def _diff_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+EFFICIENCY_TABLES = ("gpus", "steps", "layers", "categories", "kernels", "tensor-cores", "peaks")
+
+
+def _efficiency_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument(
+        "--table",
+        default=None,
+        choices=EFFICIENCY_TABLES,
+        help="print only this table (one table is what -f csv/tsv can hold); peaks: the GPU peak table kview uses",
+    )
+    p.add_argument(
+        "--gpu",
+        default=None,
+        metavar="NAME",
+        help="measure against this GPU's peaks (e.g. H100-SXM, MI300X) instead of the one the trace names",
+    )
+
+
 RUN_TABLES = {
     "ranks": ("ranks", "time", "collectives", "stragglers", "waits"),
     "iterations": ("iterations", "statistics"),
@@ -607,6 +626,37 @@ def _diff_gate(args) -> int:
     return 1 if n else 0
 
 
+def cmd_efficiency(args) -> int:
+    """`kview efficiency`: achieved against the GPU's peak per step, layer, category and kernel."""
+    import polars as pl
+
+    from kview.analysis import efficiency as eff
+    from kview.analysis.gpu_peaks import PEAKS, named_gpu
+    from kview.output import render
+
+    if args.table is None:
+        _one_table_per_document(
+            args.format,
+            "the efficiency tables",
+            "pick one with --table NAME, or use -f json (one object keyed by table), md or table",
+        )
+    gpu = named_gpu(args.gpu) if args.gpu else None
+    if args.table == "peaks":  # the table itself: no trace needed beyond the argument
+        return _write(args, render.render(PEAKS, args.format))
+    trace = _open(args, args.trace)
+    sections = eff.document(trace, gpu)
+    unknown = sections["gpus"][1].filter(pl.col("GPU").is_null())
+    if unknown.height:
+        names = ", ".join(sorted({str(n) for n in unknown["Name"].drop_nulls().to_list()})) or "it names none"
+        _note(trace, f"no peaks known for its GPU ({names}): MFU and bandwidth are left out; give --gpu NAME")
+    if args.table is not None:
+        frame = sections[args.table][1]
+        return _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
+    return _write(
+        args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
+    )
+
+
 def cmd_run_tables(args) -> int:
     """`kview ranks` and `kview iterations`: the tables of a run, every one or the one asked for."""
     from kview.analysis.ranks import open_run
@@ -939,6 +989,17 @@ COMMANDS = [
         "(or per --ranges phase), then the difference of each later column to the first.",
     ),
     Command("diff", "what changed between two runs (kernels, counts, phases)", cmd_diff, _diff_options),
+    Command(
+        "efficiency",
+        "achieved against the GPU's peak: MFU, bandwidth and roofline per step, layer, category and kernel; FP32 "
+        "GEMMs that could use tensor cores",
+        cmd_efficiency,
+        _efficiency_options,
+        "Achieved against the peak of the GPU the trace ran on (its name in the trace; --gpu NAME otherwise): "
+        "MFU (%) = the time the FLOPs need at the peak of each kernel's precision over the time taken, bandwidth "
+        "(%) = bytes / (time x memory bandwidth), roofline position per kernel. FLOPs and bytes are kview's (GEMM "
+        "shapes, elementwise element counts, copies).",
+    ),
     Command(
         "memory",
         "the CUDA allocator's memory over time: plot, peak, what was live at the peak, largest allocations",

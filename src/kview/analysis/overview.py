@@ -208,6 +208,10 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
             f"{least}% of its span; see the largest idle gaps."
         )
+    from kview.analysis.efficiency import finding as tensor_core_finding
+
+    if (tc := tensor_core_finding(trace)) is not None:
+        findings.append(tc)
     if bad:
         findings.insert(
             0,
