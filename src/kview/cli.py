@@ -245,6 +245,23 @@ def _timeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=int, default=3, help="NVTX rows down to this many levels (default 3)")
 
 
+def _export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace (nsys .sqlite export or torch.profiler .json/.json.gz)")
+    p.add_argument(
+        "--from",
+        dest="t_from",
+        default=None,
+        metavar="T",
+        help="start of the window, from the trace's start (1.5s, 200ms, 30us, or ns); default: the trace's start",
+    )
+    p.add_argument("--to", dest="t_to", default=None, metavar="T", help="end of the window (default: the trace's end)")
+    p.add_argument(
+        "--filter",
+        default=None,
+        help="only the GPU ops this filter matches (the kernels filter language), with their launches",
+    )
+
+
 def _handed_over(p: argparse.ArgumentParser) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
@@ -881,6 +898,35 @@ def timeline_markdown(picture: str) -> str:
     return f"{fence}\n{picture}{fence}\n"
 
 
+def cmd_export(args) -> int:
+    from kview.analysis import chrome_trace, filters, timeline
+    from kview.output import chrome_json, files
+
+    if not args.output:
+        raise UsageError("give -o FILE.json (or FILE.json.gz): the Chrome trace to write", what="-o")
+    try:
+        if args.filter:
+            filters.parse(args.filter)
+        t_from = timeline.parse_time(args.t_from) if args.t_from is not None else None
+        t_to = timeline.parse_time(args.t_to) if args.t_to is not None else None
+    except filters.FilterError as e:
+        raise UsageError(str(e), what="--filter") from None
+    except ValueError as e:
+        raise UsageError(str(e), what="--from/--to") from None
+    if t_from is not None and t_to is not None and t_to <= t_from:
+        raise UsageError(f"the window is empty (--from {args.t_from} is not before --to {args.t_to})")
+    trace = _open(args, args.trace)
+    w = chrome_trace.Window(t_from, t_to, args.filter)
+    export = chrome_trace.build(trace, w)
+    path = Path(args.output)
+    other = chrome_trace.other_data(trace, w, export)
+    files.write_streamed(
+        path, lambda out: chrome_json.write(export, out, other, path.name.endswith(".gz")), _inputs(args), args.force
+    )
+    print(f"wrote {args.output} ({export.ops:,} GPU ops, {export.lines.len():,} events)", file=sys.stderr)
+    return 0
+
+
 def cmd_external(args) -> int:
     module_name = {"capture": "kview.capture.cli", "bench": "kview.capture.benchmark"}[args.command]
     try:
@@ -999,6 +1045,16 @@ COMMANDS = [
         "MFU (%) = the time the FLOPs need at the peak of each kernel's precision over the time taken, bandwidth "
         "(%) = bytes / (time x memory bandwidth), roofline position per kernel. FLOPs and bytes are kview's (GEMM "
         "shapes, elementwise element counts, copies).",
+    ),
+    Command(
+        "export",
+        "a window of the trace as Chrome trace JSON for ui.perfetto.dev or chrome://tracing",
+        cmd_export,
+        _export_options,
+        "Writes -o FILE.json (gzip'd when it ends in .gz): GPU streams, CPU threads with their CUDA API calls and "
+        "NVTX / record_function ranges, an arrow from each launch to its GPU op, counters of queued GPU ops and "
+        "(when the trace recorded it) memory; each GPU op carries kview's direction, layer, op and category in its "
+        "args. Times are µs from the trace's start; kview opens the file again as a torch.profiler trace.",
     ),
     Command(
         "memory",

@@ -16,9 +16,14 @@ def destination(stem: str, fmt: str, folder: Path | None = None) -> Path:
     """`<folder>/<stem>.<ext>` with the stem made a file name (`lm_kernels by layer` ->
     `lm_kernels_by_layer`); when that file exists, the first free `<stem>-N.<ext>`, so an export
     never overwrites a file."""
+    return free_path(stem, render.EXTENSIONS[fmt], folder)
+
+
+def free_path(stem: str, ext: str, folder: Path | None = None) -> Path:
+    """`<folder>/<stem>.<ext>` (the working directory by default), the stem made a file name,
+    or the first free `<stem>-N.<ext>`."""
     folder = Path.cwd() if folder is None else folder
     stem = re.sub(r"[^\w.+-]+", "_", stem).strip("_") or "kview"
-    ext = render.EXTENSIONS[fmt]
     out = folder / f"{stem}.{ext}"
     n = 1
     while out.exists():

@@ -86,6 +86,12 @@ VIEW_KEYS = {
         Key("enter", "open", "Open the kernel (or user range) under the cursor in Kernels", "open"),
         Key("slash", "open_filter", "Highlight GPU ops matching a filter (the Kernels filter language)", "filter"),
         Key("m", "mark", "Set a mark; the status line shows mark → cursor", "mark"),
+        Key(
+            "E",
+            "export_window",
+            "Export the shown window (only the highlighted GPU ops, with a highlight) as Chrome trace JSON for "
+            "ui.perfetto.dev or chrome://tracing, as kview export",
+        ),
     ],
     "layers": [
         Key("o", "toggle_order", "Order by layer index / by time", "order"),

@@ -148,7 +148,10 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
 
         if trace_memory.source_of(trace) is not None:  # the trace's own memory events
             yield Stage("memory timeline")
-            yield MemoryReady(trace_memory.timeline(trace))
+            try:
+                yield MemoryReady(trace_memory.timeline(trace))
+            except TraceError as e:  # damaged memory events: the trace still opens
+                yield MemoryReady(None, f"{trace.name}: its memory events {e.problem}")
             return
         yield MemoryReady(
             None,

@@ -17,7 +17,7 @@ import polars as pl
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import events, on
+from textual import events, on, work
 from textual.reactive import var
 from textual.strip import Strip
 from textual.widget import Widget
@@ -566,6 +566,49 @@ class TimelineView(View):
         if self._ready():
             self.mark = self.cursor_time()
             self.refresh_all()
+
+    def action_export_window(self) -> None:
+        """The window on screen (and the highlight's filter) as `kview export` writes it."""
+        if not self._ready():
+            return
+        loaded = getattr(self.app, "loaded", {}).get(self.file_index())
+        if loaded is None:
+            self.app.notify("the trace is still loading", title="export", severity="warning")
+            return
+        trace = loaded.trace
+        shift = self.timeline.origin - trace.origin  # a run's timeline counts from the run's start
+        self.export_window(trace, self.t0 + shift, self.t1 + shift, self.hl_text or None)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="export-window")
+    def export_window(self, trace, t0: int, t1: int, highlight: str | None) -> None:
+        from kview.analysis import chrome_trace
+        from kview.output import chrome_json
+        from kview.tui.clipboard import copy_dir
+        from kview.tui.export import free_path
+
+        w = chrome_trace.Window(t0, t1, highlight)
+        export = chrome_trace.build(trace, w)
+        other = chrome_trace.other_data(trace, w, export)
+        stem = f"{trace.path.name.split('.')[0]}_window_{t0 / 1e6:.3f}-{t1 / 1e6:.3f}ms"
+        out = free_path(stem, "json.gz")
+        try:  # a new file in the working directory (never over one), else in the copies folder
+            try:
+                f = open(out, "xb")
+            except OSError:
+                copy_dir().mkdir(parents=True, exist_ok=True)
+                out = free_path(stem, "json.gz", copy_dir())
+                f = open(out, "xb")
+            with f:
+                chrome_json.write(export, f, other, compress=True)
+        except OSError as e:
+            self.app.call_from_thread(self.app.notify, f"{out}: {e.strerror or e}", title="export", severity="error")
+            return
+        self.app.call_from_thread(
+            self.app.notify,
+            f"wrote {out}: {export.ops:,} GPU ops, {export.lines.len():,} events (open it in ui.perfetto.dev)",
+            title="export",
+            timeout=8,
+        )
 
     def action_open(self) -> None:
         got = self.op_under_cursor() if self._ready() else None
