@@ -225,6 +225,14 @@ def _launches_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _critical_path_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument(
+        "--table", default=None, choices=("steps", "ops"), help="print only this table (what -f csv/tsv can hold)"
+    )
+    p.add_argument("--top", type=int, default=20, help="ops: the N largest (0: every one; default 20)")
+
+
 def _timeline_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "traces",
@@ -837,6 +845,32 @@ def cmd_launches(args) -> int:
     return _write(args, render.render_sections(sections, args.format, empty="(none)\n"))
 
 
+def cmd_critical_path(args) -> int:
+    """`kview critical-path`: each step's critical path (length, GPU/CPU/launch time, bound by)
+    and what the paths spend their time in."""
+    from kview.analysis import critical_path as cp
+    from kview.output import render
+
+    if args.table is None:
+        _one_table_per_document(
+            args.format,
+            "the critical path tables",
+            "pick one with --table NAME, or use -f json (one object keyed by table), md or table",
+        )
+    if args.top < 0:
+        raise UsageError(f"--top takes a count of 0 or more, not {args.top}")
+    trace = _open(args, args.trace)
+    tables = {
+        "steps": ("Critical path by step", lambda: cp.step_table(trace)),
+        "ops": ("On the critical paths", lambda: cp.top_ops(trace, args.top)),
+    }
+    if args.table is not None:
+        frame = tables[args.table][1]()
+        return _emit(args, frame) if frame.height or args.format == "json" else _write(args, "")
+    sections = {title: make() for title, make in tables.values()}
+    return _write(args, render.render_sections(sections, args.format, empty="(none)\n"))
+
+
 def cmd_timeline(args) -> int:
     import shutil
 
@@ -1095,6 +1129,16 @@ COMMANDS = [
         "idle gaps of a stream split by cause: host (the launch came after the stream went idle), sync (the "
         "launching thread was waiting in a synchronization first), kernel wait (queued, gap under --kernel-wait), "
         "other stream (queued; another stream's op ended in the gap), other.",
+    ),
+    Command(
+        "critical-path",
+        "each step's critical path: its length, GPU / CPU / launch time on it, CPU- or GPU-bound, top ops",
+        cmd_critical_path,
+        _critical_path_options,
+        "Walked back from each step's end (step ranges; else the whole trace): a GPU op waited for the op before "
+        "it on its stream, another stream's op that ended later, or its launch; before a launch, the launching "
+        "thread's time back to a synchronization that waited for the GPU, else the step's start. CPU-bound: CPU "
+        "and launch time are more than half of the path.",
     ),
     Command(
         "timeline",

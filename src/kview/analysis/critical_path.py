@@ -1,0 +1,271 @@
+"""The critical path of each step: the chain of work that set when the step ended, walked back
+from its end, and whether the CPU or the GPU held it.
+
+A step is a step range (iterations.step_instances; the whole trace when it has none); its GPU
+ops are those whose launch call started inside it. Each op waited for the latest of:
+- the op before it on its stream (a GPU edge: the gap between them counts as GPU time);
+- the op of another stream of the device that ended last before it started, when that ended
+  after the op before it on its own stream (a cross-stream edge: an event the stream waited on,
+  a collective on the communication stream);
+- its launch: the launch call started after both (a CPU edge). The time from the launch call's
+  start to the op's start is launch time; before it, the launching thread's time back to where
+  it was last blocked: the end of a synchronization call that waited for a GPU op (its latest
+  op to end, which the path continues from), else the step's start (CPU time).
+The walk starts at the step's last GPU op to end, or, when the step's CPU range ends after it,
+at that end on the step's thread (CPU time back to its last waiting synchronization). Every node
+points at its predecessor; the path is the chain from the end node, found by pointer doubling
+(log n array steps, no loop over ops). The path covers the step without gaps: its length is
+max(step end, last GPU end) - step start = GPU + CPU + launch time on it. A step is CPU-bound
+when CPU and launch time make more than half of its path, else GPU-bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from kview.analysis.iterations import step_instances
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
+from kview.derived import derived
+from kview.trace import Trace
+
+STEP_COLUMNS = pl.Schema(
+    {
+        "Step": pl.String,
+        "Start (ns)": pl.Int64,
+        "Length (ns)": pl.Int64,
+        "GPU (ns)": pl.Int64,
+        "CPU (ns)": pl.Int64,
+        "Launch (ns)": pl.Int64,
+        "CPU share (%)": pl.Float64,
+        "Bound by": pl.String,
+        "Ops on path": pl.Int64,
+    }
+)
+
+
+def _windows(trace: Trace) -> pl.DataFrame:
+    """step, label, global_tid, w_start, w_end: the steps, else the whole trace as one."""
+    s = step_instances(trace)
+    if s.height:
+        return (
+            s.sort("start")
+            .with_row_index("step")
+            .select(
+                pl.col("step").cast(pl.Int64),
+                "label",
+                "global_tid",
+                pl.col("start").alias("w_start"),
+                pl.col("end").alias("w_end"),
+            )
+        )
+    lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    if lt.height == 0:
+        return pl.DataFrame(
+            schema={
+                "step": pl.Int64,
+                "label": pl.String,
+                "global_tid": pl.Int64,
+                "w_start": pl.Int64,
+                "w_end": pl.Int64,
+            }
+        )
+    return pl.DataFrame(
+        {
+            "step": [0],
+            "label": ["(whole trace)"],
+            "global_tid": [None],
+            "w_start": [int(lt["r_start"].min())],  # type: ignore[arg-type]
+            "w_end": [int(lt["r_start"].max())],  # type: ignore[arg-type]
+        },
+        schema={"step": pl.Int64, "label": pl.String, "global_tid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64},
+    )
+
+
+@derived
+def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(nodes, steps): every GPU op of a step with its predecessor and what it adds to a path
+    (gpu, cpu, launch ns), `on_path` marking the ops on its step's critical path; and per step
+    its end node and the CPU time after it (tail)."""
+    w = _windows(trace)
+    lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    ops = (
+        lt.sort("r_start")
+        .join_asof(w.sort("w_start").select("step", "w_start", "w_end"), left_on="r_start", right_on="w_start")
+        .filter(pl.col("step").is_not_null() & (pl.col("r_start") <= pl.col("w_end")))
+        .sort("step", "device", "stream", "start", "Idx")
+        .with_row_index("node")
+        .with_columns(pl.col("node").cast(pl.Int64))
+    )
+    # the op before on the same stream, in the same step
+    ops = ops.with_columns(
+        pl.col("node").shift(1).over("step", "device", "stream").alias("p_node"),
+        pl.col("end").shift(1).over("step", "device", "stream").alias("p_end"),
+    )
+    # the op of the step and device that ended last at or before this op's start (another
+    # stream's when it ended after the op before on this stream)
+    ends = ops.select("step", "device", pl.col("end").alias("x_end"), pl.col("node").alias("x_node")).sort("x_end")
+    ops = ops.sort("start").join_asof(
+        ends, left_on="start", right_on="x_end", by=["step", "device"], strategy="backward", check_sortedness=False
+    )
+    cross = pl.col("x_end").is_not_null() & (pl.col("x_end") > pl.col("p_end").fill_null(-(2**62)))
+    dep_end = pl.when(cross).then(pl.col("x_end")).otherwise(pl.col("p_end"))
+    dep_node = pl.when(cross).then(pl.col("x_node")).otherwise(pl.col("p_node"))
+    ops = ops.with_columns(dep_end.alias("dep_end"), dep_node.alias("dep_node"))
+    # a CPU edge: where the launching thread was last blocked on the GPU before the launch
+    blocked = _blocking_syncs(trace, ops)
+    ops = ops.sort("r_start").join_asof(
+        blocked,
+        left_on="r_start",
+        right_on="b_end",
+        by=["step", "global_tid"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    gpu_edge = pl.col("dep_end").is_not_null() & (pl.col("dep_end") >= pl.col("r_start"))
+    cpu_from = pl.coalesce("b_end", "w_start")
+    nodes = ops.select(
+        "node",
+        "step",
+        "Idx",
+        "Kernel",
+        "Op",
+        "start",
+        "end",
+        pl.when(gpu_edge).then(pl.col("dep_node")).otherwise(pl.col("b_node")).alias("pred"),
+        (
+            pl.col("end") - pl.col("start") + pl.when(gpu_edge).then(pl.col("start") - pl.col("dep_end")).otherwise(0)
+        ).alias("gpu"),
+        # the launching thread's time from where it was blocked (or the step's start) to the launch,
+        # plus the synchronization's return after the op it waited for ended
+        pl.when(gpu_edge)
+        .then(0)
+        .otherwise(pl.col("r_start") - cpu_from + (pl.col("b_end") - pl.col("b_gpu_end")).fill_null(0))
+        .alias("cpu"),
+        pl.when(gpu_edge).then(0).otherwise(pl.col("start") - pl.col("r_start")).alias("launch"),
+    ).sort("node")
+    steps = _ends(trace, w, nodes, ops)
+    return _mark(nodes, steps), steps
+
+
+def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
+    """Synchronization calls that waited for a GPU op of their step: step, global_tid, b_end (the
+    call's end), b_node and b_gpu_end (the op that ended last before the call returned, having
+    ended after the call started)."""
+    calls = api_calls(trace).filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS]))
+    w = _windows(trace).select("step", "w_start", "w_end")
+    calls = (
+        calls.sort("end")
+        .join_asof(w.sort("w_start"), left_on="end", right_on="w_start")
+        .filter(pl.col("step").is_not_null() & (pl.col("end") <= pl.col("w_end")))
+    )
+    ends = ops.select("step", pl.col("end").alias("b_gpu_end"), pl.col("node").alias("b_node")).sort("b_gpu_end")
+    got = calls.sort("end").join_asof(
+        ends, left_on="end", right_on="b_gpu_end", by="step", strategy="backward", check_sortedness=False
+    )
+    return (
+        got.filter(pl.col("b_gpu_end") > pl.col("start"))
+        .select("step", "global_tid", pl.col("end").alias("b_end"), "b_node", "b_gpu_end")
+        .sort("b_end")
+    )
+
+
+def _ends(trace: Trace, w: pl.DataFrame, nodes: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Per step: where its path ends (end_node, or null: all CPU), the CPU time after that node
+    (tail), and the path's length."""
+    last = (
+        nodes.sort("end")
+        .group_by("step")
+        .agg(pl.col("node").last().alias("last_node"), pl.col("end").last().alias("last_end"))
+    )
+    s = w.join(last, on="step", how="left")
+    # the step's thread, blocked last at the end of a synchronization that waited for the GPU
+    blocked = _blocking_syncs(trace, ops)
+    s = s.sort("w_end").join_asof(
+        blocked.rename({"b_end": "t_end", "b_node": "t_node", "b_gpu_end": "t_gpu_end"}),
+        left_on="w_end",
+        right_on="t_end",
+        by=["step", "global_tid"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    gpu_last = pl.col("last_end").is_not_null() & (pl.col("last_end") >= pl.col("w_end"))
+    return s.select(
+        "step",
+        "label",
+        "w_start",
+        "w_end",
+        pl.when(gpu_last).then(pl.col("last_node")).otherwise(pl.col("t_node")).alias("end_node"),
+        pl.when(gpu_last).then(0).otherwise(pl.col("w_end") - pl.coalesce("t_gpu_end", "w_start")).alias("tail"),
+        (pl.max_horizontal("w_end", pl.col("last_end").fill_null(pl.col("w_end"))) - pl.col("w_start")).alias("length"),
+    ).sort("step")
+
+
+def _mark(nodes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """`on_path`: the nodes reachable from each step's end node through `pred` (pointer
+    doubling: after round r every node up to 2^(r+1) - 1 links back is marked)."""
+    n = nodes.height
+    jump = nodes["pred"].fill_null(n).to_numpy().astype(np.int64)
+    jump = np.append(jump, n)  # node n: the root every chain ends in
+    on = np.zeros(n + 1, dtype=bool)
+    on[steps["end_node"].drop_nulls().to_numpy().astype(np.int64)] = True
+    for _ in range(max(1, int(np.ceil(np.log2(n + 2))))):
+        on[jump[on]] = True
+        jump = jump[jump]
+    return nodes.with_columns(pl.Series("on_path", on[:n]))
+
+
+def step_table(trace: Trace) -> pl.DataFrame:
+    """Per step: its critical path's length, GPU, CPU and launch time on it, the CPU share and
+    the verdict, and how many GPU ops lie on it."""
+    nodes, steps = path_nodes(trace)
+    if steps.height == 0:
+        return pl.DataFrame(schema=STEP_COLUMNS)
+    on = (
+        nodes.filter("on_path")
+        .group_by("step")
+        .agg(pl.col("gpu").sum(), pl.col("cpu").sum(), pl.col("launch").sum(), pl.len().alias("n"))
+    )
+    t = steps.join(on, on="step", how="left").with_columns(pl.col("gpu", "cpu", "launch", "n").fill_null(0))
+    cpu = pl.col("cpu") + pl.col("tail")
+    host = cpu + pl.col("launch")
+    return t.select(
+        pl.col("label").alias("Step"),
+        (pl.col("w_start") - trace.origin).alias("Start (ns)"),
+        pl.col("length").alias("Length (ns)"),
+        pl.col("gpu").alias("GPU (ns)"),
+        cpu.alias("CPU (ns)"),
+        pl.col("launch").alias("Launch (ns)"),
+        (host * 100.0 / pl.col("length")).round(1).alias("CPU share (%)"),
+        pl.when(host * 2 > pl.col("length")).then(pl.lit("CPU-bound")).otherwise(pl.lit("GPU-bound")).alias("Bound by"),
+        pl.col("n").alias("Ops on path"),
+    ).cast(STEP_COLUMNS)
+
+
+def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
+    """What the critical paths of every step spend their time in: each GPU op on a path by
+    kernel name (its GPU time there), and the CPU and launch time before each op launched from
+    the CPU by the op that launched it; the `top` largest (0: all)."""
+    nodes, steps = path_nodes(trace)
+    on = nodes.filter("on_path")
+    total = int(steps["length"].sum()) if steps.height else 0
+    parts = [
+        on.select(pl.lit("GPU").alias("Kind"), pl.col("Kernel").alias("Name"), pl.col("gpu").alias("t")),
+        on.select(
+            pl.lit("CPU").alias("Kind"), pl.col("Op").fill_null("(no op)").alias("Name"), pl.col("cpu").alias("t")
+        ),
+        on.select(pl.lit("launch").alias("Kind"), pl.col("Kernel").alias("Name"), pl.col("launch").alias("t")),
+    ]
+    out = (
+        pl.concat(parts)
+        .filter(pl.col("t") > 0)
+        .group_by("Kind", "Name")
+        .agg(pl.col("t").sum().alias("On path (ns)"), pl.len().alias("Times"))
+        .with_columns(
+            (pl.col("On path (ns)") * 100.0 / total).round(1).alias("Share of paths (%)")
+            if total
+            else pl.lit(None, pl.Float64).alias("Share of paths (%)")
+        )
+        .sort(["On path (ns)", "Kind", "Name"], descending=[True, False, False])
+    )
+    return out.head(top) if top else out

@@ -1,0 +1,99 @@
+"""The critical path of each step (`kview critical-path`) against a plain walk back from each
+step's end, written out op by op over the raw events (SQL over the nsys export, the JSON)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from test_launches import SYNCS, _kineto_truth, _launch_of, _nsys_truth
+
+from kview.analysis import critical_path as cp
+from kview.trace import open_trace
+
+from conftest import KINETO, PUBLIC
+
+
+def _walk(ops, calls, w0, w1, thread):
+    """(gpu, cpu, launch, ops on path) of the window [w0, w1], walking back op by op."""
+    launch = _launch_of(ops, calls)
+    nodes = [
+        dict(o, L=launch[o["corr"]]) for o in ops if o["corr"] in launch and w0 <= launch[o["corr"]]["start"] <= w1
+    ]
+    nodes.sort(key=lambda o: (o["start"], o["end"]))
+    syncs = [c for c in calls if c["name"] in SYNCS and w0 <= c["end"] <= w1]
+
+    def waited(tid, before):
+        """The latest sync on `tid` ending by `before` that waited for an op: (its end, the op)."""
+        best = None
+        for c in syncs:
+            if c["tid"] != tid or c["end"] > before:
+                continue
+            done = [o for o in nodes if o["end"] <= c["end"]]
+            if not done:
+                continue
+            o = max(done, key=lambda o: o["end"])
+            if o["end"] > c["start"] and (best is None or c["end"] > best[0]):
+                best = (c["end"], o)
+        return best
+
+    gpu = cpu = lau = n = 0
+    last = max(nodes, key=lambda o: o["end"]) if nodes else None
+    if last is not None and last["end"] >= w1:
+        k = last
+    else:
+        b = waited(thread, w1) if thread is not None else None
+        if b is None:
+            return 0, w1 - w0, 0, 0
+        cpu += w1 - b[1]["end"]
+        k = b[1]
+    while k is not None:
+        n += 1
+        same = [
+            o for o in nodes if (o["device"], o["stream"]) == (k["device"], k["stream"]) and o["start"] < k["start"]
+        ]
+        p = max(same, key=lambda o: o["start"]) if same else None
+        other = [o for o in nodes if o["device"] == k["device"] and o["end"] <= k["start"] and o is not k]
+        x = max(other, key=lambda o: o["end"]) if other else None
+        dep = x if x is not None and (p is None or x["end"] > p["end"]) else p
+        if dep is not None and dep["end"] >= k["L"]["start"]:
+            gpu += k["end"] - dep["end"]
+            k = dep
+            continue
+        b = waited(k["L"]["tid"], k["L"]["start"])
+        gpu += k["end"] - k["start"]
+        lau += k["start"] - k["L"]["start"]
+        cpu += k["L"]["start"] - (b[0] if b else w0) + ((b[0] - b[1]["end"]) if b else 0)
+        k = b[1] if b else None
+    return gpu, cpu, lau, n
+
+
+@pytest.mark.parametrize(
+    "path, truth",
+    [
+        (PUBLIC / "dlprof_lenet_nsys2022.1.sqlite", _nsys_truth),
+        (KINETO / "trace_filter__sampled_rank-0.json.gz", _kineto_truth),
+    ],
+    ids=lambda p: getattr(p, "name", ""),
+)
+def test_each_step_against_a_walk_back_from_its_end(path, truth):
+    trace = open_trace(path, use_cache=False)
+    ops, calls = truth(path)
+    table = cp.step_table(trace)
+    nodes, steps = cp.path_nodes(trace)
+    assert table.height == steps.height >= 1
+    for row, st in zip(table.iter_rows(named=True), steps.iter_rows(named=True)):
+        thread = None
+        if row["Step"] != "(whole trace)":
+            from kview.analysis.iterations import step_instances
+
+            s = step_instances(trace).filter(pl.col("start") == st["w_start"])
+            thread = s["global_tid"][0]
+        gpu, cpu, lau, n = _walk(ops, calls, st["w_start"], st["w_end"], thread)
+        assert (row["GPU (ns)"], row["CPU (ns)"], row["Launch (ns)"], row["Ops on path"]) == (gpu, cpu, lau, n)
+        assert gpu + cpu + lau == row["Length (ns)"]
+        host = cpu + lau
+        assert row["Bound by"] == ("CPU-bound" if 2 * host > row["Length (ns)"] else "GPU-bound")
+    top = cp.top_ops(trace, 0)
+    assert int(top["On path (ns)"].sum()) == int((table["GPU (ns)"] + table["Launch (ns)"]).sum()) + int(
+        nodes.filter("on_path")["cpu"].sum()
+    )
