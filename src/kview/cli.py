@@ -328,10 +328,27 @@ def _resolve_format(args) -> None:
 
 
 def _inputs(args) -> list[str]:
-    """The traces this command line reads (never written over)."""
-    return [a for n in ("trace", "before", "after") if (a := getattr(args, n, None))] + list(
+    """Every file this command line reads, never written over: the traces named, the files of a
+    folder named, a SQLite trace's journal, and for `memory` the snapshot or the trace beside
+    it. The output is compared with them by device and inode (files.check)."""
+    named = [a for n in ("trace", "before", "after") if (a := getattr(args, n, None))] + list(
         getattr(args, "traces", None) or []
     )
+    out: list[str] = []
+    for a in named:
+        p = Path(a).expanduser()
+        out += [str(p), *(f"{p}{journal}" for journal in ("-wal", "-journal", "-shm"))]
+        try:
+            if p.is_dir():
+                out += [str(f) for f in p.iterdir()]
+        except OSError:  # a folder the user cannot read: nothing in it is read either
+            pass
+        if args.command == "memory":
+            from kview.analysis.memory_timeline import trace_beside
+            from kview.io.snapshot_pickle import memory_name
+
+            out += [str(memory_name(p))] + [str(t) for t in [trace_beside(p)] if t is not None]
+    return out
 
 
 def _open(args, path: str):
@@ -410,7 +427,7 @@ def cmd_stats(args) -> int:
 
         ext = render.EXTENSIONS[args.format]
         targets = {n: Path(f"{args.output}_{n}.{ext}") for n in names}
-        files.check(list(targets.values()), [args.trace], args.force)  # refused before the work
+        files.check(list(targets.values()), _inputs(args), args.force)  # refused before the work
     elif len(names) > 1:
         _one_table_per_document(
             args.format,
@@ -453,7 +470,7 @@ def cmd_stats(args) -> int:
             for r in reports
             if not (r.skipped or r.empty)
         }
-        files.write_streamed_all(documents, [args.trace], args.force)  # each streamed, as _emit's
+        files.write_streamed_all(documents, _inputs(args), args.force)  # each streamed, as _emit's
         for path in documents:
             print(f"wrote {path}", file=sys.stderr)
         remark()
@@ -1328,6 +1345,10 @@ def _command(argv: list[str]) -> int:
         return 2
     _resolve_format(args)
     try:
+        if getattr(args, "output", None) == "":
+            raise UsageError("-o needs a file name (-o - is stdout)")
+        if getattr(args, "output", None) == "-":  # stdout, as the document goes without -o
+            args.output = None
         if getattr(args, "max_memory", None) is not None:
             _set_max_memory(args.max_memory)
         if args.cmd.shared and args.cmd.one_document:

@@ -337,7 +337,7 @@ def open_snapshot(path: str | os.PathLike) -> Snapshot:
     p = Path(path).expanduser()
     trace_like = p.name.endswith(TRACE_SUFFIXES)
     if snapshot_pickle.is_snapshot_file(p) or not trace_like or p.is_dir():
-        snap, trace = p, _trace_beside(p)
+        snap, trace = p, trace_beside(p)
     else:
         snap, trace = snapshot_pickle.memory_name(p), p
         if not snap.exists():
@@ -402,7 +402,7 @@ def trace_phases(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _trace_beside(snap: Path) -> Path | None:
+def trace_beside(snap: Path) -> Path | None:
     """run.memory.pickle -> run.sqlite (or the .json trace torch.profiler wrote), when it exists."""
     if not snap.name.endswith(snapshot_pickle.SUFFIX):
         return None
