@@ -52,7 +52,10 @@ def test_kernel_counts_totals_and_starts_equal_a_plain_count_over_the_file(path)
     a = attribute(t)
     kernels = a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
     assert kernels.height == sum(c for c, *_ in want.values())
-    assert sorted(kernels["Start (ns)"].to_list()) == starts  # exact: no float of epoch microseconds
+    # exact: no float of epoch microseconds; counted from the trace's first event
+    assert sorted((kernels["Start (ns)"] + t.origin).to_list()) == starts
+    first_event = min((_ns(e["ts"]) for e in kineto_events(path) if e.get("ph") == "X" and "ts" in e), default=0)
+    assert t.origin >= first_event and (not starts or t.origin <= starts[0])
 
 
 def test_pytorch_1_8_capitalised_categories_keep_kernels_runtime_copies_and_ranges():
@@ -99,7 +102,8 @@ def test_events_without_args_or_dur_are_read(tmp_path):
     )
     t = open_trace(p, use_cache=False)
     k = t.columns("kernels", ["start", "end", "stream"])
-    assert k.rows() == [(10500, 12750, 7), (20000, 20000, 7)]
+    assert t.origin == 9000  # the first event (aten::mm at 9 µs): the trace's zero
+    assert k.rows() == [(1500, 3750, 7), (11000, 11000, 7)]
     assert REPORTS["nvtx_sum"](t).frame["Range"].to_list() == [":aten::mm"]
 
 

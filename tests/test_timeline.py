@@ -17,6 +17,7 @@ from textual import events
 from kview.analysis import timeline as T
 from kview.analysis.attribution import attribute, gpu_ops
 from kview.analysis.ranks import make_run, rank_table
+from kview.analysis.run_clock import run_clock
 from kview.cli import main
 from kview.trace import open_trace
 from kview.tui.app import KviewApp
@@ -482,11 +483,18 @@ def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_t
     files = sorted(ddp_per_rank.glob("*.sqlite"))
     traces = ddp_traces
     run = make_run(traces)
-    tl = T.of_run([T.build(t) for t in traces], run.units, [t.name for t in traces])
+    tl = T.of_run([T.build(t) for t in traces], run.units, [t.name for t in traces], run_clock(traces))
     order = [tl.ranks.get(r.group, 99) for r in tl.rows]
     assert order == sorted(order) and set(order) >= {0, 1}
+    starts = [
+        sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        .execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+        .fetchone()[0]
+        for f in files
+    ]
     for rank, f in enumerate(files):
         con = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        shift = starts[rank] - min(starts)  # the file's session start on the run's clock
         ops = np.array(
             con.execute(
                 " UNION ALL ".join(
@@ -498,11 +506,12 @@ def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_t
         )
         gpu = [r for r in tl.rows if r.kind == "gpu" and tl.ranks.get(r.group) == rank]
         assert gpu and all(r.trace == rank for r in gpu)
-        # the file's ops on the run's clock: its first op where the export stamped it
-        first = min(tl.origin + r.when(0)[0] for r in gpu)
-        assert first == int(ops[:, 0].min())
+        # the file's ops on the run's clock: its first op where the export stamped it, moved by
+        # its session start's UTC time
+        first = min(r.when(0)[0] for r in gpu)
+        assert first == int(ops[:, 0].min()) + shift
         # each cell's op time over the whole run equals the file's ops, cut at the cell edges
-        busy, count = plain_cells(ops[:, 0] - tl.origin, ops[:, 1] - tl.origin, T.edges(*tl.span, 64))
+        busy, count = plain_cells(ops[:, 0] + shift, ops[:, 1] + shift, T.edges(*tl.span, 64))
         cells = [T.bin_row(r, *tl.span, 64) for r in gpu]
         assert sum(c.busy for c in cells).tolist() == busy.tolist()
         assert sum(c.count for c in cells).tolist() == count.tolist()

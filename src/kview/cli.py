@@ -925,7 +925,12 @@ def cmd_timeline(args) -> int:
             print(f"kview: {note}", file=sys.stderr)
         trace = run.traces[0]
         names = [t.name for t in run.traces]
-        tl = timeline.of_run([timeline.build(t, cpu=cpu) for t in run.traces], run.units, names)
+        from kview.analysis.run_clock import run_clock
+
+        clock = run_clock(run.traces)
+        if clock.note:
+            print(f"kview: {clock.note}", file=sys.stderr)
+        tl = timeline.of_run([timeline.build(t, cpu=cpu) for t in run.traces], run.units, names, clock)
         title = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]} .. {names[-1]})"
     if not tl.rows:
         _note(trace, "nothing to put on a timeline (no GPU ops, CUDA API calls or NVTX ranges)")

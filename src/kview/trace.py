@@ -64,9 +64,23 @@ class Trace:
 
     @cached_property
     def origin(self) -> int:
-        """Time zero of the trace's timeline (nsys exports count from the session start already;
-        torch.profiler timestamps are clock readings)."""
+        """Time zero of the trace in its own clock's ns: the session start of an nsys export (0,
+        its times count from there), the first event of a torch.profiler trace (whose times are
+        clock readings). Every frame a Trace gives counts from it (one clock for every view);
+        `start + origin` is the time as the file records it."""
         return self.source.origin()
+
+    @cached_property
+    def clock(self) -> tuple[str, int] | None:
+        """(the clock the file's times read, its reading at time zero), for lining up the files
+        of one run (kview.analysis.run_clock); None where the trace does not say."""
+        return self.source.clock()
+
+    def _from_zero(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """`frame` with its start/end columns counted from the trace's time zero."""
+        o = self.origin
+        times = [c for c in ("start", "end") if c in frame.columns]
+        return frame.with_columns(pl.col(c) - o for c in times) if o and times else frame
 
     def has(self, table: str) -> bool:
         return self.source.has(table)
@@ -139,7 +153,7 @@ class Trace:
                         from kview.io import cache
 
                         cache.store(self.path, f"{key}.{n}", fresh.select(n))
-            new = pl.DataFrame([got[n] for n in missing])
+            new = self._from_zero(pl.DataFrame([got[n] for n in missing]))
             have = new if have is None or have.width == 0 else have.hstack(new)
             self._frames[key] = have
         assert have is not None  # every name was loaded above
@@ -150,11 +164,12 @@ class Trace:
         """Raw NVTX range and domain rows, read when kview.nvtx_ranges builds its integer form.
         Neither kept nor cached: that compact form is what is cached, and the raw strings are
         the largest thing a trace holds."""
-        return self.source.nvtx_events()
+        return self._from_zero(self.source.nvtx_events())
 
     @cached_property
     def nvtx_max_timestamp(self) -> int | None:
-        return self.source.nvtx_max_timestamp()
+        t = self.source.nvtx_max_timestamp()
+        return None if t is None else t - self.origin
 
     @cached_property
     def session_ns(self) -> int | None:

@@ -176,11 +176,12 @@ def _busiest_device(data: dict) -> int:
 
 
 def build(
-    data: dict, name: str, device: int | None = None, phases_of_trace: pl.DataFrame | None = None
+    data: dict, name: str, device: int | None = None, phases_of_trace: pl.DataFrame | None = None, origin: int = 0
 ) -> MemoryTimeline:
     """The timeline of one device of a loaded snapshot (default: the device with most events).
     `phases_of_trace` (Phase, start, end in the trace's ns) are used when the snapshot carries the
-    clock pair that places it on that trace."""
+    clock pair that places it on that trace (`origin`: the trace's time zero in its own clock,
+    which the clock pair reads)."""
     dev = _busiest_device(data) if device is None else device
     if not 0 <= dev < len(data["device_traces"]):
         raise TraceError(Path(name), f"has no device {dev} (devices 0-{len(data['device_traces']) - 1})")
@@ -191,7 +192,7 @@ def build(
     # the clock: the trace's ns when kview capture aligned the snapshot with a trace, else ns
     # since the first event of the history
     if phases_of_trace is not None and clock.get("trace_ns") is not None:
-        offset, kind = int(clock["trace_ns"]) - int(clock["unix_ns"]), "trace"
+        offset, kind = int(clock["trace_ns"]) - origin - int(clock["unix_ns"]), "trace"
         phases = phases_of_trace.select("Phase", "start", "end")
     else:
         offset, kind = -int(ev.select(pl.col("t_us").min()).item() or 0) * 1000, "snapshot"
@@ -356,15 +357,15 @@ def timeline(
 ) -> MemoryTimeline:
     """The timeline of a loaded snapshot; the phases come from the trace beside it (`trace` when
     the caller has it open) when the snapshot carries the clock pair that places it there."""
-    phases = None
+    phases, origin = None, 0
     aligned = (snap.data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None
     if aligned and (trace is not None or snap.trace is not None):
         if trace is None:
             from kview.trace import open_trace
 
             trace = open_trace(cast(Path, snap.trace), use_cache=use_cache)
-        phases = trace_phases(trace)
-    return build(snap.data, snap.name, device, phases)
+        phases, origin = trace_phases(trace), trace.origin
+    return build(snap.data, snap.name, device, phases, origin)
 
 
 def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:

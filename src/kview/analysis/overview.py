@@ -31,6 +31,22 @@ class Overview:
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)  # per rank, when the trace holds several
 
 
+def time_zero(trace: Trace) -> str:
+    """What every time shown counts from, and where it lies on the clock the file records (a
+    time as the file stores it is the time shown plus the trace's origin)."""
+    import datetime
+
+    clock = trace.clock
+    what = "first event" if trace.origin else "session start"
+    if clock is None:
+        return what
+    name, zero = clock
+    if name == "UTC":
+        at = datetime.datetime.fromtimestamp(zero // 10**9, datetime.timezone.utc)
+        return f"{what}, {at:%Y-%m-%d %H:%M:%S}.{zero % 10**9:09d} UTC"
+    return f"{what}, {zero:,} ns on the {name}"
+
+
 def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     a = attribute(trace)
     # GPU work that ends before it starts or lies outside the session would show as negative
@@ -41,7 +57,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     meta = trace.metadata
     producer = meta.get("EXPORT_PRODUCT_NAME", "?")
     version = meta.get("EXPORT_PRODUCT_VERSION") or meta.get("CAPTURE_TORCH", "")
-    facts = [("Trace", trace.name), ("Made by", f"{producer} {version}".strip())]
+    facts = [("Trace", trace.name), ("Made by", f"{producer} {version}".strip()), ("Time zero", time_zero(trace))]
     dev = trace.devices
     if dev.height and "name" in dev.columns:
         facts.append(("GPU", ", ".join(str(n) for n in dev["name"].drop_nulls().unique(maintain_order=True).to_list())))
@@ -126,7 +142,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             .select(
                 pl.col("device").alias("Device"),
                 pl.col("gap").alias("Idle (ns)"),
-                (pl.col("end") - trace.origin).alias("From (ns)"),
+                pl.col("end").alias("From (ns)"),
                 "Next kernel",
             )
         )

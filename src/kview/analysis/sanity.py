@@ -20,12 +20,12 @@ GPU_TABLES = (
 
 
 def impossible(start: pl.Expr, end: pl.Expr, trace: Trace) -> pl.Expr:
-    """True where a row [start, end] (the trace's own clock) cannot be: it ends before it
+    """True where a row [start, end] (from the trace's time zero) cannot be: it ends before it
     starts, or falls outside the recorded session."""
     bad = end < start
     window = trace.session_ns
     if window is not None:
-        bad = bad | (start < trace.origin) | (end > trace.origin + window)
+        bad = bad | (start < 0) | (end > window)
     return bad.fill_null(False)
 
 

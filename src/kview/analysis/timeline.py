@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from kview.analysis.run_clock import RunClock
 from kview.derived import derived, derived_if_computed
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
@@ -171,13 +172,14 @@ def op_at(row: Row, t0: int, t1: int) -> int:
 class Timeline:
     """Every row of a trace, and the names and classes its rows index."""
 
-    origin: int  # absolute ns of time zero (the trace's origin)
+    origin: int  # time zero in the file's own clock (Trace.origin); rows count from it
     span: tuple[int, int]  # first start, last end (ns from the origin)
     rows: list[Row]
     names: dict[str, list[str]]  # per row kind: the name of each code
     classes: list[str]  # kernel categories, then API and range kinds
     threads: dict[str, str] = field(default_factory=dict)  # group -> thread title
     ranks: dict[str, int] = field(default_factory=dict)  # group -> rank (a run of several ranks)
+    note: str = ""  # a run's files without a common clock: how they were lined up
 
     def class_code(self, name: str) -> int:
         return self.classes.index(name)
@@ -283,8 +285,7 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
     ).sort(["device", "_split", "stream", "start", "end"])
     dev, stream = o["device"].fill_null(-1).to_numpy(), o["stream"].fill_null(-1).to_numpy()
     split, pid = o["_split"].to_numpy(), o["global_pid"].to_numpy()
-    start = o["start"].to_numpy() - trace.origin
-    end = o["end"].to_numpy() - trace.origin
+    start, end = o["start"].to_numpy(), o["end"].to_numpy()
     code, cls, idx = o["_code"].to_numpy(), o["_cls"].to_numpy(), o["Idx"].to_numpy()
     # one key per (device, process where shared, stream), in that order
     new = np.concatenate([[False], (dev[1:] != dev[:-1]) | (split[1:] != split[:-1]) | (stream[1:] != stream[:-1])])
@@ -391,7 +392,7 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
                 .sort(["global_tid", "start", "end"], descending=[False, False, True])
             )
             tid = r["global_tid"].to_numpy()
-            start, end = r["start"].to_numpy() - trace.origin, r["end"].to_numpy() - trace.origin
+            start, end = r["start"].to_numpy(), r["end"].to_numpy()
             code, cls = r["_code"].to_numpy(), r["_cls"].to_numpy()
             for lo, hi in _segments(tid):
                 g = int(tid[lo])
@@ -507,7 +508,7 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             se["name_code"].to_numpy(),
         ),
     ]
-    runs = [run for part in parts for run in _by_thread_and_depth(*part, trace.origin)]
+    runs = [run for part in parts for run in _by_thread_and_depth(*part)]
     if not runs:
         return empty[0], distinct.select("short")
     codes = np.concatenate([cd for *_, cd in runs])
@@ -540,7 +541,7 @@ def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     )
 
 
-def _by_thread_and_depth(tid, depth, start, end, code, origin: int):
+def _by_thread_and_depth(tid, depth, start, end, code):
     """(thread, depth, starts, ends, name codes) of each (thread, depth) of ranges sorted by
     thread, then start (nest()'s order): a stable sort by depth within each thread, in numpy
     (depths are small integers, so that sort is a radix sort), never a sort of all ranges."""
@@ -554,10 +555,7 @@ def _by_thread_and_depth(tid, depth, start, end, code, origin: int):
         d = depth[order]
         for a, b in _segments(d):
             sel = order[a:b]
-            st, en = start[sel], end[sel]  # copies: moved to the origin in place
-            st -= origin
-            en -= origin
-            yield int(tid[lo]), int(d[a]), st, en, code[sel]
+            yield int(tid[lo]), int(d[a]), start[sel], end[sel], code[sel]
 
 
 def build(trace: Trace, cpu: bool = True) -> Timeline:
@@ -646,15 +644,16 @@ def _ranked(tl: Timeline, units: pl.DataFrame) -> Timeline:
     return Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, threads, ranks)
 
 
-def of_run(timelines: list[Timeline], units: pl.DataFrame, files: list[str]) -> Timeline:
+def of_run(timelines: list[Timeline], units: pl.DataFrame, files: list[str], clock: RunClock | None = None) -> Timeline:
     """One timeline of a run opened as several files (one per rank, say): every file's rows on
-    one clock (nsys and torch.profiler stamp a run's processes from one host clock), grouped by
+    the run's clock (`clock`, kview.analysis.run_clock: each file's zero placed by the clock it
+    records; without it, every file from its own zero), grouped by
     the run's ranks (`units`: trace, global_pid, device, rank, as kview.analysis.ranks numbers
     them); rows of no rank are titled with their file's name. The files' rows are shared, not
     copied: each keeps its own times and names, with an offset (Row.offset, Row.vocab)."""
     if len(timelines) == 1:
         return timelines[0]
-    origin = min(tl.origin for tl in timelines)
+    offsets = clock.offsets if clock is not None else tuple(0 for _ in timelines)
     n_fixed = len(API_CLASSES) + len(NVTX_CLASSES)
     cats = sorted({c for tl in timelines for c in tl.classes[: len(tl.classes) - n_fixed]} | {"other"})
     rows: list[Row] = []
@@ -675,12 +674,13 @@ def of_run(timelines: list[Timeline], units: pl.DataFrame, files: list[str]) -> 
                     r,
                     group=group,
                     trace=i,
-                    offset=r.offset + tl.origin - origin,
+                    offset=r.offset + offsets[i],
                     vocab=f"{r.names_key}#{i}",
                     cls=remap[r.cls],
                 )
             )
-    run = _ranked(Timeline(origin, _span(rows), rows, names, _classes(cats), threads), units)
+    run = _ranked(Timeline(0, _span(rows), rows, names, _classes(cats), threads), units)
+    run.note = clock.note if clock is not None else ""
     # a ranked group is named by its rank; the file name stays on rows of no rank
     for g, k in run.ranks.items():
         i = int(g.split(":", 1)[0])
@@ -789,7 +789,7 @@ def text(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int
     labels, marks = axis(t0, t1, cw)
     out = [
         f"{title}{' · ' if title else ''}{fmt_ns(t0)} .. {fmt_ns(t1)} "
-        f"(span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)",
+        f"(span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)" + (f"\n{tl.note}" if tl.note else ""),
         " " * (lw + 1) + labels,
         " " * lw + "┌" + marks,
     ]

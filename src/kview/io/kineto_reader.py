@@ -589,6 +589,9 @@ class KinetoFrames:
             "CUDA_RUNTIME_VERSION": str(doc.get("cuda_runtime_version", "")),
             "RECORD_SHAPES": str(doc.get("record_shapes", "")),
         }
+        base = _int(doc.get("baseTimeNanoseconds"))
+        if base is not None:  # the clock the timestamps read (kept by kview capture's traces too)
+            self.metadata["KINETO_BASE_TIME_NS"] = str(base)
         dist = doc.get("distributedInfo")
         if isinstance(dist, dict):  # which rank of how many wrote this trace
             for key, name in (("rank", "DIST_RANK"), ("world_size", "DIST_WORLD_SIZE"), ("backend", "DIST_BACKEND")):
@@ -598,6 +601,23 @@ class KinetoFrames:
             self.metadata["KINETO_EVENTS_NOT_READ"] = ", ".join(
                 f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1])
             )
+
+
+# torch.profiler timestamps past this many ns are readings of the system clock (UTC), as older
+# profilers wrote them (2001 onwards); smaller ones are of a monotonic clock since boot
+UTC_AFTER_NS = 10**18
+
+
+def profiler_clock(base: str | None, origin: int) -> tuple[str, int]:
+    """The clock of torch.profiler timestamps (time zero `origin`). Processes of one host stamp
+    from one clock and write the same `baseTimeNanoseconds` (the UTC of its zero, which Kineto
+    rounds to the second, too coarse to line hosts up by); without it, timestamps in the UTC
+    range are UTC."""
+    if base:
+        return f"torch.profiler clock (base {base} ns)", origin
+    if origin >= UTC_AFTER_NS:
+        return "UTC", origin
+    return "torch.profiler clock", origin
 
 
 def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
@@ -700,6 +720,9 @@ class KinetoSource:
         keys = ("kernels", "runtime", "memcpy", "memset", "nvtx_events")
         firsts = [v for k in keys if (v := self.frames[k].select(pl.col("start").min()).item()) is not None]
         return int(min(firsts)) if firsts else 0
+
+    def clock(self) -> tuple[str, int] | None:
+        return profiler_clock(self.metadata().get("KINETO_BASE_TIME_NS"), self.origin())
 
     def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
         return self.frames[key].select(names)

@@ -16,7 +16,9 @@ import polars as pl
 from kview.errors import TraceError
 from kview.io.schema import (
     KERNEL,
+    MEMCPY,
     MEMCPY_KIND_LABELS,
+    MEMSET,
     NVTX,
     NVTX_COLUMNS,
     NVTX_DOMAIN_CREATE,
@@ -169,6 +171,22 @@ def session_ns(src) -> int | None:
     return int(d) if d else None
 
 
+def session_start_utc_ns(src) -> int | None:
+    """The UTC time (ns since the epoch) of the session's time zero, as nsys records it."""
+    table = "TARGET_INFO_SESSION_START_TIME"
+    if not src.has(table) or "utcEpochNs" not in src.columns(table):
+        return None
+    v = src.scalar(f"SELECT max(utcEpochNs) FROM {table}")
+    return int(v) if v else None
+
+
+def first_event(src) -> int:
+    """The earliest start of any GPU op, CUDA API call or NVTX range (0 when there is none)."""
+    firsts = [src.scalar(f"SELECT min(start) FROM {t}") for t in (KERNEL, RUNTIME, MEMCPY, MEMSET, NVTX) if src.has(t)]
+    found = [int(v) for v in firsts if v is not None]
+    return min(found) if found else 0
+
+
 def memcpy_kind_labels(src) -> dict[int, str]:
     if src.has("ENUM_CUDA_MEMCPY_OPER"):
         return {int(k): str(v) for k, v in src.rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}
@@ -229,8 +247,26 @@ class NsysSource:
     def metadata(self) -> dict[str, str]:
         return metadata(self.db)
 
+    @cached_property
+    def _profiler_clock(self) -> bool:
+        """A trace kview wrote from torch.profiler (`kview capture --backend torch`): its times
+        are the profiler's clock readings, not offsets from a session start."""
+        return self.metadata().get("CAPTURE_BACKEND") == "torch"
+
+    @cached_property
+    def _origin(self) -> int:
+        return first_event(self.db) if self._profiler_clock else 0
+
     def origin(self) -> int:
-        return 0  # nsys exports count from the session start already
+        return self._origin  # nsys exports count from the session start already
+
+    def clock(self) -> tuple[str, int] | None:
+        if self._profiler_clock:
+            from kview.io.kineto_reader import profiler_clock
+
+            return profiler_clock(self.metadata().get("KINETO_BASE_TIME_NS"), self._origin)
+        utc = session_start_utc_ns(self.db)
+        return None if utc is None else ("UTC", utc)
 
     def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
         return read_columns(self.db, key, names)

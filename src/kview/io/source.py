@@ -27,7 +27,14 @@ class TraceSource(Protocol):
     def metadata(self) -> dict[str, str]: ...
 
     def origin(self) -> int:
-        """Time zero of the trace's timeline, in the trace's ns."""
+        """Time zero of the trace's timeline, in the trace's own clock's ns (the frames are read
+        in that clock; the Trace moves them to time from zero)."""
+        ...
+
+    def clock(self) -> tuple[str, int] | None:
+        """(the clock the trace's times are readings of, its reading at time zero): traces of one
+        run whose clocks have the same name share that clock, so their times line up; None
+        where the trace does not say."""
         ...
 
     def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:

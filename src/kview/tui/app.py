@@ -391,6 +391,9 @@ class KviewApp(App):
         n = len(self.paths)
         if active in self.views and self.views[active].every_trace and n > 1:
             self.sub_title = f"all {n} traces"
+            run = getattr(self.views[active], "run_data", None)
+            if run is not None and run.timeline.note:  # the files share no clock: say how they were lined up
+                self.sub_title += f" · {run.timeline.note}"
         elif n > 1:
             # the place first: a long file name is cut at the end of the header, not the place
             self.sub_title = f"trace {self.current + 1}/{n} (T): {self.trace_name(self.current)}"

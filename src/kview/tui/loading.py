@@ -282,12 +282,14 @@ def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> T
     none twice (traces opened side by side to compare get no such timeline)."""
     from kview.analysis import timeline
     from kview.analysis.ranks import make_run
+    from kview.analysis.run_clock import run_clock
 
     run = make_run([t.trace for t in traces])
     if len(traces) < 2 or len(run.ranks) < 2 or run.notes or len(timelines) != len(traces):
         return None
     names = [t.trace.name for t in traces]
-    tl = timeline.of_run([m.timeline for m in timelines], run.units, names)
+    clock = run_clock([t.trace for t in traces])
+    tl = timeline.of_run([m.timeline for m in timelines], run.units, names, clock)
     return TimelineReady(tl, run=tuple((m.attributed, m.attributed_idx) for m in timelines))
 
 

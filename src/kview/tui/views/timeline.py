@@ -474,14 +474,17 @@ class TimelineView(View):
         self.app.notify(f"GPU op {idx} is not on the timeline", severity="warning")
 
     def show_range(self, start: int, end: int, thread: int | None, depth: int | None) -> None:
-        """Put the range [start, end] (absolute ns) on screen, on its thread's NVTX row."""
+        """Put the range [start, end] (ns from its trace's zero) on screen, on its thread's NVTX row."""
         if self.canvas is None:
             self._pending = ("show_range", (start, end, thread, depth))
             return
-        o = self.timeline.origin
-        group = f"{self.file_index()}:{thread}" if self.data is not None and self.data.run else str(thread)
+        run = self.data is not None and bool(self.data.run)
+        group = f"{self.file_index()}:{thread}" if run else str(thread)
         row = next((r for r in self.timeline.rows if r.kind == "nvtx" and r.group == group and r.depth == depth), None)
-        self.show_window(start - o, end - o, row)
+        # in a run's timeline the file's rows lie at its offset on the run's clock
+        mine = row or next((r for r in self.timeline.rows if r.trace == self.file_index()), None) if run else row
+        o = mine.offset if mine is not None else 0
+        self.show_window(start + o, end + o, row)
 
     # -- actions (keymap: VIEW_KEYS["timeline"]) -------------------------------------------
     def _ready(self) -> bool:
