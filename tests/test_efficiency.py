@@ -184,7 +184,7 @@ def test_fp32_gemms_that_could_use_tensor_cores(ddp1):
     assert (int(c["Calls"].sum()), int(c["GPU Time (ns)"].sum())) == (n, t)
     assert set(c["Shapes allow TF32"]) == {"unknown (no shapes)"}  # captured without shapes
     f = eff.finding(trace)
-    assert f is not None and f"{n:,} GEMMs" in f and "Efficiency view (9)" in f
+    assert f is not None and f"{n:,} GEMMs" in f and "Efficiency view (key 9)" in f
     from kview.analysis.overview import build
 
     assert f in build(trace).findings

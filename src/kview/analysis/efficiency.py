@@ -344,8 +344,8 @@ def finding(trace: Trace) -> str | None:
         f"FP32 GEMMs without tensor cores: {int(hit['n'].sum()):,} GEMMs ran on the CUDA cores for {fmt_ns(t)}"
         f"{share}; this {row['GPU']} has TF32 tensor cores ({row['TF32 (TFLOP/s)']:g} against "
         f"{row['FP32 (TFLOP/s)']:g} TFLOP/s dense): torch.backends.cuda.matmul.allow_tf32 = True (or "
-        "torch.set_float32_matmul_precision('high')) lets them use them. Efficiency view (9); "
-        "`kview efficiency --table tensor-cores`."
+        "torch.set_float32_matmul_precision('high')) lets them use them. The Efficiency view (key 9) and "
+        f"`kview efficiency {trace.name} --table tensor-cores` list them."
     )
 
 

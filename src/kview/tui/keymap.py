@@ -125,6 +125,16 @@ VIEW_KEYS = {
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],
+    "efficiency": [
+        Key(
+            "t",
+            "cycle_table",
+            "Next table: by step, layer, category, kernel; FP32 GEMMs that could use tensor cores; the GPU's peaks",
+            "table",
+        ),
+        Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
+        Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
+    ],
     "ranks": [
         Key("t", "cycle_table", "Lower table: iterations, stragglers by iteration, collectives", "table"),
         Key("tab", "", "Move between the ranks and the lower table (y copies the focused one)"),
@@ -160,7 +170,7 @@ PICK_SCREEN_KEYS = [
 ]
 
 # views whose table moves with the cursor keys (the help screen lists the table's keys there)
-TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory", "launches")
+TABLE_VIEWS = ("kernels", "layers", "compare", "ranks", "memory", "launches", "efficiency")
 KEY_LABELS = {
     "question_mark": "?",
     "slash": "/",

@@ -17,6 +17,7 @@ from kview.errors import TraceError
 from kview.tui.messages import (
     AttributedKernels,
     CompareReady,
+    EfficiencyReady,
     KernelSummary,
     LaunchesReady,
     LayersReady,
@@ -116,6 +117,8 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield OverviewReady(build(trace))
     yield Stage("launches")
     yield launches(trace)
+    yield Stage("efficiency")
+    yield efficiency(trace)
     yield Stage("NVTX tree")
     yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
@@ -180,6 +183,35 @@ def launches(trace: Trace) -> LaunchesReady:
             "queue": la.queue_summary(trace),
         }
     )
+
+
+def efficiency(trace: Trace) -> EfficiencyReady:
+    """The tables of `kview efficiency` for the Efficiency view, and the caption naming the GPU."""
+    from kview.analysis.efficiency import document
+
+    tables = {name: frame for name, (_, frame) in document(trace).items()}
+    return EfficiencyReady(tables, efficiency_caption(tables["gpus"]))
+
+
+def efficiency_caption(gpus: pl.DataFrame) -> str:
+    """`H200 SXM (NVIDIA H200, by name): FP32 67 · TF32 494.5 · ... TFLOP/s dense, 4,800 GB/s`."""
+    if gpus.height == 0:
+        return "No GPU work in this trace."
+    parts = []
+    for g in gpus.unique("GPU", keep="first", maintain_order=True).iter_rows(named=True):
+        if g["GPU"] is None:
+            parts.append(
+                f"GPU {g['Name'] or '(unnamed)'}: no peaks known, so no MFU or bandwidth (kview efficiency --gpu NAME)"
+            )
+            continue
+        peaks = " · ".join(
+            f"{k} {g[f'{k} (TFLOP/s)']:g}" for k in ("FP32", "TF32", "BF16", "FP16", "FP8") if g[f"{k} (TFLOP/s)"]
+        )
+        parts.append(
+            f"{g['GPU']} ({g['Name'] or 'unnamed'}, by {g['How']}): {peaks} TFLOP/s dense, "
+            f"{g['Memory (GB/s)']:,.0f} GB/s"
+        )
+    return "; ".join(parts)
 
 
 def field_words(table: pl.DataFrame) -> tuple[str, ...]:

@@ -165,6 +165,16 @@ class LaunchesReady(ViewMessage):
 
 
 @frozen_message
+class EfficiencyReady(ViewMessage):
+    """The tables of `kview efficiency` (kview.analysis.efficiency.document), by the name
+    `--table` takes, and a caption naming the GPU and its peaks."""
+
+    view: ClassVar[str] = "efficiency"
+    tables: dict[str, pl.DataFrame]
+    caption: str
+
+
+@frozen_message
 class MemoryReady(ViewMessage):
     """The allocator timeline (`memory_timeline.timeline`) of the snapshot opened, or of the one
     beside the trace; or (None) the sentence saying there is none and how to record one."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kview.tui.views.base import View
 from kview.tui.views.compare import CompareView
+from kview.tui.views.efficiency import EfficiencyView
 from kview.tui.views.kernels import KernelsView
 from kview.tui.views.launches import LaunchesView
 from kview.tui.views.layers import LayersView
@@ -14,7 +15,7 @@ from kview.tui.views.overview import OverviewView
 from kview.tui.views.ranks import RanksView
 from kview.tui.views.timeline import TimelineView
 
-# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7, Launches 0,
+# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7, Efficiency 9, Launches 0,
 # whichever views come before them)
 VIEWS: tuple[type[View], ...] = (
     OverviewView,
@@ -25,6 +26,7 @@ VIEWS: tuple[type[View], ...] = (
     TimelineView,
     RanksView,
     MemoryView,
+    EfficiencyView,
     LaunchesView,
 )
 

@@ -1,0 +1,34 @@
+"""The Efficiency view (key 9) shows the tables of `kview efficiency`, names the GPU and its peaks,
+and the Overview's tensor-core finding points at it."""
+
+from __future__ import annotations
+
+from test_tui import loaded, screen_text
+
+from kview.analysis import efficiency as eff
+from kview.trace import open_trace
+from kview.tui.app import KviewApp
+
+from conftest import SAMPLES
+
+LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+
+
+async def test_efficiency_view_cycles_the_tables_of_kview_efficiency():
+    trace = open_trace(LM, use_cache=False)
+    app = KviewApp([str(LM)], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        await pilot.press("9")
+        assert app.query_one("#tabs").active == "efficiency"
+        table = app.query_one("#efficiency-table")
+        assert table.frame.equals(eff.by_step(trace))
+        text = screen_text(app)
+        assert "H200 SXM (NVIDIA H200, by name): FP32 67 · TF32 494.5" in text and "4,800 GB/s" in text
+        await pilot.press("t")
+        assert table.frame.equals(eff.by_group(trace, "Layer"))
+        await pilot.press("t", "t", "t")
+        assert table.frame.equals(eff.tensor_core_candidates(trace))
+        assert "FP32 GEMMs that ran on CUDA cores" in screen_text(app)
+        findings = app.view("overview").data.overview.findings
+        assert eff.finding(trace) in findings and "key 9" in eff.finding(trace)
