@@ -237,7 +237,9 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
     from kview.tui.loading import load
     from kview.tui.messages import (
         AttributedKernels,
+        EfficiencyReady,
         KernelSummary,
+        LaunchesReady,
         LayersReady,
         MemoryReady,
         NvtxTree,
@@ -256,12 +258,14 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
         AttributedKernels,
         TimelineReady,
         OverviewReady,
+        LaunchesReady,
+        EfficiencyReady,
         NvtxTree,
         LayersReady,
         MemoryReady,  # no allocator history beside the sample: the sentence saying so
         TraceLoaded,
     ]
-    summary, gpu_rows, attributed, timeline, overview, tree, layers, memory, done = messages
+    summary, gpu_rows, attributed, timeline, overview, _, _, tree, layers, memory, done = messages
     assert gpu_rows.cpu_pending and {r.kind for r in gpu_rows.timeline.rows} == {"gpu"}
     assert not timeline.cpu_pending and {r.kind for r in timeline.timeline.rows} == {"gpu", "api", "nvtx"}
     assert timeline.attributed is attributed.table  # the same kernels, so the two views agree
