@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kview.analysis.rank_files import SummarizedRun, cached_tables, entry_key, summarize
+from kview.analysis.rank_files import Step, SummarizedRun, cached_tables, entry_key, summarize
 from kview.analysis.ranks import open_run
 from kview.cli import PARTIAL_EXIT, main, run_tables
 
@@ -49,10 +49,11 @@ def ddp(tmp_path_factory) -> list[Path]:
     return out
 
 
-def on_cluster(client, files, cache_dir) -> tuple[SummarizedRun, list]:
+def on_cluster(client, files, cache_dir, compare=None) -> tuple[SummarizedRun, list]:
     from kview.cluster import summarize_on
 
-    done = {d.path: d for d in summarize_on(client, [str(f) for f in files], str(cache_dir), use_cache=False)}
+    step = Step(str(cache_dir), use_cache=False, compare=compare)
+    done = {d.path: d for d in summarize_on(client, [str(f) for f in files], step)}
     good = [done[str(f)] for f in files if done[str(f)].tables is not None]
     return SummarizedRun([d.path for d in good], [d.tables for d in good]), [d for d in done.values() if not d.tables]
 
@@ -189,3 +190,37 @@ def test_cluster_options_said_wrong_are_one_line(tmp_path, capsys, ddp):
     assert "needs --cache-dir" in capsys.readouterr().err
     assert main(["ranks", str(ddp[0]), "--cluster", "local:0"]) == 2
     assert capsys.readouterr().err.strip() == "kview: --cluster: takes local:N with N of 1 or more"
+
+
+@pytest.mark.parametrize("which", ["ddp", "nsysai"])
+def test_compare_of_ranks_on_a_cluster_equals_the_one_of_open_traces(client, ddp, which, tmp_path):
+    from kview.analysis.compare import rank_windows, side_by_side
+    from kview.analysis.ranks import make_run
+    from kview.trace import open_trace
+
+    files = ddp if which == "ddp" else NSYSAI[:1]
+    run = make_run([open_trace(str(f), use_cache=False) for f in files])
+    for by, metric in (("range", "gpu"), ("range", "cpu"), ("category", "gpu"), ("kernel", "gpu"), ("layer", "gpu")):
+        summarized, failed = on_cluster(client, files, tmp_path / "summaries", (by, metric, None))
+        assert not failed
+        mine, theirs = summarized.compare(by), side_by_side(rank_windows(run), by, metric, True)
+        assert (
+            mine.columns
+            == theirs.columns
+            == [mine.columns[0], "rank 0", "rank 1", "Spread (ns)", "Spread (%)", "Longest"]
+        )
+        assert mine.height > 0 and mine.equals(theirs), (by, metric)
+
+
+def test_cli_compare_ranks_from_the_summaries_equals_compare_ranks(client, ddp, tmp_path, capsys):
+    cache = tmp_path / "summaries"
+    on_cluster(client, ddp, cache, ("category", "gpu", None))  # what a first run left in the cache
+    files = [str(f) for f in ddp]
+    argv = ["compare", *files, "--by", "category", "-f", "csv"]
+    assert main([*argv, "--cluster", "local:2", "--cache-dir", str(cache)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("read from the cache") == 2
+    assert main([*argv, "--ranks", "--no-cache"]) == 0
+    assert out == capsys.readouterr()[0]
+    assert main([*argv, "--cluster", "local:2", "--metric", "cpu"]) == 2
+    assert capsys.readouterr().err.strip() == "kview: --metric cpu applies to ranges only (use --by range)"

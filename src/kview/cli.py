@@ -122,6 +122,7 @@ def _compare_options(p: argparse.ArgumentParser) -> None:
         help="the traces (files, a folder) are the ranks of one run: one column per rank, then the spread across "
         "them (the default for one trace holding several processes or GPUs)",
     )
+    _cluster_options(p)
 
 
 def _diff_options(p: argparse.ArgumentParser) -> None:
@@ -592,10 +593,24 @@ def cmd_phases(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from kview.analysis.compare import distinct_labels, phase_windows, root_window, side_by_side
+    from kview.analysis.compare import check_metric, distinct_labels, phase_windows, root_window, side_by_side
     from kview.analysis.ranks import make_run, trace_paths
     from kview.output import render
 
+    if args.cache_dir is not None and args.cluster is None:
+        raise UsageError("goes with --cluster (the folder its workers write into)", what="--cache-dir")
+    if args.cluster is not None:  # the ranks of one run, each file's columns made on a worker
+        if args.ranges:
+            raise UsageError("--ranges compares phases within one trace; --cluster compares ranks")
+        check_metric(args.by, args.metric)
+        summarized, failed = _summarized_run(args, (args.by, args.metric, args.root))
+        for note in summarized.notes:
+            print(f"kview: {note}", file=sys.stderr)
+        if not summarized.ranks:
+            names = ", ".join(Path(f).name for f in summarized.files)
+            raise UsageError("no GPU work in " + names + ": no ranks to compare")
+        code = _write(args, render.render(summarized.compare(args.by), args.format))
+        return _partial(failed, len(summarized.files)) if failed else code
     traces = [_open(args, str(t)) for t in trace_paths(args.traces)]  # a folder is its traces
     run = make_run(traces) if args.ranks or (len(traces) == 1 and not args.ranges) else None
     if run is not None and (args.ranks or len(run.ranks) > 1):
@@ -733,23 +748,23 @@ def cmd_run_tables(args) -> int:
         code = _write(
             args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
         )
-    if failed:
-        print(
-            f"kview: {failed} of {len(run.files) + failed} rank files failed: the tables leave them out",
-            file=sys.stderr,
-        )
-        return PARTIAL_EXIT
-    return code
+    return _partial(failed, len(run.files)) if failed else code
 
 
-# `kview ranks --cluster`: some rank files failed (each named on stderr), the tables hold the others
+def _partial(failed: int, good: int) -> int:
+    print(f"kview: {failed} of {good + failed} rank files failed: the tables leave them out", file=sys.stderr)
+    return PARTIAL_EXIT
+
+
+# `kview ranks/iterations/compare --cluster`: some rank files failed (each named on stderr), the tables hold the others
 PARTIAL_EXIT = 3
 
 
-def _summarized_run(args):
-    """The run of args.traces summarized rank file by rank file on args.cluster, with how many
-    files failed (each said on stderr as it fails, progress as each file is done)."""
-    from kview.analysis.rank_files import SummarizedRun
+def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
+    """The run of args.traces summarized rank file by rank file on args.cluster (with `compare`:
+    by, metric, root, its columns of `kview compare --ranks`), with how many files failed (each
+    said on stderr as it fails, progress as each file is done)."""
+    from kview.analysis.rank_files import Step, SummarizedRun
     from kview.analysis.ranks import trace_paths
     from kview.cluster import summarize_run
     from kview.io.cache import cache_root
@@ -772,11 +787,11 @@ def _summarized_run(args):
             how = "read from the cache" if done.cached else "summarized"
             print(f"kview: [{n:>{width}}/{total}] {name} {how}", file=sys.stderr)
 
-    outcome = summarize_run(args.cluster, files, cache_dir, not args.no_cache, progress)
-    good = [d for d in outcome if d.tables is not None]
+    outcome = summarize_run(args.cluster, files, Step(cache_dir, not args.no_cache, compare), progress)
+    good = [(d.path, d.tables) for d in outcome if d.tables is not None]
     if not good:
         raise TraceError(files[0] if len(files) == 1 else f"{len(files)} rank files", "none could be summarized")
-    return SummarizedRun([d.path for d in good], [d.tables for d in good]), len(outcome) - len(good)
+    return SummarizedRun([p for p, _ in good], [t for _, t in good]), len(outcome) - len(good)
 
 
 def run_tables(run, command: str) -> dict:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kview.analysis.rank_files import cached_tables, summarize
+from kview.analysis.rank_files import Step
 from kview.errors import UsageError, shown
 
 LOCAL = re.compile(r"^local(?::(\d+))?$")
@@ -68,25 +68,26 @@ def connected(address: str):
         yield client
 
 
-def summarize_on(client, files: list[str], cache_dir: str, use_cache: bool = True) -> Iterator[Done]:
+def summarize_on(client, files: list[str], step: Step) -> Iterator[Done]:
     """Each rank file's summary, as it finishes, made by a worker of `client`'s cluster (which
-    reads it from `cache_dir` when an earlier run left it there). A file that fails (cannot be read, its worker died) is a Done
-    without tables naming the problem; the other files go on."""
+    reads it from the step's cache folder when an earlier run left it there). A file that fails
+    (cannot be read, its worker died) is a Done without tables naming the problem; the other
+    files go on."""
     from distributed import as_completed
 
     # pure=False: a file edited between two runs of one client is summarized again
-    futures = {client.submit(summarize, path, cache_dir, use_cache, pure=False): path for path in files}
+    futures = {client.submit(step, path, pure=False): path for path in files}
     for future in as_completed(list(futures)):
         path = futures[future]
         try:
             yield Done(path, future.result())
         except Exception as e:  # the worker's error, raised here: named with its file
-            yield Done(path, None, _problem(path, e))
+            yield Done(path, None, _problem(e))
         finally:
             future.release()
 
 
-def _problem(path: str, e: Exception) -> str:
+def _problem(e: Exception) -> str:
     from kview.errors import KviewError
 
     if isinstance(e, KviewError):
@@ -98,11 +99,7 @@ def _problem(path: str, e: Exception) -> str:
 
 
 def summarize_run(
-    address: str,
-    files: list[str],
-    cache_dir: str,
-    use_cache: bool = True,
-    progress: Callable[[int, int, Done], None] | None = None,
+    address: str, files: list[str], step: Step, progress: Callable[[int, int, Done], None] | None = None
 ) -> list[Done]:
     """Every rank file's Done, in the files' order, each reported to `progress` (count done,
     count in all, the file's Done) as it finishes."""
@@ -114,12 +111,12 @@ def summarize_run(
             progress(len(out), len(files), done)
 
     for path in files:  # a rerun: what the cache holds needs no cluster
-        found = cached_tables(cache_dir, path)
+        found = step.cached(path)
         if found is not None:
             finished(Done(path, found, cached=True))
     left = [f for f in files if f not in out]
     if left:
         with connected(address) as client:
-            for done in summarize_on(client, left, cache_dir, use_cache):
+            for done in summarize_on(client, left, step):
                 finished(done)
     return [out[f] for f in files]

@@ -140,14 +140,18 @@ def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.Data
     return df.filter((pl.col(start) >= w.start) & (pl.col(end) <= w.end))
 
 
+def check_metric(by: str, metric: str) -> None:
+    if metric == "cpu" and by != "range":
+        raise UsageError("--metric cpu applies to ranges only (use --by range)")
+
+
 def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     """item -> value (ns) for one window."""
     ops = _unit_ops(w)
     if by == "range":
         t = range_times(w.trace, _in_window(_of_unit(user_ranges(w.trace), w.unit), w), ops)
         return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
-    if metric == "cpu":
-        raise UsageError("--metric cpu applies to ranges only (use --by range)")
+    check_metric(by, metric)
     a = ops_by_launch(w.trace, by)
     if ops is not None:
         a = a.filter(pl.col("Idx").is_in(ops.implode()))

@@ -41,7 +41,7 @@ from kview.analysis.collectives import (
 )
 from kview.analysis.iterations import iteration_table, stats_of
 from kview.analysis.rank_summary import summary_of
-from kview.analysis.ranks import UNIT_SCHEMA, make_run, numbered
+from kview.analysis.ranks import UNIT_SCHEMA, Run, make_run, numbered
 from kview.errors import TraceError
 from kview.io.cache import FORMAT_VERSION
 
@@ -101,17 +101,21 @@ def _write_entry(cache_dir: str, path: str, key: str, frames: dict[str, pl.DataF
     return tables
 
 
-def summarize(path: str, cache_dir: str, use_cache: bool = True) -> dict[str, str]:
+def summarize(
+    path: str, cache_dir: str, use_cache: bool = True, compare: tuple[str, str, str | None] | None = None
+) -> dict[str, str]:
     """The per-rank step: the tables of the rank file at `path` (read, attributed, summarized;
     or found in `cache_dir` from an earlier run), written into `cache_dir`: table -> Parquet
-    path. A file that cannot be read raises TraceError naming it."""
-    found = cached_tables(cache_dir, path)
+    path. With `compare` (by, metric, root) the tables are its ranks and their columns of
+    `kview compare --ranks` instead. A file that cannot be read raises TraceError naming it."""
+    extra = compare_key(compare)
+    found = cached_tables(cache_dir, path, extra)
     if found is not None:
         return found
     from kview.trace import open_trace
 
     try:
-        key = entry_key(path)
+        key = entry_key(path, extra)
     except OSError as e:
         raise TraceError(path, f"cannot be read ({e.strerror})") from None
     trace = open_trace(path, use_cache=use_cache)
@@ -119,11 +123,53 @@ def summarize(path: str, cache_dir: str, use_cache: bool = True) -> dict[str, st
     units = run.units.join(
         trace.processes.select("global_pid", "pid").unique("global_pid"), on="global_pid", how="left"
     ).select(*UNIT_SCHEMA.names(), pl.col("pid").cast(pl.Int64), pl.lit(trace.name).alias("Trace"))
-    frames = {"units": units, "iterations": iteration_table(run), "collective_ops": collective_ops(run)}
+    if compare is None:
+        frames = {"units": units, "iterations": iteration_table(run), "collective_ops": collective_ops(run)}
+    else:
+        frames = {"units": units, "columns": _columns(run, *compare)}
     try:
         return _write_entry(cache_dir, path, key, frames)
     except OSError as e:
         raise TraceError(path, f"its summary cannot be written into {cache_dir} ({e.strerror or e})") from None
+
+
+def compare_key(compare: tuple[str, str, str | None] | None) -> str:
+    return "" if compare is None else "compare\0" + "\0".join(str(x) for x in compare)
+
+
+COLUMN_SCHEMA = pl.Schema({"rank": pl.Int64, "item": pl.String, "v": pl.Int64})
+
+
+def _columns(run: Run, by: str, metric: str, root: str | None) -> pl.DataFrame:
+    """Each rank's column of `kview compare --ranks` (rank, item, v) of a one-file run."""
+    from kview.analysis.compare import column, rank_windows
+
+    ranks = run.units.sort("rank")["rank"].to_list()  # rank_windows' order
+    parts = [
+        column(w, by, metric).with_columns(pl.lit(r, dtype=pl.Int64).alias("rank"))
+        for w, r in zip(rank_windows(run, root), ranks)
+    ]
+    return (
+        pl.concat([p.select(COLUMN_SCHEMA.names()).cast(COLUMN_SCHEMA) for p in parts])
+        if parts
+        else pl.DataFrame(schema=COLUMN_SCHEMA)
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """The per-rank step a run asks of every file, as one callable a worker runs: the run's
+    tables, or with `compare` (by, metric, root) its columns of `kview compare --ranks`."""
+
+    cache_dir: str
+    use_cache: bool = True
+    compare: tuple[str, str, str | None] | None = None
+
+    def __call__(self, path: str) -> dict[str, str]:
+        return summarize(path, self.cache_dir, self.use_cache, self.compare)
+
+    def cached(self, path: str) -> dict[str, str] | None:
+        return cached_tables(self.cache_dir, path, compare_key(self.compare))
 
 
 @dataclass
@@ -193,6 +239,14 @@ class SummarizedRun:
         folded = [combine_instances(pl.concat(folded + parts))]
         coll = pl.concat(by_rank).sort(["Rank", "Time (ns)"], descending=[False, True])
         return coll, shared_instances(folded[0])
+
+    def compare(self, by: str) -> pl.DataFrame:
+        """`kview compare --ranks` (by range, category, kernel or layer) of the files' columns."""
+        from kview.analysis.compare import columns_side_by_side
+
+        cols = pl.concat(list(self._each("columns", "rank")))
+        labelled = [(f"rank {r}", cols.filter(pl.col("rank") == r).select("item", "v")) for r in self.ranks]
+        return columns_side_by_side(labelled, by, spread=True)
 
     def tables_of(self, command: str) -> dict[str, pl.DataFrame]:
         """The tables of `kview ranks` (ranks, time, collectives, stragglers, waits) or of
