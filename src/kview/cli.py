@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from kview.errors import KviewError, TraceError, UsageError, debugging, internal_error_line, shown
+from kview.io.paths import named
 
 
 def _trace_flags(defaults: bool) -> argparse.ArgumentParser:
@@ -332,12 +333,12 @@ def _inputs(args) -> list[str]:
     """Every file this command line reads, never written over: the traces named, the files of a
     folder named, a SQLite trace's journal, and for `memory` the snapshot or the trace beside
     it. The output is compared with them by device and inode (files.check)."""
-    named = [a for n in ("trace", "before", "after") if (a := getattr(args, n, None))] + list(
+    given = [a for n in ("trace", "before", "after") if (a := getattr(args, n, None))] + list(
         getattr(args, "traces", None) or []
     )
     out: list[str] = []
-    for a in named:
-        p = Path(a).expanduser()
+    for a in given:
+        p = named(a)
         out += [str(p), *(f"{p}{journal}" for journal in ("-wal", "-journal", "-shm"))]
         try:
             if p.is_dir():
@@ -1317,7 +1318,7 @@ def _exit_on_signal(signum, _frame) -> None:
 def _error_line(args, e: KviewError) -> str:
     # a trace as the user typed it (relative, say), when the error is about that trace
     given = getattr(args, "trace", None)
-    if isinstance(e, TraceError) and given and Path(given).expanduser().absolute() == Path(e.path).absolute():
+    if isinstance(e, TraceError) and given and named(given).absolute() == Path(e.path).absolute():
         return f"kview: {shown(given)}: {e.problem}"
     return e.line()
 

@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from kview.errors import TraceError
+from kview.io.paths import named
 from kview.io.source import TraceSource
 
 # string tables up to this size are read whole, once; larger ones only for the ids asked for
@@ -213,7 +214,7 @@ class JsonTrace(Trace):
     def __init__(self, path: str | os.PathLike, use_cache: bool = True):
         from kview.io.kineto_reader import KinetoSource
 
-        super().__init__(KinetoSource(Path(path).expanduser().absolute(), use_cache), use_cache)
+        super().__init__(KinetoSource(named(path).absolute(), use_cache), use_cache)
 
 
 def _head(p: Path) -> bytes:
@@ -256,7 +257,7 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     truncated, not an nsys export, JSON that is no torch.profiler trace). A torch.profiler trace
     is read (and inflated) here once and decoded when a frame is first asked for, so the
     explorer draws its first frame before that work."""
-    p = Path(path).expanduser()
+    p = named(path)
     try:  # one stat: a folder on the way the user cannot enter is a reason, not a traceback
         st = p.stat()
     except (FileNotFoundError, NotADirectoryError):

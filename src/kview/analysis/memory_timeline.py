@@ -33,6 +33,7 @@ import polars as pl
 from kview.analysis import allocator_blocks
 from kview.errors import TraceError
 from kview.io import snapshot_pickle
+from kview.io.paths import named
 
 if TYPE_CHECKING:
     from kview.trace import Trace
@@ -335,7 +336,7 @@ class Snapshot:
 def open_snapshot(path: str | os.PathLike) -> Snapshot:
     """Load a snapshot file, or the snapshot `kview capture --memory` wrote beside a trace
     (TRACE.memory.pickle); TraceError names the file and what is wrong."""
-    p = Path(path).expanduser()
+    p = named(path)
     trace_like = p.name.endswith(TRACE_SUFFIXES)
     if snapshot_pickle.is_snapshot_file(p) or not trace_like or p.is_dir():
         snap, trace = p, trace_beside(p)
@@ -371,7 +372,7 @@ def timeline(
 def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
     """The timeline of a snapshot file, or of the snapshot beside a trace (`open_snapshot`); a
     trace without one gives the timeline of its own memory events (trace_memory)."""
-    p = Path(path).expanduser()
+    p = named(path)
     beside = snapshot_pickle.memory_name(p)
     if p.name.endswith(TRACE_SUFFIXES) and p.is_file() and not beside.exists():
         from kview.analysis import trace_memory

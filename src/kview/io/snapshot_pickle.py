@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import cast
 
 from kview.errors import TraceError
+from kview.io.paths import named
 
 KVIEW_KEY = "kview"
 SUFFIX = ".memory.pickle"  # the snapshot `kview capture --memory` writes beside TRACE: TRACE's stem + SUFFIX
@@ -243,7 +244,7 @@ def is_snapshot_file(path: str | os.PathLike) -> bool:
 
 def load(path: str | os.PathLike) -> dict:
     """The snapshot's dict, or TraceError naming the file and what is wrong with it."""
-    p = Path(path).expanduser()
+    p = named(path)
     if not p.exists():
         raise TraceError(p, "no such file")
     if p.is_dir():

@@ -22,6 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.errors import TraceError
+from kview.io.paths import named
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_HEADER = 32  # a WAL file holds pages only past its 32-byte header
@@ -92,7 +93,8 @@ def check_sqlite_file(path: Path) -> None:
         raise TraceError(path, f"is truncated ({size} of {pages * page_size} bytes)")
     if page_size < 512 or page_size & (page_size - 1):
         raise TraceError(path, "has a corrupt SQLite header")
-    side = leftover_write(path)
+    # SQLite keeps a database's journal beside the file a link leads to: both places are looked at
+    side = leftover_write(path) or leftover_write(Path(os.path.realpath(path)))
     if side:
         raise TraceError(
             path,
@@ -105,7 +107,7 @@ class SqliteSource:
     """One SQLite file opened read-only; tables and columns resolved once."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path).expanduser().absolute()
+        self.path = named(path).absolute()
         check_sqlite_file(self.path)
         self._url = connectorx_url(self.path)
         try:
