@@ -1,5 +1,5 @@
-"""Two real GPUs (issue 32): HF Llama (168M parameters) under torchrun with DDP and with FSDP2 on
-two H200 of one host over NCCL, rank 1 slowed by 20 ms before each step, captured by
+"""Four real GPUs (issue 32): HF Llama (168M parameters) under torchrun with DDP and with FSDP2 on
+four H200 of one host over NCCL, rank 1 slowed by 20 ms before each step, captured by
 `kview capture --annotate` (bench/gpu_multi_gpu.sh): one nsys export per rank, one export of both
 processes, and the torch backend. Every figure is checked against rank_truth.py, which reads the
 same SQLite files with plain per-process queries."""
@@ -19,12 +19,13 @@ from kview.analysis.ranks import open_run
 from conftest import ROOT
 
 CAPTURE = ROOT / "tests" / "fixtures" / "capture"
+RANKS = 4
 FILES = {
-    "ddp_nsys_per_rank": ["llama_ddp_nsys.rank0", "llama_ddp_nsys.rank1"],
+    "ddp_nsys_per_rank": [f"llama_ddp_nsys.rank{r}" for r in range(RANKS)],
     "ddp_nsys_1file": ["llama_ddp_nsys_1file"],
-    "ddp_torch": ["llama_ddp_torch.rank0", "llama_ddp_torch.rank1"],
-    "fsdp_nsys_per_rank": ["llama_fsdp_nsys.rank0", "llama_fsdp_nsys.rank1"],
-    "fsdp_torch": ["llama_fsdp_torch.rank0", "llama_fsdp_torch.rank1"],
+    "ddp_torch": [f"llama_ddp_torch.rank{r}" for r in range(RANKS)],
+    "fsdp_nsys_per_rank": [f"llama_fsdp_nsys.rank{r}" for r in range(RANKS)],
+    "fsdp_torch": [f"llama_fsdp_torch.rank{r}" for r in range(RANKS)],
 }
 ITERATION_COLUMNS = [
     "Rank",
@@ -67,21 +68,24 @@ def runs(paths):
 def test_iterations_equal_per_process_queries(runs, name):
     run, ranks = runs[name]
     want = truth.iteration_rows(ranks)
-    assert len(want) == 6  # 2 ranks x profiled steps 3-5
+    assert len(want) == RANKS * 3  # profiled steps 3-5 of every rank
     assert sorted(iteration_table(run).select(ITERATION_COLUMNS).rows()) == want
 
 
 @pytest.mark.parametrize("name", FILES)
 def test_collectives_matched_on_every_rank(runs, name):
     """DDP all-reduces its gradient buckets, FSDP all-gathers parameters and reduce-scatters
-    gradients: each instance is found on both ranks, and the counts and times equal the queries."""
+    gradients: each instance is found on every rank, and the counts and times equal the queries."""
     run, ranks = runs[name]
     got = {(r, c): (n, t, b) for r, c, n, t, b in collectives_by_rank(run).rows()}
     assert got == truth.collectives(ranks)
     kinds = {c for _, c in got}
     assert kinds == ({"AllReduce", "Broadcast"} if name.startswith("ddp") else {"AllGather", "ReduceScatter"})
-    for kind in kinds:
-        assert got[(0, kind)][0] == got[(1, kind)][0]
+    # the gradient collectives run as often on every rank; a Broadcast of DDP's buffers at the start of
+    # step 6 of one rank falls inside the one-file capture's window, so only instances within the
+    # iterations are matched (below)
+    for kind in kinds - {"Broadcast"}:
+        assert len({got[(r, kind)][0] for r in range(RANKS)}) == 1
     s = straggler_instances(run)
-    assert s.height >= 3 * 15 and (s["Ranks"] == 2).all()
+    assert s.height >= 3 * 15 and (s["Ranks"] == RANKS).all()
     assert {(i, c, n): (last, w, m) for i, c, n, _, last, w, m in s.rows()} == truth.stragglers(ranks)
