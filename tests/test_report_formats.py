@@ -144,3 +144,67 @@ def test_every_multi_table_document_parses(capsys, fmt):
     else:
         doc = json.loads(text)
         assert all(v != "-" for rows in doc.values() for r in rows for v in r.values())
+
+
+# -- terminal tables fit the terminal ---------------------------------------------------------------
+B200 = FIXTURES / "kineto" / "traces__b200__eager_trace.json.gz"
+WIDTHS = (80, 120, 200)
+
+
+def _at(capsys, monkeypatch, width: int, *argv: str) -> str:
+    monkeypatch.setenv("COLUMNS", str(width))
+    return _run(capsys, *argv)
+
+
+def _rows_below_rule(text: str) -> list[str]:
+    lines = text.splitlines()
+    rule = next(i for i, x in enumerate(lines) if x and set(x) <= {"-", " "})
+    return lines[rule + 1 :]
+
+
+@pytest.mark.parametrize("trace", [SAMPLE, B200], ids=["sample", "b200"])
+def test_the_kernel_table_fits_80_120_200_columns_and_keeps_each_name_s_start(capsys, monkeypatch, trace):
+    rows = json.loads(_run(capsys, "kernels", str(trace), "-f", "json"))
+    for width in WIDTHS:
+        text = _at(capsys, monkeypatch, width, "kernels", str(trace))
+        assert max(len(x) for x in text.splitlines()) <= width, width
+        lines = _rows_below_rule(text)
+        shown = lines[: len(rows)]
+        assert len(shown) == len(rows)
+        # numbers are whole: every row's duration, grouped as the table writes it
+        assert all(f"{r['Duration (ns)']:,}" in line for r, line in zip(rows, shown))
+        if width == 200:  # each kernel's name keeps at least its first 40 characters
+            assert all(r["Kernel"][:40] in line for r, line in zip(rows, shown))
+    # piped (no COLUMNS, no terminal) the table is not cut at all
+    monkeypatch.delenv("COLUMNS")
+    whole = _run(capsys, "kernels", str(trace))
+    assert all(r["Kernel"] in line for r, line in zip(rows, _rows_below_rule(whole)))
+
+
+@pytest.mark.parametrize("trace", [SAMPLE, B200], ids=["sample", "b200"])
+def test_every_command_s_table_fits_the_terminal(capsys, monkeypatch, trace):
+    commands = [["stats"], ["overview"], ["phases"], ["layers"], ["compare"], ["timeline"], ["diff", str(trace)]]
+    for width in WIDTHS:
+        for cmd in commands if width == 80 else commands[:2]:
+            monkeypatch.setenv("COLUMNS", str(width))
+            main([cmd[0], str(trace), *cmd[1:]])
+            text = capsys.readouterr().out
+            assert text and max(len(x) for x in text.splitlines()) <= width, (width, cmd)
+
+
+def test_headers_wrap_between_words_never_inside_one():
+    frame = pl.DataFrame({"Total Time (ns)": [1234], "Name": ["x" * 200]})
+    lines = render.to_table(frame, width=40).splitlines()
+    assert [x.split()[0] for x in lines[:3]] == ["Total", "Time", "(ns)"] and lines[2].split()[1] == "Name"
+    assert max(len(x) for x in lines) <= 40 and lines[4].split()[0] == "1,234"
+    assert render.to_table(frame, width=0).splitlines()[0].split() == ["Total", "Time", "(ns)", "Name"]
+
+
+def test_timeline_ticks_differ_at_any_zoom(capsys):
+    from kview.analysis.timeline import axis
+
+    for t0, t1 in ((116_400_000, 116_402_000), (116_400_000, 116_400_050), (0, 3_000_000_000), (5_000, 9_000)):
+        labels, _ = axis(t0, t1, 100)
+        ticks = labels.split("  ")
+        ticks = [t.strip() for t in ticks if t.strip()]
+        assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), (t0, t1, ticks)

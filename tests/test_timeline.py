@@ -415,7 +415,8 @@ def test_a_multi_process_export_groups_rows_by_rank(ddp_1file, capsys):
     # kview timeline prints the same groups in the same order
     assert main(["timeline", str(ddp_1file), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0
     out = capsys.readouterr().out.splitlines()
-    titles = [x for x in out[3:] if "│" not in x]
+    rows = out[next(i for i, x in enumerate(out) if "┌" in x) + 1 :]  # below the axis
+    titles = [x for x in rows if "│" not in x]
     assert titles[0] == "rank 0 · GPU0 NVIDIA H200" and titles.index("rank 1 · GPU1 NVIDIA H200") > 1
     assert [x.split(" · ")[0] for x in titles if x.startswith("rank ")] == sorted(
         x.split(" · ")[0] for x in titles if x.startswith("rank ")
@@ -532,7 +533,8 @@ def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_t
     # kview timeline reads the folder (or the files) as that run
     assert main(["timeline", str(ddp_per_rank), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0
     out = capsys.readouterr().out.splitlines()
-    titles = [x for x in out[3:] if "│" not in x]
+    rows = out[next(i for i, x in enumerate(out) if "┌" in x) + 1 :]  # below the axis
+    titles = [x for x in rows if "│" not in x]
     assert out[0].startswith("2 traces (ddp_nsys.rank0.sqlite .. ddp_nsys.rank1.sqlite)")
     assert titles[0].startswith("rank 0 · GPU") and any(x.startswith("rank 1 · GPU") for x in titles)
     assert main(["timeline", *map(str, files), "--width", "100", "--rows", "gpu,api", "--no-cache"]) == 0

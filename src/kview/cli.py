@@ -479,12 +479,15 @@ def cmd_stats(args) -> int:
         return 0
     out = sys.stdout
     if args.format == "table":  # for a person: every report under its nsys title
+        width = render.terminal_columns()
         for i, r in enumerate(reports):
             if i:
                 out.write("\n")
             out.write(f"** {r.title} ({r.name}):\n\n")
             if r.skipped:
-                out.write(visible_lines(f"SKIPPED: {trace.name} {r.skipped}.\n"))
+                out.write(
+                    visible_lines("\n".join(render.wrap_text(f"SKIPPED: {trace.name} {r.skipped}.", width)) + "\n")
+                )
             elif r.empty:
                 out.write("(no rows)\n")
             else:
@@ -572,7 +575,12 @@ def cmd_overview(args) -> int:
         "Findings": pl.DataFrame({"Finding": o.findings}),
     }
     # findings are sentences: bullets in a terminal rather than a truncated table cell
-    bullets = {"Findings": "".join(f"- {f}\n" for f in o.findings)} if args.format == "table" else None
+    bullets = None
+    if args.format == "table":
+        width = render.terminal_columns()
+        bullets = {
+            "Findings": "".join(line + "\n" for f in o.findings for line in render.wrap_text(f"- {f}", width, "  "))
+        }
     return _write(args, render.render_sections(sections, args.format, texts=bullets))
 
 
@@ -1365,6 +1373,10 @@ def _command(argv: list[str]) -> int:
         parser.print_help()
         return 2
     _resolve_format(args)
+    if getattr(args, "format", None) == "table":  # a file is read whole, never wrapped: its table is not fitted
+        from kview.output.render import set_table_width
+
+        set_table_width(0 if getattr(args, "output", None) else None)
     try:
         if getattr(args, "output", None) == "":
             raise UsageError("-o needs a file name (-o - is stdout)")

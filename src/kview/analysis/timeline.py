@@ -14,6 +14,7 @@ anything.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -753,10 +754,19 @@ def nice_step(span: float, cells: int, every: int = 12) -> int:
     return int(10 * p)
 
 
+def tick_label(t: int, step: int, top: int) -> str:
+    """A tick at `t` in the unit of the window's end `top` (`116.4 ms`), with as many decimals
+    as the ticks' `step` needs, so neighbouring ticks never read the same at any zoom
+    (`116.4001 ms`, `116.4002 ms`)."""
+    if t == 0:
+        return "0"
+    scale, unit = next(((s, u) for s, u in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")) if abs(top) >= s), (1, "ns"))
+    decimals = max(0, -int(np.floor(np.log10(step / scale)))) if step < scale else 0
+    return f"{t / scale:,.{decimals}f} {unit}"
+
+
 def axis(t0: int, t1: int, width: int) -> tuple[str, str]:
     """(tick labels, tick marks) for cells [t0, t1): times from the origin at round values."""
-    from kview.output.format import fmt_ns
-
     step = nice_step(t1 - t0, width)
     first = -(-t0 // step) * step
     marks = ["─"] * width
@@ -767,7 +777,7 @@ def axis(t0: int, t1: int, width: int) -> tuple[str, str]:
         c = int((t - t0) / per_cell)
         if 0 <= c < width:
             marks[c] = "┬"
-            text = fmt_ns(t).replace(".0 ", " ") if t else "0"
+            text = tick_label(t, step, t1)
             if all(ch == " " for ch in labels[c : c + len(text) + 1]) and c + len(text) <= width:
                 labels[c : c + len(text)] = list(text)
         t += step
@@ -787,9 +797,13 @@ def text(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int
     lw = min(max([len(r.label) for r in rows] + [10]) + 1, 24)
     cw = max(width - lw - 1, 10)
     labels, marks = axis(t0, t1, cw)
+    step = nice_step(t1 - t0, cw)
+    ends = f"{tick_label(t0, step, t1)} .. {tick_label(t1, step, t1)}"
+    span = f"{ends} (span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)"
+    head = f"{title} · {span}" if title else span
     out = [
-        f"{title}{' · ' if title else ''}{fmt_ns(t0)} .. {fmt_ns(t1)} "
-        f"(span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)" + (f"\n{tl.note}" if tl.note else ""),
+        *([head] if len(head) <= lw + 1 + cw else [title[: lw + 1 + cw], span]),  # a long title on a line of its own
+        *(textwrap.wrap(tl.note, lw + 1 + cw) if tl.note else []),
         " " * (lw + 1) + labels,
         " " * lw + "┌" + marks,
     ]

@@ -73,6 +73,132 @@ def short_names(names: pl.Series) -> pl.Series:
     )
 
 
+# -- one way to shorten a cell, for the terminal tables of the CLI and the explorer's --------------
+# Kernel names keep their start (`void at::native::vectorized_elementwise_kernel<…`) and, where
+# two would then read the same, the place they differ; range paths keep their innermost end
+# (`…> layer_3 > mlp`); a layer keeps its index and its end (`layer_3:…_sublayer`); any other
+# text keeps its start. Numbers are never cut.
+NAME_COLUMNS = frozenset({"Kernel", "Name", "Short name", "Next kernel"})
+KEEP_END = frozenset({"NVTX Path", "Range", "Path"})
+KEEP_ENDS = frozenset({"Layer"})
+NAME_HEAD = 40  # what a cut kernel name keeps of its start, room permitting
+# columns a narrow terminal leaves out first (the CLI's table; the explorer's Kernels view)
+SECONDARY_COLUMNS = (
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Start (ns)",
+    "Stream",
+    "Device",
+    "Grid",
+    "Block",
+    "Correlation",
+    "NVTX Path",
+    "TC",
+    "FLOPs",
+    "Bytes",
+    "Params",
+    "Category",
+    "Count (%)",
+    "TFLOP/s",
+)
+
+
+def cut_how(column: str) -> str:
+    """Which end of `column`'s text a cut keeps: 'start', 'end' or 'ends'."""
+    return "end" if column in KEEP_END else "ends" if column in KEEP_ENDS else "start"
+
+
+def cut(text: str, width: int, keep: str | bool = "start") -> str:
+    """`text` in `width` cells: its start and `…` (`keep` 'start'), `…` and its end ('end', or
+    True), or its first `:` segment, `…` and its end ('ends': `layer_3:…ion_sublayer`)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    keep = "end" if keep is True else "start" if keep is False else keep
+    if keep == "end":
+        return "…" + text[len(text) - width + 1 :]
+    if keep == "ends":
+        first = text.find(":") + 1
+        head = first if 0 < first <= (width - 1) * 2 // 3 else (width - 1) // 2
+        return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+    return text[: width - 1] + "…"
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def distinct_cuts(values: list[str], width: int) -> dict[str, str]:
+    """`cut` of each name (its start kept), except that names whose cuts would read the same
+    keep their start and then what tells them apart: the identifiers of their template
+    arguments the others lack (`void at::native::vectorized_elementwise_…MulFunctor`), else
+    the text where each parts from its nearest sibling. Names that still read the same differ
+    only further on (the full name is in every copy and export)."""
+    # clashes are settled group by group, each against what earlier groups chose: a fixed
+    # order keeps the picture the same whatever order the values came in
+    values = sorted(set(values))
+    out = {v: cut(v, width) for v in values}
+    groups: dict[str, list[str]] = {}
+    for v in values:
+        if len(v) > width:
+            groups.setdefault(out[v], []).append(v)
+    # the start a report reader recognizes first; a narrow column (the explorer's) keeps half
+    head = NAME_HEAD if width > NAME_HEAD else max(4, width // 2)
+    budget = width - head - 1
+    if budget < 3:
+        return out
+
+    def shorten(tail: str) -> str:
+        return tail if len(tail) <= budget else tail[: budget - 1] + "…"
+
+    for same in groups.values():
+        if len(same) < 2:
+            continue
+        others = {out[v] for v in values} - {out[same[0]]}
+        words = {v: _words(v) for v in same}
+        common = set.intersection(*(set(w) for w in words.values()))
+        by_words = {v: v[:head] + "…" + shorten(", ".join(w for w in words[v] if w not in common)) for v in same}
+        count: dict[str, int] = {}
+        for t in by_words.values():
+            count[t] = count.get(t, 0) + 1
+        chosen = {}
+        for j, v in enumerate(same):  # sorted: the nearest sibling is a neighbour
+            if count[by_words[v]] == 1 and by_words[v] not in others:
+                chosen[v] = by_words[v]
+                continue
+            p = max(_common(v, same[j - 1]) if j else 0, _common(v, same[j + 1]) if j + 1 < len(same) else 0)
+            # from where it parts, with a little context before when there is room
+            parted = v[:head] + "…" + shorten(v[max(head, p - min(4, budget // 4)) :])
+            chosen[v] = parted if parted not in others else out[v]
+        if len(set(chosen.values())) > 1:  # told apart better than by one shared cut
+            out.update(chosen)
+    return out
+
+
+def header_lines(text: str, width: int) -> list[str]:
+    """A header in `width` cells, wrapped between words, never cut inside one (a column is at
+    least as wide as its header's longest word)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def longest_word(text: str) -> int:
+    return max((len(w) for w in text.split(" ")), default=0)
+
+
 def fit_header(text: str, width: int) -> str:
     """A column header cut to `width` in the middle (`lm-small…train_nsys`), so headers that
     share a long prefix, such as trace names, stay apart."""

@@ -15,7 +15,7 @@ from textual.widgets import Input, Static
 
 from kview.analysis import filters
 from kview.analysis.kernel_groups import STATS, frequency, group_stats
-from kview.output.format import bar, distinct_short_names, fmt_ns
+from kview.output.format import SECONDARY_COLUMNS, bar, distinct_short_names, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import AttributedKernels, KernelSummary, OpenContext, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
@@ -37,25 +37,7 @@ DERIVED = {"Short name": "_short", "Range": "_range"}
 # columns of the table as shown that stand for a column of the attributed table (F, enter)
 SHOWN_AS = {"Name": "Kernel", **DERIVED}
 HIDDEN = ("_full", "_grid", "_block", "_key", "_short", "_range", "_name", "_launch")
-NARROW = (
-    "Med (ns)",
-    "Min (ns)",
-    "Max (ns)",
-    "StdDev (ns)",
-    "Start (ns)",
-    "Stream",
-    "Device",
-    "Grid",
-    "Block",
-    "Correlation",
-    "NVTX Path",
-    "TC",
-    "FLOPs",
-    "Bytes",
-    "Params",
-    "Category",
-    "Count (%)",
-)
+NARROW = SECONDARY_COLUMNS  # left out below 120 columns, as the CLI table leaves them out first
 BARS = ("Share",)
 
 

@@ -24,7 +24,14 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kview.output.format import fit_header, shrink_headers
+from kview.output.format import (  # noqa: F401 - cut and distinct_cuts: the one scheme, re-exported
+    NAME_COLUMNS,
+    cut,
+    cut_how,
+    distinct_cuts,
+    fit_header,
+    shrink_headers,
+)
 from kview.output.visible import visible
 from kview.tui.keymap import TABLE_KEYS, bindings
 
@@ -67,8 +74,6 @@ MIN_WIDTH = {
     "Path": 30,
 }
 HARD_MIN_WIDTH = 14  # the narrowest any text column gets before the table scrolls sideways
-# text columns that keep their end when cut (the innermost range, the sublayer)
-KEEP_END = frozenset({"Layer", "NVTX Path", "Range", "Path"})
 EXACT_ROWS = 100_000  # above this, text widths come from the frame's width hints (computed once)
 UNITS = {"ns": 1, "µs": 1_000, "ms": 1_000_000}
 
@@ -83,57 +88,6 @@ def fmt_cell(v, decimals: int = 1) -> str:
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
-
-
-def cut(text: str, width: int, keep_end: bool = False) -> str:
-    """`text` in `width` cells: the middle elided (`at::native::vecto…MulFunctor…>`), or the
-    start when `keep_end` (`…forward_pass > layer_3`)."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    if keep_end:
-        return "…" + text[len(text) - width + 1 :]
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
-
-
-def distinct_cuts(values: list[str], width: int) -> dict[str, str]:
-    """`cut` of each value, except that values whose cuts would read the same keep the part
-    where they differ: `sm80_xmma_gemm_…_tn_n_tilesize64x64x8…` and `…_nn_n_tilesize…`, not two
-    rows of `sm80_xmma_g…_cublas`. Values that still read the same differ only further on (the
-    detail line shows them whole)."""
-    import os
-
-    # clashes are settled group by group, each against what earlier groups chose: a fixed
-    # order keeps the picture the same whatever order the values came in
-    values = sorted(set(values))
-    out = {v: cut(v, width) for v in values}
-    groups: dict[str, list[str]] = {}
-    for v in values:
-        if len(v) > width:
-            groups.setdefault(out[v], []).append(v)
-    for same in groups.values():
-        if len(same) < 2:
-            continue
-        p = len(os.path.commonprefix(same))
-        head = max(4, width // 4)
-        if p <= head or width < 12:
-            continue
-        budget = width - head - 1
-        at_difference = {}
-        for v in same:
-            window = v[p - min(p - head, 4) :]  # a few characters of context before the difference
-            at_difference[v] = v[:head] + "…" + (window if len(window) <= budget else window[: budget - 1] + "…")
-        others = {out[v] for v in values} - {out[same[0]]}
-        shown = set(at_difference.values())
-        if len(shown) > 1 and not shown & others:  # told apart better, and from every other name
-            out.update(at_difference)
-    return out
-
-
-# text columns whose values are names told apart by `distinct_cuts`
-NAME_COLUMNS = frozenset({"Kernel", "Name", "Short name", "Next kernel"})
 
 
 def is_duration(column: str) -> bool:
@@ -378,7 +332,7 @@ class FrameTable(ScrollView, can_focus=True):
             elif c in NAME_COLUMNS and len(text) > w:
                 text = self._cuts(c, w).get(text, cut(text, w)).ljust(w)
             else:
-                text = cut(text, w, c in KEEP_END).ljust(w)
+                text = cut(text, w, cut_how(c)).ljust(w)
             style = base
             if c == "Category" and v in CATEGORY_COLOURS:
                 style = base + Style(color=CATEGORY_COLOURS[v])
