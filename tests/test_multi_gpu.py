@@ -42,26 +42,33 @@ ITERATION_COLUMNS = [
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
-    d = tmp_path_factory.mktemp("llama2gpu")
-    out = {}
-    for name in sorted({f for fs in FILES.values() for f in fs}):
-        path = d / f"{name}.sqlite"
-        with lzma.open(CAPTURE / f"{name}.sqlite.xz") as src, open(path, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        out[name] = path
-    return out
+    """name -> the fixture unpacked, when first asked for."""
+    d = tmp_path_factory.mktemp("llama4gpu")
+
+    class Paths(dict):
+        def __missing__(self, name):
+            path = self[name] = d / f"{name}.sqlite"
+            with lzma.open(CAPTURE / f"{name}.sqlite.xz") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            return path
+
+    return Paths()
 
 
 @pytest.fixture(scope="module")
 def runs(paths):
-    """name -> (kview's run, the independent ranks)."""
-    out = {}
-    for name, files in FILES.items():
-        ranks: dict = {}
-        for i, f in enumerate(files):
-            ranks.update(truth.from_nsys(str(paths[f]), first_rank=i if "torch" in name else None))
-        out[name] = (open_run([str(paths[f]) for f in files], use_cache=False), ranks)
-    return out
+    """name -> (kview's run, the independent ranks), each opened when a test first asks for it
+    (test workers that get only some of the tests open only those runs)."""
+
+    class Runs(dict):
+        def __missing__(self, name):
+            ranks: dict = {}
+            for i, f in enumerate(FILES[name]):
+                ranks.update(truth.from_nsys(str(paths[f]), first_rank=i if "torch" in name else None))
+            self[name] = (open_run([str(paths[f]) for f in FILES[name]], use_cache=False), ranks)
+            return self[name]
+
+    return Runs()
 
 
 @pytest.mark.parametrize("name", FILES)
