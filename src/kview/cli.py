@@ -675,11 +675,7 @@ def _diff_gate(args) -> int:
         raise UsageError("--gate-min takes a percentage of 0 or more")
     a, b = _open(args, args.before), _open(args, args.after)
     v = gate(a, b, gates, args.gate_min)
-    basis = (
-        f"per-step medians ({v.steps[0]} steps of A, {v.steps[1]} of B)"
-        if v.steps[0]
-        else "whole traces (per-step medians need several steps on both sides)"
-    )
+    basis = v.basis
     n = v.regressed.height
     verdict = (
         f"{n} of {v.checked} gated items regressed past their gate"

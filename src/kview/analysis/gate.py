@@ -39,6 +39,8 @@ GATE_SCHEMA = pl.Schema(
     }
 )
 
+ITEMS_SCHEMA = pl.Schema([*GATE_SCHEMA.items(), ("Regressed", pl.Boolean())])
+
 
 def parse_gates(specs: list[str]) -> dict[str, float]:
     """scope -> threshold (%) of every scope a gate applies to; UsageError for a malformed one."""
@@ -207,6 +209,14 @@ class Verdict:
     regressed: pl.DataFrame  # GATE_SCHEMA: what got slower past its gate
     checked: int  # items compared against a gate
     steps: tuple[int, int]  # steps the medians were taken over (0, 0: whole traces)
+    items: pl.DataFrame  # every gated item (GATE_SCHEMA and `Regressed`), the regressed first
+
+    @property
+    def basis(self) -> str:
+        """How the traces were measured, in words."""
+        if self.steps[0]:
+            return f"per-step medians ({self.steps[0]} steps of A, {self.steps[1]} of B)"
+        return "whole traces (per-step medians need several steps on both sides)"
 
 
 def gate(a: Trace, b: Trace, gates: dict[str, float], min_share: float = 1.0) -> Verdict:
@@ -240,11 +250,12 @@ def gate(a: Trace, b: Trace, gates: dict[str, float], min_share: float = 1.0) ->
     past = (pl.col("A (ns)") > 0) & (pl.col("Δ (ns)") * 100.0 > pl.col("Gate (%)") * pl.col("A (ns)"))
     new = (pl.col("A (ns)") == 0) & (pl.col("B (ns)") > 0)
     order = pl.DataFrame({"Scope": list(SCOPES)}).with_row_index("_o")
-    regressed = (
-        j.filter(past | new)
+    items = (
+        j.with_columns((past | new).alias("Regressed"))
         .join(order, on="Scope")
-        .sort(["_o", "Δ (ns)", "Item"], descending=[False, True, False])
-        .select(list(GATE_SCHEMA))
-        .cast(GATE_SCHEMA)
+        .sort(["Regressed", "_o", "Δ (ns)", "Item"], descending=[True, False, True, False])
+        .select(*GATE_SCHEMA, "Regressed")
+        .cast(ITEMS_SCHEMA)
     )
-    return Verdict(regressed, j.height, (ma.steps, mb.steps))
+    regressed = items.filter("Regressed").drop("Regressed")
+    return Verdict(regressed, j.height, (ma.steps, mb.steps), items)

@@ -117,6 +117,12 @@ VIEW_KEYS = {
             "Columns: the traces (or phases) / the ranks of the run (kview compare --ranks)",
             "ranks",
         ),
+        Key(
+            "g",
+            "toggle_gate",
+            "Regression gate: the last trace against the first, every scope at 5% (kview diff A B --gate 5)",
+            "gate",
+        ),
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],

@@ -251,6 +251,8 @@ def compare(
 
     first = traces[0]
     several = len(traces) > 1
+    if by == "gate":
+        return _gate(traces)
     run = make_run([t.trace for t in traces]) if ranks or (ranks is None and not several) else None
     if run is not None and (ranks or len(run.ranks) > 1):
         return _compare_ranks(traces, run, by or "category", metric)
@@ -277,6 +279,30 @@ def compare(
         return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric)
+
+
+GATE_PCT = 5.0  # the Compare view's gate: every scope at 5%, as `kview diff A B --gate 5`
+
+
+def _gate(traces: list[TraceLoaded]) -> CompareReady:
+    """The regression gate of the last trace against the first (`kview diff A B --gate 5`):
+    every gated item, those past the gate first."""
+    from kview.analysis.gate import SCOPES, gate
+
+    if len(traces) < 2:
+        return CompareReady(None, "The gate compares two traces: open a baseline and a new run (kview A B).", "gate")
+    a, b = traces[0].trace, traces[-1].trace
+    v = gate(a, b, dict.fromkeys(SCOPES, GATE_PCT))
+    n = v.regressed.height
+    verdict = (
+        f"{n} of {v.checked} items regressed past {GATE_PCT:g}%"
+        if n
+        else f"passed: none of {v.checked} items regressed past {GATE_PCT:g}%"
+    )
+    command = f"kview diff {a.name} {b.name} --gate {GATE_PCT:g}"
+    return CompareReady(
+        v.items, f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {command} (exit {1 if n else 0})", "gate"
+    )
 
 
 def _phase_windows(loaded: TraceLoaded) -> list:

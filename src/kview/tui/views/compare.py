@@ -1,5 +1,6 @@
 """Compare: several traces, or the phases of one trace, side by side by range, layer, category
-or kernel, GPU or CPU time: the table `kview compare` prints (the caption gives its command)."""
+or kernel, GPU or CPU time: the table `kview compare` prints (the caption gives its command);
+`g` the regression gate of the last trace against the first (`kview diff A B --gate 5`)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class CompareView(View):
     def action_cycle_by(self) -> None:
         if (now := self.current()) is None:
             return
-        by = BY[(BY.index(now[0]) + 1) % len(BY)]
+        by = BY[(BY.index(now[0]) + 1) % len(BY)] if now[0] in BY else BY[0]
         self.again(by, now[1] if by == "range" else "gpu", now[2])
 
     def action_cycle_metric(self) -> None:
@@ -70,15 +71,23 @@ class CompareView(View):
             return
         self.again(now[0], now[1], not now[2])
 
+    def action_toggle_gate(self) -> None:
+        if (now := self.current()) is None:
+            return
+        self.again("range" if now[0] == "gate" else "gate", "gpu", False)
+
     def again(self, by: str, metric: str, ranks: bool) -> None:
         self.wanted = (by, metric, ranks)
         self.show_stage(f"comparing by {by}")
         self.post_message(CompareAgain(by, metric, ranks))
         columns = "ranks" if ranks else "traces"
-        self.app.notify(f"compare {columns} by {by}, {metric.upper()} time", timeout=2)
+        what = "the regression gate" if by == "gate" else f"compare {columns} by {by}, {metric.upper()} time"
+        self.app.notify(what, timeout=2)
 
     def shown(self) -> Shown:
         if self.data is None or self.data.frame is None or self.table is None:
             return Shown(pl.DataFrame(), "compare")
+        if self.data.by == "gate":
+            return Shown(self.table.shown(), "gate")
         what = f"compare {'ranks ' if self.data.ranks else ''}by {self.data.by}"
         return Shown(self.table.shown(), what + ("" if self.data.metric == "gpu" else " cpu"))
