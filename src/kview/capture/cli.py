@@ -190,11 +190,12 @@ def capture_nsys(a, out: Path) -> dict:
             *workload_args(a, Path(tmp)),
         ]
         print(f"kview capture: profiling under nsys ({' '.join(workload_args(a))})", file=sys.stderr)
-        r = run(cmd, capture=True)
+        r = run(cmd, capture=True, tmp=Path(tmp))
         print("kview capture: exporting to SQLite", file=sys.stderr)
         run(
             ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep) + ".nsys-rep"],
             capture=True,
+            tmp=Path(tmp),
         )
         info = _workload_info(r.stderr)
         _memory_beside(a, Path(tmp), out, info)
@@ -230,7 +231,7 @@ def capture_torch(a, out: Path) -> dict:
         js = Path(tmp) / "trace.json"
         args = workload_args(a, Path(tmp)) + ["--kineto-json", str(js)] + (["--shapes"] if a.shapes else [])
         print(f"kview capture: profiling under torch.profiler ({' '.join(workload_args(a))})", file=sys.stderr)
-        r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True)
+        r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True, tmp=Path(tmp))
         info = _workload_info(r.stderr)
         convert_kineto(js, out, info, " ".join(["kview", "capture", *sys.argv[2:]]))
         _memory_beside(a, Path(tmp), out, info)
@@ -265,8 +266,15 @@ def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
     )
 
 
-def run(cmd: list[str], capture: bool = False) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, text=True, capture_output=capture)
+def run(cmd: list[str], capture: bool = False, tmp: Path | None = None) -> subprocess.CompletedProcess:
+    """One step of a capture, in a process group of its own (a signal to kview reaches it and
+    removes `tmp`, process_group.py)."""
+    from kview.capture.process_group import run_in_group
+
+    try:
+        r = run_in_group(cmd, tmp=tmp, capture_output=capture)
+    except FileNotFoundError as e:
+        raise TraceError(cmd[0], f"cannot be started ({e.strerror})") from None
     if r.returncode != 0:
         tail = (r.stderr or "").strip().splitlines()[-1:] if capture else []
         raise TraceError(cmd[0], f"capture step failed (exit {r.returncode}){': ' + tail[0] if tail else ''}")

@@ -11,6 +11,7 @@ program leaves nothing behind, and nothing is ever written beside the user's scr
 
 from __future__ import annotations
 
+import glob
 import gzip
 import json
 import os
@@ -23,9 +24,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kview.capture.process_group import run_in_group
 from kview.errors import TraceError
 
 LAUNCH = ["-m", "kview.capture.launch"]
+NO_TORCH = "no-torch"  # the launcher's note in the capture folder: its Python has no torch
 PY_OPTS_WITH_VALUE = {"-X", "-W", "-Q"}
 
 
@@ -196,8 +199,10 @@ def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool, memory
     from kview.output import files
 
     files.check([out], [], True)
-    stem = out.name[: -len(out.suffix)]
-    names = [f"{stem}.rank*{out.suffix}"] if prog.distributed else [out.name]
+    # the name is literal (`run[1].sqlite` is that file): only the rank number is a pattern
+    stem = glob.escape(out.name[: -len(out.suffix)])
+    suffix = glob.escape(out.suffix)
+    names = [f"{stem}.rank*{suffix}"] if prog.distributed else [f"{stem}{suffix}"]
     if keep_json:
         names.append(f"{stem}.rank*.json.gz" if prog.distributed else f"{stem}.json.gz")
     if memory:
@@ -244,9 +249,15 @@ def run(
         where = "Nsight Systems" if backend == "nsys" else "torch.profiler"
         print(f"kview capture: running `{shlex.join(cmd)}` under {where}", file=sys.stderr)
         try:
-            rc = subprocess.run(full, env=env).returncode
+            rc = run_in_group(full, tmp=tmp, env=env).returncode
         except FileNotFoundError as e:
             raise CommandError(f"cannot start `{full[0]}`: {e.strerror}") from None
+        no_torch = sorted(tmp.glob(f"{NO_TORCH}.*"))
+        if rc != 0 and no_torch:  # the launcher could not import torch: the program never ran
+            raise CommandError(
+                f"torch is not installed in {no_torch[0].read_text()} (the Python that runs the program): "
+                "install it there (pip install torch); no trace written"
+            )
         if rc != 0:
             code = 128 - rc if rc < 0 else rc
             raise CommandFailed(code, f"`{shlex.join(cmd)}` failed (exit {code}); no trace written")

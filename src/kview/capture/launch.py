@@ -24,12 +24,33 @@ def run_target(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+def _no_torch() -> None:
+    """This Python has no torch: kview capture is told so (a note in its folder, naming this
+    interpreter) and says it in one line; the program is not run."""
+    import json
+
+    folder = json.loads(os.environ.get("KVIEW_CAPTURE") or "{}").get("dir")
+    if folder:
+        from kview.capture.command import NO_TORCH
+
+        with open(os.path.join(folder, f"{NO_TORCH}.{os.getpid()}"), "w") as f:
+            f.write(sys.executable)
+    else:  # not started by kview capture: nobody else says it
+        print(f"kview capture: torch is not installed in {sys.executable}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if not argv or argv == ["-m"]:
         print("usage: python -m kview.capture.launch [-m] TARGET [ARGS...] (started by kview capture)", file=sys.stderr)
         sys.exit(2)
-    from kview.capture.session import start_from_env
+    try:
+        from kview.capture.session import start_from_env
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        _no_torch()
 
     session = start_from_env()
     ok = False
