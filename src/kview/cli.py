@@ -707,6 +707,8 @@ def cmd_efficiency(args) -> int:
         return _write(args, render.render(PEAKS, args.format))
     trace = _open(args, args.trace)
     sections = eff.document(trace, gpu)
+    if sections["gpus"][1].height == 0:
+        _note(trace, "no GPU work: nothing to measure against a GPU's peak")
     unknown = sections["gpus"][1].filter(pl.col("GPU").is_null())
     if unknown.height:
         names = ", ".join(sorted({str(n) for n in unknown["Name"].drop_nulls().to_list()})) or "it names none"
