@@ -97,3 +97,29 @@ def test_each_step_against_a_walk_back_from_its_end(path, truth):
     assert int(top["On path (ns)"].sum()) == int((table["GPU (ns)"] + table["Launch (ns)"]).sum()) + int(
         nodes.filter("on_path")["cpu"].sum()
     )
+
+
+@pytest.mark.parametrize(
+    "path", [PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite", KINETO / "trace_filter__sampled_rank-0.json.gz"]
+)
+def test_iterations_carry_each_steps_verdict(path):
+    """`kview iterations` takes each iteration's verdict from the step of its own process."""
+    from kview.analysis.iterations import iteration_table
+    from kview.analysis.ranks import make_run
+    from kview.cli import run_tables
+
+    trace = open_trace(path, use_cache=False)
+    run = make_run([trace])
+    table = run_tables(run, "iterations")["iterations"]
+    assert table.drop("CPU share (%)", "Bound by").equals(iteration_table(run))
+    steps = cp.step_table(trace)
+    assert table["Bound by"].null_count() == 0
+    for row in table.iter_rows(named=True):
+        if run.units.height > 1:  # one export of several processes: the rank's own process
+            gpid = run.units.filter(pl.col("rank") == row["Rank"])["global_pid"][0]
+            mine = steps.filter(pl.col("PID") == (gpid >> 24) % (1 << 24))
+        else:
+            mine = steps.filter(pl.col("Step") == row["Step"])
+        assert mine.height == 1
+        assert (row["CPU share (%)"], row["Bound by"]) == (mine["CPU share (%)"][0], mine["Bound by"][0])
+    assert steps["PID"].n_unique() == run.units.height

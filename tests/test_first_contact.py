@@ -34,6 +34,7 @@ COMMANDS = [
     ["ranks", "-f", "json"],
     ["timeline", "--width", "100"],
     ["launches", "-f", "json"],
+    ["critical-path", "-f", "json"],
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from test_tui import loaded, screen_text
 
+from kview.analysis import critical_path as cp
 from kview.analysis import launches as la
 from kview.analysis.overview import launch_findings
 from kview.trace import open_trace
@@ -29,6 +30,12 @@ async def test_launches_view_cycles_the_tables_of_kview_launches():
         await pilot.press("t", "t")
         assert table.frame.equals(la.launch_stats(trace, "Op"))
         assert "Launch cost and delay by the CPU op" in screen_text(app)
+        await pilot.press("t", "t")
+        assert table.frame.equals(cp.step_table(trace))
+        await pilot.press("t")
+        assert table.frame.equals(cp.top_ops(trace))
+        shown = app.view("overview").data.overview.critical_path
+        assert shown["Bound by"].to_list() == cp.step_table(trace)["Bound by"].to_list() == ["CPU-bound"] * 2
         findings = app.view("overview").data.overview.findings
         assert [f for f in findings if f.startswith("Host-bound")] == launch_findings(trace)
         assert launch_findings(trace) and "key 0" in launch_findings(trace)[0]

@@ -572,6 +572,7 @@ def cmd_overview(args) -> int:
         "Top kernels": o.top_kernels,
         "Top CPU ops": o.cpu_ops,
         "Ranks": o.ranks,
+        "Critical path by step": o.critical_path,
         "Findings": pl.DataFrame({"Finding": o.findings}),
     }
     # findings are sentences: bullets in a terminal rather than a truncated table cell
@@ -804,9 +805,10 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
 def run_tables(run, command: str) -> dict:
     """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
     if command == "iterations":
+        from kview.analysis.critical_path import with_bound_by
         from kview.analysis.iterations import iteration_stats, iteration_table
 
-        return {"iterations": iteration_table(run), "statistics": iteration_stats(run)}
+        return {"iterations": with_bound_by(run, iteration_table(run)), "statistics": iteration_stats(run)}
     from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
     from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import rank_table

@@ -2,7 +2,7 @@
 from its end, and whether the CPU or the GPU held it.
 
 A step is a step range (iterations.step_instances; the whole trace when it has none); its GPU
-ops are those whose launch call started inside it. Each op waited for the latest of:
+ops are those its process launched inside it (the ranks of one export keep their own steps). Each op waited for the latest of:
 - the op before it on its stream (a GPU edge: the gap between them counts as GPU time);
 - the op of another stream of the device that ended last before it started, when that ended
   after the op before it on its own stream (a cross-stream edge: an event the stream waited on,
@@ -26,12 +26,15 @@ import polars as pl
 
 from kview.analysis.iterations import step_instances
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
+from kview.analysis.ranks import Run
 from kview.derived import derived
+from kview.io.schema import PID_MASK, pid_of
 from kview.trace import Trace
 
 STEP_COLUMNS = pl.Schema(
     {
         "Step": pl.String,
+        "PID": pl.Int64,
         "Start (ns)": pl.Int64,
         "Length (ns)": pl.Int64,
         "GPU (ns)": pl.Int64,
@@ -44,42 +47,40 @@ STEP_COLUMNS = pl.Schema(
 )
 
 
+WINDOW_SCHEMA = pl.Schema(
+    {
+        "step": pl.Int64,
+        "label": pl.String,
+        "global_tid": pl.Int64,
+        "pid": pl.Int64,
+        "w_start": pl.Int64,
+        "w_end": pl.Int64,
+    }
+)
+
+
 def _windows(trace: Trace) -> pl.DataFrame:
-    """step, label, global_tid, w_start, w_end: the steps, else the whole trace as one."""
+    """step, label, global_tid, pid, w_start, w_end: the steps (each owns the work its own
+    process launched inside it), else per process the span of its launches."""
     s = step_instances(trace)
     if s.height:
-        return (
-            s.sort("start")
-            .with_row_index("step")
-            .select(
-                pl.col("step").cast(pl.Int64),
-                "label",
-                "global_tid",
-                pl.col("start").alias("w_start"),
-                pl.col("end").alias("w_end"),
-            )
+        w = s.select(
+            "label",
+            "global_tid",
+            (pl.col("global_tid") & PID_MASK).alias("pid"),
+            pl.col("start").alias("w_start"),
+            pl.col("end").alias("w_end"),
         )
-    lt = launches(trace).filter(pl.col("r_start").is_not_null())
-    if lt.height == 0:
-        return pl.DataFrame(
-            schema={
-                "step": pl.Int64,
-                "label": pl.String,
-                "global_tid": pl.Int64,
-                "w_start": pl.Int64,
-                "w_end": pl.Int64,
-            }
+    else:
+        lt = launches(trace).filter(pl.col("r_start").is_not_null())
+        w = lt.group_by((pl.col("global_tid") & PID_MASK).alias("pid")).agg(
+            pl.lit("(whole trace)").alias("label"),
+            pl.lit(None, dtype=pl.Int64).alias("global_tid"),
+            pl.col("r_start").min().alias("w_start"),
+            pl.col("r_start").max().alias("w_end"),
         )
-    return pl.DataFrame(
-        {
-            "step": [0],
-            "label": ["(whole trace)"],
-            "global_tid": [None],
-            "w_start": [int(lt["r_start"].min())],  # type: ignore[arg-type]
-            "w_end": [int(lt["r_start"].max())],  # type: ignore[arg-type]
-        },
-        schema={"step": pl.Int64, "label": pl.String, "global_tid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64},
-    )
+    w = w.sort("w_start", "pid").with_row_index("step").with_columns(pl.col("step").cast(pl.Int64))
+    return w.select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA)
 
 
 @derived
@@ -88,10 +89,20 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     (gpu, cpu, launch ns), `on_path` marking the ops on its step's critical path; and per step
     its end node and the CPU time after it (tail)."""
     w = _windows(trace)
-    lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    lt = (
+        launches(trace)
+        .filter(pl.col("r_start").is_not_null())
+        .with_columns((pl.col("global_tid") & PID_MASK).alias("pid"))
+    )
     ops = (
         lt.sort("r_start")
-        .join_asof(w.sort("w_start").select("step", "w_start", "w_end"), left_on="r_start", right_on="w_start")
+        .join_asof(
+            w.sort("w_start").select("step", "pid", "w_start", "w_end"),
+            left_on="r_start",
+            right_on="w_start",
+            by="pid",
+            check_sortedness=False,
+        )
         .filter(pl.col("step").is_not_null() & (pl.col("r_start") <= pl.col("w_end")))
         .sort("step", "device", "stream", "start", "Idx")
         .with_row_index("node")
@@ -153,10 +164,11 @@ def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     call's end), b_node and b_gpu_end (the op that ended last before the call returned, having
     ended after the call started)."""
     calls = api_calls(trace).filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS]))
-    w = _windows(trace).select("step", "w_start", "w_end")
+    w = _windows(trace).select("step", "pid", "w_start", "w_end")
     calls = (
-        calls.sort("end")
-        .join_asof(w.sort("w_start"), left_on="end", right_on="w_start")
+        calls.with_columns((pl.col("global_tid") & PID_MASK).alias("pid"))
+        .sort("end")
+        .join_asof(w.sort("w_start"), left_on="end", right_on="w_start", by="pid", check_sortedness=False)
         .filter(pl.col("step").is_not_null() & (pl.col("end") <= pl.col("w_end")))
     )
     ends = ops.select("step", pl.col("end").alias("b_gpu_end"), pl.col("node").alias("b_node")).sort("b_gpu_end")
@@ -226,11 +238,16 @@ def step_table(trace: Trace) -> pl.DataFrame:
         .group_by("step")
         .agg(pl.col("gpu").sum(), pl.col("cpu").sum(), pl.col("launch").sum(), pl.len().alias("n"))
     )
-    t = steps.join(on, on="step", how="left").with_columns(pl.col("gpu", "cpu", "launch", "n").fill_null(0))
+    t = (
+        steps.join(on, on="step", how="left")
+        .join(_windows(trace).select("step", "pid"), on="step", how="left")
+        .with_columns(pl.col("gpu", "cpu", "launch", "n").fill_null(0))
+    )
     cpu = pl.col("cpu") + pl.col("tail")
     host = cpu + pl.col("launch")
     return t.select(
         pl.col("label").alias("Step"),
+        pid_of(pl.col("pid")).alias("PID"),
         (pl.col("w_start") - trace.origin).alias("Start (ns)"),
         pl.col("length").alias("Length (ns)"),
         pl.col("gpu").alias("GPU (ns)"),
@@ -269,3 +286,44 @@ def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
         .sort(["On path (ns)", "Kind", "Name"], descending=[True, False, False])
     )
     return out.head(top) if top else out
+
+
+def step_verdicts(trace: Trace) -> pl.DataFrame:
+    """pid, label, w_start, CPU share (%) and Bound by of each step, for the iteration table."""
+    _, steps = path_nodes(trace)
+    w = _windows(trace).select("step", "pid")
+    t = step_table(trace).select("CPU share (%)", "Bound by")
+    return pl.concat([steps.select("step", "label", "w_start"), t], how="horizontal").join(w, on="step").drop("step")
+
+
+def with_bound_by(run: Run, table: pl.DataFrame) -> pl.DataFrame:
+    """The iteration table (iterations.iteration_table) with each iteration's critical path
+    share on the CPU and its verdict (null where no step range of its rank matches it)."""
+    from kview.analysis.iterations import iteration_windows
+
+    parts = []
+    for i, t in enumerate(run.traces):
+        units = run.units.filter(pl.col("trace") == i)
+        if units.height == 0:
+            continue
+        v = step_verdicts(t)
+        if units.height == 1:
+            v = v.with_columns(pl.lit(units["rank"][0], dtype=pl.Int64).alias("rank"))
+        else:
+            v = v.join(units.select(pl.col("global_pid").alias("pid"), "rank"), on="pid", how="inner")
+        parts.append(v.select("rank", "label", "w_start", "CPU share (%)", "Bound by"))
+    cols = {"CPU share (%)": pl.Float64, "Bound by": pl.String}
+    if not parts:
+        return table.with_columns(*[pl.lit(None, dtype=d).alias(c) for c, d in cols.items()])
+    v = pl.concat(parts)
+    w = iteration_windows(run)
+    stepped = w.filter(pl.col("Iteration").is_not_null()).join(
+        v, left_on=["rank", "start"], right_on=["rank", "w_start"], how="inner"
+    )
+    whole = w.filter(pl.col("Iteration").is_null()).join(
+        v.filter(pl.col("label") == "(whole trace)"), on="rank", how="inner"
+    )
+    got = pl.concat([x.select(pl.col("rank").alias("Rank"), "Iteration", *cols) for x in (stepped, whole)]).unique(
+        ["Rank", "Iteration"], keep="first"
+    )
+    return table.join(got, on=["Rank", "Iteration"], how="left", nulls_equal=True, maintain_order="left")

@@ -29,6 +29,7 @@ class Overview:
     findings: list[str] = field(default_factory=list)
     cpu_ops: pl.DataFrame = field(default_factory=pl.DataFrame)  # top CPU ops, for traces without GPU work
     ranks: pl.DataFrame = field(default_factory=pl.DataFrame)  # per rank, when the trace holds several
+    critical_path: pl.DataFrame = field(default_factory=pl.DataFrame)  # per step: its critical path, bound by
 
 
 def time_zero(trace: Trace) -> str:
@@ -216,8 +217,11 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                 f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
                 f"host; prefer the Async variants on a stream."
             )
+    steps = pl.DataFrame()
     if ops.height:
         findings += launch_findings(trace)
+        steps, line = critical_path_section(trace)
+        findings += [line] if line else []
     least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
     if least is not None and least < 50:
         findings.append(
@@ -239,7 +243,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         findings.insert(1 if bad else 0, note)
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
-    return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks)
+    return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks, steps)
 
 
 def launch_findings(trace: Trace) -> list[str]:
@@ -257,6 +261,33 @@ def launch_findings(trace: Trace) -> list[str]:
         + f". The Launches view (key 0) and `kview launches {trace.name}` show the gaps and the CPU call "
         f"around each."
     ]
+
+
+CRITICAL_PATH_STEPS = 20  # steps the Overview lists (`kview critical-path` has every one)
+
+
+def critical_path_section(trace: Trace) -> tuple[pl.DataFrame, str]:
+    """The first steps' critical path (length, CPU share, bound by) and a finding saying how
+    many steps the CPU held, pointing at key 0 and `kview critical-path`."""
+    from kview.analysis.critical_path import step_table
+
+    t = step_table(trace)
+    if t.height == 0:
+        return t, ""
+    n_cpu = int((t["Bound by"] == "CPU-bound").sum())
+    length = int(t["Length (ns)"].sum())
+    host = int((t["CPU (ns)"] + t["Launch (ns)"]).sum())
+    line = (
+        f"Critical path: {n_cpu} of {t.height} step(s) CPU-bound; the CPU and launches hold "
+        f"{host * 100 / length:.0f}% of the steps' critical paths ({fmt_ns(host)} of {fmt_ns(length)}). "
+        f"The Launches view (key 0, t) and `kview critical-path {trace.name}` list the ops on them."
+        if length
+        else ""
+    )
+    shown = t.select("Step", "PID", "Length (ns)", "GPU (ns)", "CPU (ns)", "Launch (ns)", "CPU share (%)", "Bound by")
+    if shown["PID"].n_unique() < 2:
+        shown = shown.drop("PID")
+    return shown.head(CRITICAL_PATH_STEPS), line
 
 
 RANK_COLUMNS = ("Rank", "Iterations", "Wall (ns)", "Busy (% of wall)", "Exposed comm (ns)", "Exposed (% of comm)")

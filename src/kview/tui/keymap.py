@@ -127,7 +127,12 @@ VIEW_KEYS = {
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],
     "launches": [
-        Key("t", "cycle_table", "Next table: idle gaps, launch cost and delay by kernel, by op, queue length", "table"),
+        Key(
+            "t",
+            "cycle_table",
+            "Next table: idle gaps, launch cost and delay by kernel and op, queue length, critical path",
+            "table",
+        ),
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
         Key("S", "sort(True)", "Sort by the column under the cursor, descending", "sort"),
     ],

@@ -172,6 +172,7 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
 
 def launches(trace: Trace) -> LaunchesReady:
     """The tables of `kview launches` (its defaults), for the Launches view."""
+    from kview.analysis import critical_path as cp
     from kview.analysis import launches as la
 
     return LaunchesReady(
@@ -181,6 +182,8 @@ def launches(trace: Trace) -> LaunchesReady:
             "kernels": la.launch_stats(trace, "Kernel"),
             "ops": la.launch_stats(trace, "Op"),
             "queue": la.queue_summary(trace),
+            "critical path": cp.step_table(trace),
+            "path ops": cp.top_ops(trace),
         }
     )
 

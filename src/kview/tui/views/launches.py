@@ -1,7 +1,8 @@
 """Launches: why the GPU waited. Idle time of each stream split by cause (the host launched
 late, it was waiting in a synchronization, another stream, the GPU's own gap), the longest idle
 gaps with the CPU call around each, launch cost and delay by kernel and by CPU op, and each
-stream's queue length; `t` moves between them. The tables of `kview launches`."""
+stream's queue length, and each step's critical path with the ops on it; `t` moves between them.
+The tables of `kview launches` and `kview critical-path`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ TABLES = {
     "kernels": "Launch cost (the call) and launch delay (call end to start) by kernel",
     "ops": "Launch cost and delay by the CPU op that launched",
     "queue": "Queue length by stream (ops launched, not started)",
+    "critical path": "Critical path of each step: GPU, CPU and launch time on it, CPU- or GPU-bound",
+    "path ops": "What the steps' critical paths spend their time in",
 }
 
 

@@ -130,6 +130,8 @@ class OverviewView(View):
             )
         if o.ranks.height:  # several processes or GPUs: the ranks of one run (the Ranks view has more)
             parts.append(Section("Ranks", o.ranks))
+        if o.critical_path.height:  # per step: CPU- or GPU-bound (the Launches view, key 0, has the ops on it)
+            parts.append(Section("Critical path by step", o.critical_path))
         if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
             parts.append(Section("Top CPU ops (self time)", o.cpu_ops))
         parts.append(
