@@ -1219,7 +1219,7 @@ BY_NAME = {c.name: c for c in COMMANDS}
 def build_parser() -> argparse.ArgumentParser:
     from kview import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kview",
         description="Terminal explorer for GPU traces.",
         epilog="kview [TRACE ...] opens the explorer (no argument: the bundled sample trace).",
@@ -1238,6 +1238,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         c.options(p)
         p.set_defaults(cmd=c)
+        _SUBPARSERS[c.name] = p
     return parser
 
 
@@ -1264,6 +1265,49 @@ def _command_name(argv: list[str]) -> str | None:
         return ""
     words = [w for w in rest if not w.startswith("-")]
     return words[0] if words and words[0] in BY_NAME else None
+
+
+def _misspelt_command(argv: list[str]) -> str | None:
+    """The error line for `kview kernal T`: a first word that is no file, no trace name, but
+    close to a command's name, is a command mistyped rather than a trace that is missing."""
+    import difflib
+
+    words = [w for w in argv if not w.startswith("-")]
+    if not words or len(words) < 2 and not words[0].isalpha():
+        return None
+    word = words[0]
+    if os.path.lexists(word) or "/" in word or "." in word:
+        return None
+    close = difflib.get_close_matches(word, list(BY_NAME), n=1, cutoff=0.6)
+    if not close:
+        return None
+    return f"kview: {word!r} is no command and no file (did you mean `kview {close[0]}`? `kview --help` lists the commands)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for an option it does not know (`--fliter`: did you mean
+    `--filter`?), on one line."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            import difflib
+
+            cmd = getattr(ns, "cmd", None)
+            known = _option_strings(self) + (_option_strings(_SUBPARSERS[cmd.name]) if cmd else [])
+            flag = next((e.split("=", 1)[0] for e in extra if e.startswith("-")), None)
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag else []
+            where = f"kview {cmd.name}" if cmd else "kview"
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            self.exit(2, f"{where}: unknown argument {' '.join(extra)!r}{hint}; `{where} --help` lists them\n")
+        return ns
+
+
+_SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
 
 
 def run_tui(args: argparse.Namespace) -> int:
@@ -1347,6 +1391,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         name = _command_name(argv)
     if name is None:  # the explorer: its errors are shown in it, or are tracebacks of kview's bugs
+        typo = _misspelt_command(argv)
+        if typo:
+            print(typo, file=sys.stderr)
+            return 2
         args = _tui_parser().parse_args(argv)
         try:
             if args.max_memory is not None:

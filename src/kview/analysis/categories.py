@@ -188,3 +188,7 @@ def category_of(name: str) -> str:
     """The category of one kernel name by its name alone ("other" when no rule matches)."""
     got = name_categories(pl.Series([name]))["name_category"][0]
     return got or "other"
+
+
+# every category a kernel table can hold: the named ones, copies and memsets, and the rest
+CATEGORIES = tuple(dict.fromkeys([c for c, _ in RULES] + ["memcpy", "memset", "other"]))

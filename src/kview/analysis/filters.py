@@ -2,7 +2,10 @@ r"""The kernel filter language, shared by `kview kernels --filter` and the TUI's
 
     gemm                 bare word: kernel name matches (case-insensitive regex)
     dir:bprop            field:value on dir, layer, op, cat, range, stream, device, kernel
-    dur>50us  dur<=2ms   comparisons on dur, start, grid, block, idx, flops, tflops
+                         (dir: and cat: take a known value or its start; layer: matches whole
+                         `:` segments, so layer:layer_1 is not layer_10)
+    dur>50us  dur<=2ms   comparisons (<, <=, >, >=, ==, !=) on dur, start, grid, block, idx,
+                         flops, tflops
                          (units ns, us, ms, s for times; `dur > 1ms` with spaces reads the same)
     -cat:memcpy          a leading '-' negates a term; terms combine with AND
     layer:"Enc_0:Attn"   quotes keep spaces together; backslashes are kept (layer:^layer_\d+$)
@@ -18,6 +21,8 @@ from __future__ import annotations
 import re
 
 import polars as pl
+
+from kview.analysis.categories import CATEGORIES
 
 
 class FilterError(ValueError):
@@ -59,7 +64,8 @@ TEXT_FIELDS = {
     "kernel": "Kernel",
     "params": "Params",
 }
-EXACT_FIELDS = {"dir", "cat"}
+# fields with a closed set of values: a value that starts none of them is an error, not silence
+EXACT_FIELDS = {"dir": ("fprop", "bprop", "optim"), "cat": CATEGORIES}
 INT_FIELDS = {"stream": "Stream", "device": "Device"}
 UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 # grid and block compare their total thread-block / thread counts (hidden _grid, _block columns)
@@ -73,7 +79,7 @@ NUMERIC = {
     "block": "_block",
 }
 COMPARE = re.compile(
-    r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=)\s*(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(?P<unit>[a-zµ]*)$",
+    r"^(?P<field>[a-z]+)\s*(?P<op><=|>=|==|!=|<|>|=(?!=))\s*(?P<num>[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*(?P<unit>[a-zµ]*)$",
     re.IGNORECASE,
 )
 FIELDS_HELP = "dir, layer, op, cat, range, stream, device, kernel, params; comparisons on " + ", ".join(NUMERIC)
@@ -146,6 +152,11 @@ def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
     m = COMPARE.match(body)
     if m:
         field, op, num, unit = m["field"].lower(), m["op"], float(m["num"]), m["unit"].lower()
+        if op == "=":  # one `=` reads as equality in some tools and assignment in others: say which exists
+            raise FilterError(
+                f"no operator '=' in {body!r}: comparisons are <, <=, >, >=, ==, != "
+                f"(e.g. {field}=={m['num']}{m['unit']}, or {field}>={m['num']}{m['unit']})"
+            )
         if field not in NUMERIC:
             raise FilterError(f"cannot compare {field!r} (numbers: {', '.join(NUMERIC)})")
         if unit:
@@ -173,7 +184,13 @@ def term(text: str, regexes: list[tuple[str, str]] | None = None) -> pl.Expr:
             except ValueError:
                 raise FilterError(f"{field}: takes a number, not {value!r}") from None
         elif field in EXACT_FIELDS:
+            known = EXACT_FIELDS[field]
+            if not any(k.startswith(value.lower()) for k in known):
+                raise FilterError(f"{field}:{value} matches nothing ({field}: takes {', '.join(known)})")
             e = pl.col(TEXT_FIELDS[field]).str.to_lowercase().str.starts_with(value.lower())
+        elif field == "layer":  # whole segments of the `:`-joined path: layer_1 is not layer_10
+            _regex(value, regexes)  # the value alone must be a pattern
+            e = pl.col("Layer").str.contains(f"(?i)(?:^|:)(?:{value})(?::|$)")
         else:
             e = pl.col(TEXT_FIELDS[field]).str.contains(_regex(value, regexes))
     elif re.match(r"^[a-z]+:", body, re.IGNORECASE) and not body.startswith(("http:", "std:")):

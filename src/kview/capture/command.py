@@ -74,12 +74,32 @@ def _shebang_python(exe: str) -> str:
     return sys.executable
 
 
+def _script(path: str) -> str:
+    """`path` when it is a file; else CommandError naming it and the nearest .py beside it
+    (`tran.py`: did you mean train.py?), before anything runs."""
+    if Path(path).is_file():
+        return path
+    import difflib
+
+    folder = Path(path).parent
+    try:
+        near = sorted(p.name for p in folder.iterdir() if p.suffix == ".py")
+    except OSError:
+        near = []
+    close = difflib.get_close_matches(Path(path).name, near, n=1, cutoff=0.6)
+    hint = (
+        f" (did you mean {shlex.quote(str(folder / close[0]) if str(folder) != '.' else close[0])}?)" if close else ""
+    )
+    what = "is a folder, not a script" if Path(path).is_dir() else "no such script"
+    raise CommandError(f"{shlex.quote(path)}: {what}{hint}")
+
+
 def parse(cmd: list[str]) -> Program:
     if not cmd:
         raise CommandError("no command after `--` (e.g. kview capture -o run.sqlite -- python train.py)")
     head = cmd[0]
     if head.endswith(".py"):
-        return Program([sys.executable], False, head, cmd[1:])
+        return Program([sys.executable], False, _script(head), cmd[1:])
     if Path(head).name == "torchrun":
         return _torchrun([head], cmd[1:], _shebang_python(head))
     if not _is_python(head):
@@ -104,7 +124,7 @@ def parse(cmd: list[str]) -> Program:
         if rest[1] in ("torch.distributed.run", "torch.distributed.launch"):
             return _torchrun([head, *opts, "-m", rest[1]], rest[2:], head)
         return Program([head, *opts], True, rest[1], rest[2:])
-    return Program([head, *opts], False, rest[0], rest[1:])
+    return Program([head, *opts], False, _script(rest[0]), rest[1:])
 
 
 def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
@@ -123,7 +143,7 @@ def _torchrun(launcher: list[str], rest: list[str], python: str) -> Program:
     if at is None:
         raise CommandError(f"cannot find the training script in `torchrun {shlex.join(rest)}`")
     opts = [o for o in rest[:at] if o not in ("-m", "--module")]
-    return Program(launcher, ns.module, script, args, opts, True, python)
+    return Program(launcher, ns.module, script if ns.module else _script(script), args, opts, True, python)
 
 
 def nsys_options(shapes: bool, window: bool, memory: bool = False) -> list[str]:

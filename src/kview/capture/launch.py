@@ -16,6 +16,15 @@ def run_target(argv: list[str]) -> None:
         module, args = argv[1], argv[2:]
         sys.argv = [module, *args]
         sys.path[0] = os.getcwd()
+        try:  # a misspelt module is one line, as `python -m` says it, not runpy's traceback
+            import importlib.util
+
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            print(f"kview capture: no module named {module!r} (as `python -m {module}` would say)", file=sys.stderr)
+            sys.exit(2)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
         script, args = argv[0], argv[1:]
