@@ -1226,7 +1226,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_trace_flags(True), _document_flags(True)],
     )
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser)
     shared = [_trace_flags(False), _document_flags(False)]
     for c in COMMANDS:
         p = sub.add_parser(
@@ -1288,7 +1288,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with a suggestion for an option it does not know (`--fliter`: did you mean
     `--filter`?), on one line."""
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         ns, extra = self.parse_known_args(args, namespace)
         if extra:
             import difflib
