@@ -94,19 +94,37 @@ def test_unknown_gpu_and_the_gpu_flag():
     assert device_gpus(pl.DataFrame({"id": [0], "name": ["NVIDIA H100 PCIe"]}))["GPU"][0] == "H100 PCIe"
 
 
+def _operand_bytes(params: str) -> int:
+    """FP32 bytes of a GEMM's two operands and its result, from `kview kernels`' Params."""
+    nums = [[int(x) for x in g.split(",") if x] for g in re.findall(r"=\(?([\d,]+)\)?", params)]
+    if params.startswith("M="):  # linear / mm: M, N (maybe a shape), K
+        m, n, k = nums[0][0], 1, nums[2][0]
+        for d in nums[1]:
+            n *= d
+        return 4 * (m * k + k * n + m * n)
+    assert params.startswith("A="), params  # matmul: the two shapes
+    a, b = nums
+    size = 1
+    for d in a:
+        size *= d
+    other = 1
+    for d in b:
+        other *= d
+    return 4 * (size + other + size // a[-1] * b[-1])
+
+
 def _kept(rows, peak, bw):
-    """kview's estimates a kernel could reach in its time (the rest is left out, as documented)."""
+    """kview's estimates an op could reach in its time; an op whose FLOPs or bytes could not
+    loses both (as documented). GEMMs carry their operands' bytes."""
     out = []
     for r in rows:
         d, f, b = r["Duration (ns)"], r["FLOPs"], r["Bytes"]
+        if r["Category"] == "gemm" and f is not None and b is None:
+            b = _operand_bytes(r["Params"])
         host = re.match(r"^\[CUDA memcpy (Host|Device-to-Host)", r["Kernel"])
-        out.append(
-            {
-                **r,
-                "f": f if f is not None and f * 1e9 <= peak * d else None,
-                "b": b if b is not None and not host and b * 1e9 <= bw * d else None,
-            }
-        )
+        b = None if host else b
+        fits = (f is None or f * 1e9 <= peak * d) and (b is None or b * 1e9 <= bw * d)
+        out.append({**r, "f": f if fits else None, "b": b if fits else None})
     return out
 
 
@@ -159,8 +177,12 @@ def test_kernel_rows_and_roofline(lm_rows):
     assert top["Category"] == "gemm" and top["Precision"] == "fp32" and top["Peak (TFLOP/s)"] == 67.0
     assert (top["Calls"], top["GPU Time (ns)"]) == (len(mine), time)
     assert top["TFLOP/s"] == round(flops / time / 1e3, 3) and top["MFU (%)"] == round(flops / (time * 67e3) * 100, 2)
+    # a GEMM with shapes: its operands' bytes place it on the roofline, above the ridge point
+    byts = sum(r["b"] for r in mine if r["b"] is not None)
+    assert top["Bytes"] == byts and top["AI (FLOP/B)"] == round(flops / byts, 3) and top["Bound"] == "compute"
+    assert top["Roofline (%)"] == round(top["TFLOP/s"] * 100 / 67.0, 2)
     # an elementwise kernel: both FLOPs and bytes, so a place on the roofline
-    ew = got.filter(pl.col("Bound").is_not_null()).row(0, named=True)
+    ew = got.filter(pl.col("Bound").is_not_null() & (pl.col("Category") == "elementwise")).row(0, named=True)
     mine = [r for r in rows if r["Kernel"] == ew["Kernel"]]
     f = sum(r["f"] for r in mine if r["f"] is not None)
     b = sum(r["b"] for r in mine if r["b"] is not None)
@@ -226,3 +248,12 @@ def test_every_format_and_the_peaks_table(tmp_path):
     assert p.returncode == 0 and pl.read_csv(p.stdout.encode()).height == PEAKS.height
     p = kview("efficiency", KINETO / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "-f", "json")
     assert p.returncode == 0  # a trace without kernels opens
+
+
+def test_gemm_operand_bytes():
+    assert eff.gemm_bytes("M=768,N=(4,256),K=3072", "fp32") == 4 * (768 * 3072 + 3072 * 1024 + 768 * 1024)
+    assert eff.gemm_bytes("B=2,M=3,N=4,K=5", "bf16") == 2 * 2 * (3 * 5 + 5 * 4 + 3 * 4)
+    assert eff.gemm_bytes("A=(4,12,256,64),B=(64,256)", "16-bit?") == 2 * (
+        4 * 12 * 256 * 64 + 64 * 256 + 48 * 256 * 256
+    )
+    assert eff.gemm_bytes("[4,256];[768]", "fp32") is None and eff.gemm_bytes(None, "fp32") is None

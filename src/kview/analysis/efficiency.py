@@ -3,7 +3,8 @@ category and step, and the FP32 GEMMs that could run on tensor cores.
 
 Built on the attributed table's FLOPs and Bytes (what kview models: GEMMs from their op's
 shapes, elementwise ops from their element count; bytes of device-side copies and elementwise
-ops) and on the peaks of the GPU the trace ran on (gpu_peaks). Each kernel is measured against
+ops; for a GEMM with shapes, the bytes of its operands and result, each once: the least it
+moves) and on the peaks of the GPU the trace ran on (gpu_peaks). Each kernel is measured against
 the peak of its own precision, read from its name (`bf16`, `f16`, `tf32`, `e4m3`, `sgemm`/`ffma`,
 AMD Tensile's data-type field); a tensor-core kernel whose name does not say (cuBLASLt `nvjet_*`)
 is taken as 16-bit, any other as FP32, and the Precision column marks that with `?`. An op's
@@ -21,6 +22,7 @@ and compute above, and Roofline (%) = achieved / min(peak, AI x bandwidth).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -67,6 +69,42 @@ def precision_of(names: pl.Series) -> pl.DataFrame:
     )
 
 
+_ELEMENT = {"fp8": 1, "bf16": 2, "fp16": 2, "16-bit?": 2}  # bytes per element; FP32 and TF32: 4
+
+
+def _prod(text: str) -> int:
+    out = 1
+    for v in text.strip("()").split(","):
+        out *= int(v)
+    return out
+
+
+def gemm_bytes(params: str | None, precision: str | None) -> int | None:
+    """The bytes of a GEMM's operands and result, each once, from attribution's Params
+    (`M=768,N=(4,256),K=768` of linear, `M=,N=,K=` of mm, `B=,M=,N=,K=` of bmm, `A=(..),B=(..)`
+    of matmul); None for any other text."""
+    size = _ELEMENT.get(precision or "", 4)
+    if params is None:
+        return None
+    m = re.fullmatch(r"M=(\d+),N=(\(?[\d,]+\)?),K=(\d+)", params)
+    if m:  # linear: X (N x K), W (M x K), Y (N x M); mm: A (M x K), B (K x N), C (M x N): the same sum
+        mm, n, k = int(m[1]), _prod(m[2]), int(m[3])
+        return (mm * k + k * n + mm * n) * size
+    m = re.fullmatch(r"B=(\d+),M=(\d+),N=(\d+),K=(\d+)", params)
+    if m:
+        b, mm, n, k = (int(x) for x in m.groups())
+        return b * (mm * k + k * n + mm * n) * size
+    m = re.fullmatch(r"A=(\([\d,]+\)|\d+),B=(\([\d,]+\)|\d+)", params)
+    if m:
+        a_dims = [int(v) for v in m[1].strip("()").split(",")]
+        b_dims = [int(v) for v in m[2].strip("()").split(",")]
+        if len(a_dims) < 2 or len(b_dims) < 2:
+            return None
+        batch = _prod(",".join(map(str, a_dims[:-2]))) if len(a_dims) > 2 else 1
+        return (_prod(m[1]) + _prod(m[2]) + batch * a_dims[-2] * b_dims[-1]) * size
+    return None
+
+
 def peak_lookup(gpus: pl.DataFrame) -> pl.DataFrame:
     """Device -> GPU and each precision's peak (FLOP/s) and bandwidth (B/s)."""
     p = PEAKS.select(
@@ -102,7 +140,9 @@ def trace_gpus(trace: Trace, override: str | None = None) -> pl.DataFrame:
 def kernel_efficiency(trace: Trace, override: str | None = None) -> pl.DataFrame:
     """Per GPU op: Idx, Kernel, Category, Layer, Device, dur, FLOPs, Bytes (device-side only),
     precision (`?` when assumed), TC, peak (FLOP/s), bandwidth (B/s) and ideal (ns at peak)."""
-    a = attribute(trace).select("Idx", "Kernel", "Category", "Device", "Duration (ns)", "FLOPs", "Bytes", "TC")
+    a = attribute(trace).select(
+        "Idx", "Kernel", "Category", "Device", "Duration (ns)", "FLOPs", "Bytes", "TC", "Params"
+    )
     prec = precision_of(a["Kernel"])
     tc = pl.col("TC").fill_null(False)
     # a GEMM or attention kernel whose name does not say is assumed (marked `?`); other kernels
@@ -117,6 +157,16 @@ def kernel_efficiency(trace: Trace, override: str | None = None) -> pl.DataFrame
         .then(pl.lit("fp32?"))
         .alias("Precision"),
         tc.alias("tc"),
+    )
+    # a GEMM with shapes moves at least its three matrices once (the bytes its roofline needs)
+    gemm = (pl.col("Category") == "gemm") & pl.col("FLOPs").is_not_null() & pl.col("Bytes").is_null()
+    keys = a.filter(gemm).select("Params", "Precision").unique()
+    sizes = [gemm_bytes(p, q) for p, q in keys.iter_rows()]
+    keys = keys.with_columns(pl.Series("_gemm_bytes", sizes, dtype=pl.Int64))
+    a = (
+        a.join(keys, on=["Params", "Precision"], how="left", nulls_equal=True)
+        .with_columns(pl.when(gemm).then(pl.col("_gemm_bytes")).otherwise(pl.col("Bytes")).alias("Bytes"))
+        .drop("_gemm_bytes", "Params")
     )
     peaks = peak_lookup(trace_gpus(trace, override))
     a = a.join(peaks, on="Device", how="left")
@@ -142,16 +192,23 @@ def kernel_efficiency(trace: Trace, override: str | None = None) -> pl.DataFrame
     return (
         a.with_columns(peak.alias("peak"), pl.when(device_side).then(pl.col("Bytes")).alias("Bytes"))
         # an estimate the op could not have reached in its time (a backward helper kernel given
-        # its forward op's shapes) is left out rather than shown as more than the peak
+        # its forward op's shapes, a split-K reduction given its GEMM's) is left out, FLOPs and
+        # bytes together, rather than shown as more than the peak
         .with_columns(
-            pl.when(pl.col("peak").is_null() | (pl.col("FLOPs") * 1e9 <= pl.col("peak") * pl.col("Duration (ns)")))
-            .then(pl.col("FLOPs"))
-            .alias("FLOPs"),
-            pl.when(
-                pl.col("bandwidth").is_null() | (pl.col("Bytes") * 1e9 <= pl.col("bandwidth") * pl.col("Duration (ns)"))
-            )
-            .then(pl.col("Bytes"))
-            .alias("Bytes"),
+            (
+                (pl.col("peak").is_null() | (pl.col("FLOPs") * 1e9 <= pl.col("peak") * pl.col("Duration (ns)")))
+                .fill_null(True)
+                .and_(
+                    (
+                        pl.col("bandwidth").is_null()
+                        | (pl.col("Bytes") * 1e9 <= pl.col("bandwidth") * pl.col("Duration (ns)"))
+                    ).fill_null(True)
+                )
+            ).alias("_fits")
+        )
+        .with_columns(
+            pl.when("_fits").then(pl.col("FLOPs")).alias("FLOPs"),
+            pl.when("_fits").then(pl.col("Bytes")).alias("Bytes"),
         )
         .with_columns((pl.col("FLOPs").cast(pl.Float64) / pl.col("peak") * 1e9).alias("ideal"))
         .join(layer, on="Idx", how="left")
