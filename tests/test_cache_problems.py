@@ -238,3 +238,53 @@ def test_temporaries_of_killed_runs_are_removed_and_none_are_left(tmp_path):
     stale.write_bytes(b"half a file")
     assert kview("stats", FWD, "-r", "nvtx_sum", xdg=xdg).returncode == 0  # stores new frames
     assert leftovers(xdg) == []
+
+
+@pytest.mark.parametrize("what", ["folder", "fifo", "link to /dev/zero", "dangling link", "file as entry folder"])
+def test_a_non_file_in_place_of_a_cache_file_costs_that_entry_only(what, tmp_path):
+    """A folder (or FIFO, or link) where a cache file should be: one warning, the same answer,
+    and the next run uses the cache again without a word (it no longer turns the cache off)."""
+    xdg = tmp_path / "xdg"
+    t = tmp_path / "t.sqlite"
+    shutil.copy(FWD, t)
+    args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    assert kview(*args, xdg=xdg).returncode == 0
+    (entry,) = (xdg / "kview" / "frames").iterdir()
+    target = entry / "report.cuda_gpu_kern_sum.parquet"
+    if what == "file as entry folder":
+        shutil.rmtree(entry)
+        entry.write_text("x")
+    else:
+        target.unlink()
+        if what == "folder":
+            (target / "inner").mkdir(parents=True)
+        elif what == "fifo":
+            os.mkfifo(target)
+        elif what == "link to /dev/zero":
+            target.symlink_to("/dev/zero")
+        else:
+            target.symlink_to(tmp_path / "nowhere")
+    r = kview(*args, xdg=xdg)
+    assert r.returncode == 0 and r.stdout == without_cache(*args)
+    assert len(warnings(r)) <= 1
+    assert "cannot be used" not in r.stderr
+    again = kview(*args, xdg=xdg)
+    assert again.returncode == 0 and again.stdout == r.stdout and again.stderr == ""
+    assert target.is_file() and not target.is_symlink()
+
+
+def test_a_file_that_does_not_verify_is_dropped_and_rebuilt(tmp_path):
+    """A flip inside the Parquet bytes that Parquet itself would read as other numbers: the
+    checksum catches it before a byte is decoded."""
+    xdg = tmp_path / "xdg"
+    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    assert kview(*args, xdg=xdg).returncode == 0
+    (f,) = (xdg / "kview" / "frames").glob("*/report.cuda_gpu_kern_sum.parquet")
+    data = bytearray(f.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    f.write_bytes(bytes(data))
+    r = kview(*args, xdg=xdg)
+    assert r.returncode == 0 and r.stdout == without_cache(*args)
+    (w,) = warnings(r)
+    assert "damaged cache entry" in w
+    assert kview(*args, xdg=xdg).stderr == ""

@@ -8,17 +8,26 @@ An entry is keyed by the trace's resolved path and a cheap content fingerprint: 
 ctime and inode, plus for SQLite the header's change counter and a hash of the first, last and
 a few evenly spaced pages, for JSON a hash of its first and last 64 KiB (a .gz's last bytes are
 the content's CRC and length). An edit that keeps size and mtime changes the fingerprint, so it
-gets a new entry. Every file of an entry carries that fingerprint in its Parquet metadata and is
-checked against it when read, so a file copied in from another trace's entry is never served.
+gets a new entry. Every file of an entry carries that fingerprint and the key it answers in its
+Parquet metadata, checked when read, so a file copied in from another trace's entry is never
+served; and ends in a checksum of its bytes (CRC-32 and length after a magic), checked before
+Parquet reads a byte of it, so a damaged file is dropped and rebuilt (one warning), never read
+into wrong numbers or a decoder's panic. Anything not a regular file in the place of an entry (a
+folder, a link, a FIFO) is removed, or bypassed for that entry only when it cannot be.
 Files are written to a temporary and renamed into place; temporaries of killed runs are removed.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import os
 import shutil
+import stat
+import struct
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +46,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 SAMPLES = 8  # pages hashed between the first and the last
 JSON_EDGE = 1 << 16
 META_FINGERPRINT, META_KEY = "kview.fingerprint", "kview.key"
+# what follows the Parquet bytes of a cache file: magic, CRC-32 and length of those bytes
+TRAILER = struct.Struct("<8sIQ")
+MAGIC = b"kvcache\x01"
 
 
 def cache_root() -> Path:
@@ -123,6 +135,63 @@ def has(trace_path: Path, keys: list[str] | tuple[str, ...]) -> bool:
         return False
 
 
+def _not_a_file(f: Path, what: str) -> bool:
+    """Remove the non-file in the place of cache file `f` (True), or say it stays there and that
+    entry is bypassed (False); one warning either way."""
+    try:
+        if what == "folder":
+            shutil.rmtree(f)
+        else:
+            f.unlink()
+    except OSError as e:
+        warn_once(
+            f"{f} is a {what}, not a cache file, and cannot be removed ({e.strerror or e}); that entry is "
+            f"built from the trace in memory on every run"
+        )
+        return False
+    warn_once(f"a {what} in the place of a cache file was removed; the frames are rebuilt from the trace")
+    return True
+
+
+def _kind(mode: int) -> str:
+    return "folder" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "special file"
+
+
+def _read_verified(f: Path) -> bytes | None:
+    """The Parquet bytes of cache file `f` if its checksum holds; None when there is no file
+    (a non-file there is removed); ValueError when the bytes do not verify."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(f, flags)  # never follows a link, never waits on a FIFO
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            mode = os.lstat(f).st_mode
+        except OSError:
+            return None
+        if not stat.S_ISREG(mode):
+            _not_a_file(f, _kind(mode))
+            return None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # a folder (or a device) opens; Python's open() would refuse it
+        os.close(fd)
+        _not_a_file(f, _kind(st.st_mode))
+        return None
+    with open(fd, "rb", closefd=True) as fh:
+        if st.st_size < TRAILER.size:
+            raise ValueError("shorter than its checksum")
+        body = fh.read(st.st_size - TRAILER.size)
+        tail = fh.read(TRAILER.size)
+    if len(tail) != TRAILER.size:
+        raise ValueError("changed while read")
+    magic, crc, length = TRAILER.unpack(tail)
+    if magic != MAGIC or length != len(body) or zlib.crc32(body) != crc:
+        raise ValueError("checksum does not match")
+    return body
+
+
 def load(trace_path: Path, key: str) -> pl.DataFrame | None:
     """The cached frame `key` of this trace, or None (absent, unusable, or not this trace's)."""
     found = _entry(trace_path)
@@ -131,13 +200,22 @@ def load(trace_path: Path, key: str) -> pl.DataFrame | None:
     d, digest, _ = found
     f = d / f"{key}.parquet"
     try:
-        if not f.is_file():
+        body = _read_verified(f)
+        if body is None:
             return None
     except OSError as e:
-        _unusable(e)
+        if e.errno in (errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ELOOP):
+            _unusable(e)
+        else:  # EIO and friends on this file only
+            warn_once("a cache entry that cannot be read was ignored; the frames are rebuilt from the trace")
+            _drop(f)
+        return None
+    except ValueError:
+        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
+        _drop(f)
         return None
     try:
-        meta = pl.read_parquet_metadata(f)
+        meta = pl.read_parquet_metadata(io.BytesIO(body))
         if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
             warn_once(
                 "a cache entry that belongs to another trace or frame was ignored; the frames are "
@@ -145,10 +223,10 @@ def load(trace_path: Path, key: str) -> pl.DataFrame | None:
             )
             _drop(f)
             return None
-        return pl.read_parquet(f)
+        return pl.read_parquet(body)
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException:  # damaged or truncated (polars errors, OSError, pyo3 panics)
+    except BaseException:  # verified bytes polars cannot read (another kview's format): rebuilt
         warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
         _drop(f)
         return None
@@ -161,11 +239,24 @@ def _drop(f: Path) -> None:
         pass
 
 
+def _clear_way(p: Path, folder: bool = False) -> bool:
+    """Whether `p` is free for a file (or, with `folder`, is a folder or free for one): a
+    non-file (or a non-folder) there is removed first."""
+    try:
+        mode = os.lstat(p).st_mode
+    except FileNotFoundError:
+        return True
+    if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
+        return True
+    return _not_a_file(p, "file" if stat.S_ISREG(mode) else _kind(mode))
+
+
 def _new_entry(d: Path, resolved: str) -> None:
     """Create entry `d`, dropping older entries of the same trace (an edited or re-exported
     trace gets a new key; its old frames would otherwise stay forever)."""
     frames = d.parent
     frames.mkdir(parents=True, exist_ok=True)
+    _clear_way(d, folder=True)
     for other in frames.iterdir():
         try:
             if other != d and (other / "source").read_text() == resolved:
@@ -173,6 +264,8 @@ def _new_entry(d: Path, resolved: str) -> None:
         except OSError:
             continue
     d.mkdir(exist_ok=True)
+    if not _clear_way(d / "source"):
+        return
     with atomic_write.replacing(d / "source") as tmp:
         atomic_write.write_bytes(tmp, resolved.encode())
 
@@ -201,18 +294,31 @@ def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
     if found is None:
         return
     d, digest, resolved = found
+    f = d / f"{key}.parquet"
     try:
-        if not d.is_dir():
+        if not d.is_dir() or os.path.islink(d):
             _new_entry(d, resolved)
+        if not os.path.isdir(d) or not _clear_way(f):  # a non-file that stays: this entry is bypassed
+            return
         _sweep_temporaries(d)
-        with atomic_write.replacing(d / f"{key}.parquet") as tmp:
+        with atomic_write.replacing(f) as tmp:
             frame.write_parquet(
                 tmp, compression="lz4", statistics=False, metadata={META_FINGERPRINT: digest, META_KEY: key}
             )
+            _append_checksum(tmp)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # OSError, polars' ComputeError on a full disk, a folder in the way
         _unusable(e)
+
+
+def _append_checksum(tmp: Path) -> None:
+    crc, length = 0, 0
+    with open(tmp, "r+b") as fh:
+        while chunk := fh.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+            length += len(chunk)
+        fh.write(TRAILER.pack(MAGIC, crc, length))
 
 
 def clear() -> None:
