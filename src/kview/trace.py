@@ -229,7 +229,9 @@ def _sniff(p: Path) -> str:
     head = _head(p)
     if head.startswith(b"\x1f\x8b"):
         return "json"
-    if head.lstrip()[:1] in (b"{", b"["):
+    from kview.io.kineto_reader import looks_like_json
+
+    if looks_like_json(head):
         return "json"
     return "sqlite"
 

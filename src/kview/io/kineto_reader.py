@@ -18,8 +18,10 @@ microseconds is off by up to a few hundred ns), and end = start + duration.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
+import math
 import os
 import re
 import zlib
@@ -87,6 +89,29 @@ def _inflates_within(f, limit: int) -> bool:
             d = zlib.decompressobj(31)
 
 
+def decoded(raw: bytes) -> str:
+    """JSON text as RFC 8259 allows it to arrive: UTF-8 (a byte-order mark skipped) or UTF-16
+    (with a byte-order mark, or without one: a NUL beside the first character)."""
+    if raw.startswith(codecs.BOM_UTF8):
+        return raw[len(codecs.BOM_UTF8) :].decode("utf-8")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return raw.decode("utf-16")
+    if raw[:1] == b"\x00":
+        return raw.decode("utf-16-be")
+    if raw[1:2] == b"\x00":
+        return raw.decode("utf-16-le")
+    return raw.decode("utf-8")
+
+
+def looks_like_json(head: bytes) -> bool:
+    """Whether the first bytes of a file start a JSON document, in UTF-8 or UTF-16."""
+    for bom in (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        head = head.removeprefix(bom)
+    if b"\x00" in head[:2]:
+        head = head.replace(b"\x00", b"")
+    return head.lstrip()[:1] in (b"{", b"[")
+
+
 def _text(path: Path) -> str:
     """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
     limit, why = memory_budget.json_text_limit()
@@ -102,12 +127,12 @@ def _text(path: Path) -> str:
             if not gz:
                 if limit is not None and size > limit:
                     raise TraceError(path, memory_budget.too_large(limit, why))
-                return f.read().decode("utf-8")
+                return decoded(f.read())
             if limit is not None and size * MAX_DEFLATE_RATIO > limit and not _inflates_within(f, limit):
                 raise TraceError(path, memory_budget.too_large(limit, why))
             f.seek(0)
             raw = f.read()
-        return gzip.decompress(raw).decode("utf-8")
+        return decoded(gzip.decompress(raw))
     except (OSError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as e:
         raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
 
@@ -167,10 +192,16 @@ def _doc(path: Path, text: str, at: int, bare: bool) -> dict:
             if m:
                 try:
                     doc[key] = _DECODER.raw_decode(text, m.end())[0]
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # a header kview cannot read is one it does without
                     pass
     doc["traceEvents"] = _events(path, text, at, bare)
     return doc
+
+
+def _depth() -> int:
+    import sys
+
+    return sys.getrecursionlimit()
 
 
 def _events(path: Path, text: str, i: int, bare: bool):
@@ -187,6 +218,12 @@ def _events(path: Path, text: str, i: int, bare: bool):
             obj, i = _DECODER.raw_decode(text, i)
         except json.JSONDecodeError as e:
             raise TraceError(path, f"is not valid trace JSON ({e.msg} at character {e.pos})") from None
+        except RecursionError:  # the C decoder stops at the interpreter's depth limit: linear, bounded
+            raise TraceError(
+                path, f"is not a torch.profiler trace (an event nests deeper than {_depth()} levels)"
+            ) from None
+        except ValueError as e:  # an integer of more than Python's 4300 digits
+            raise TraceError(path, f"is not a torch.profiler trace ({str(e)[:80]})") from None
         yield obj
 
 
@@ -209,21 +246,39 @@ def ns_from_us_text(c: pl.Expr) -> pl.Expr:
     )
 
 
+ID_DIGITS = 19  # the most digits of an id kview keeps (a 64-bit integer)
+
+
 def _int(v) -> int | None:
-    """An id as Kineto writes it: 7, "7" (older traces quote thread ids) or "stream 7"."""
+    """An id as Kineto writes it: 7, "7" (older traces quote thread ids) or "stream 7"; None for
+    anything else, an id over 64 bits included. Linear in the text (no regex that could rescan
+    a long run of digits from each of its positions)."""
     if isinstance(v, int) and not isinstance(v, bool):
-        return v
+        return v if -(1 << 63) <= v < (1 << 63) else None
     if isinstance(v, str):
-        m = re.search(r"-?\d+$", v)
-        return int(m.group()) if m else None
+        head = v.rstrip("0123456789")
+        digits = len(v) - len(head)
+        if not digits or digits > ID_DIGITS:
+            return None
+        n = int(v[len(head) :])
+        n = -n if head.endswith("-") else n
+        return n if -(1 << 63) <= n < (1 << 63) else None
     return None
 
 
-def _sizes(dims) -> str:
-    """[[4, 256, 768], [768, 768], []]: nested lists as PyTorch prints them, scalars as []."""
+SIZES_DEPTH = 8  # input dims nest two or three levels (a list of tensors' shapes, lists of those)
+
+
+def _sizes(dims, depth: int = 0) -> str:
+    """[[4, 256, 768], [768, 768], []]: nested lists as PyTorch prints them, scalars as []
+    (deeper than SIZES_DEPTH: `[...]`)."""
     if isinstance(dims, list):
-        return "[" + ", ".join(_sizes(x) for x in dims) + "]"
-    if isinstance(dims, (int, float)) and not isinstance(dims, bool):
+        if depth >= SIZES_DEPTH:
+            return "[...]"
+        return "[" + ", ".join(_sizes(x, depth + 1) for x in dims) + "]"
+    if isinstance(dims, int) and not isinstance(dims, bool):
+        return str(dims)
+    if isinstance(dims, float) and math.isfinite(dims):
         return str(int(dims))
     return "[]"
 

@@ -64,6 +64,9 @@ def strings(src: SqliteSource) -> pl.DataFrame:
     return df.with_columns(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
 
 
+OWNER_IDS = ("global_tid", "global_pid")  # the thread and process a row belongs to
+
+
 def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
     """Normalized columns `names` of logical table `key`, in rowid order.
 
@@ -84,6 +87,8 @@ def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
         r, dtype = by_name[n]
         if df is not None and r in df.columns:
             out[n] = _cast(src, table, df[r], dtype)
+            if n in OWNER_IDS:  # a NULL thread or process id in the file: thread 0, not a null downstream
+                out[n] = out[n].fill_null(0)
         else:
             out[n] = pl.Series(n, [None] * height, dtype=dtype)
     return pl.DataFrame(out, schema=schema)
@@ -137,7 +142,11 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
             if not df["rowid"].is_sorted():
                 df = df.sort("rowid")
         exprs = [
-            (pl.col(raw).cast(dtype) if raw in df.columns else pl.lit(None, dtype=dtype)).alias(name)
+            (
+                (pl.col(raw).cast(dtype).fill_null(0) if name in OWNER_IDS else pl.col(raw).cast(dtype))
+                if raw in df.columns
+                else pl.lit(None, dtype=dtype)
+            ).alias(name)
             for raw, (name, dtype) in NVTX_COLUMNS.items()
         ]
         try:
@@ -159,8 +168,14 @@ def nvtx_max_timestamp(src) -> int | None:
     if not src.has(NVTX):
         return None
     # not SQLite's max(a, b): that is NULL when every end is (all ranges left open)
-    found = [v for v in src.rows(f"SELECT max(start), max(end) FROM {NVTX}")[0] if v is not None]
-    return max(found) if found else None
+    found = src.rows(f"SELECT max(start), max(end) FROM {NVTX}")[0]
+    if any(v is not None and not isinstance(v, int) for v in found):  # text sorts above numbers: damage
+        found = src.rows(
+            "SELECT max(CASE WHEN typeof(start) = 'integer' THEN start END), "
+            f"max(CASE WHEN typeof(end) = 'integer' THEN end END) FROM {NVTX}"
+        )[0]
+    ints = [v for v in found if isinstance(v, int)]
+    return max(ints) if ints else None
 
 
 def session_ns(src) -> int | None:

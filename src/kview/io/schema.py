@@ -39,7 +39,9 @@ ID_BITS = 0x1000000  # a pid or tid field holds 24 bits
 
 def global_tid(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
     """nsys's globalTid of (pid, tid) in VM 1, for traces that carry plain ids."""
-    return pl.lit(VM, dtype=pl.Int64) + (pid.cast(pl.Int64) % ID_BITS) * ID_BITS + (tid.cast(pl.Int64) % ID_BITS)
+    # a null or empty id (a damaged trace) is thread 0 of process 0, not a null that every later step would carry
+    pid, tid = pid.cast(pl.Int64).fill_null(0), tid.cast(pl.Int64).fill_null(0)
+    return pl.lit(VM, dtype=pl.Int64) + (pid % ID_BITS) * ID_BITS + (tid % ID_BITS)
 
 
 def global_pid(pid: int) -> int:

@@ -27,6 +27,11 @@ from kview.io.paths import named
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_HEADER = 32  # a WAL file holds pages only past its 32-byte header
 PARTITION_ROWS = 200_000  # tables with more rows are read by several threads
+PROGRESS_STEPS = 100_000  # SQLite virtual-machine steps between two chances for a signal handler
+
+
+def _let_signals_in() -> int:
+    return 0  # a pending Ctrl-C or SIGTERM handler runs here, in Python; 0: go on
 
 
 def sqlite_uri(path: Path) -> str:
@@ -112,12 +117,30 @@ class SqliteSource:
         self._url = connectorx_url(self.path)
         try:
             self.con = sqlite3.connect(sqlite_uri(self.path), uri=True, check_same_thread=False)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+            # Python runs signal handlers only between its own instructions: a callback every so
+            # many SQLite steps lets Ctrl-C and SIGTERM end a long query
+            self.con.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
+            rows = self.con.execute(
+                "SELECT name, type, sql FROM sqlite_master WHERE type IN ('table','view')"
+            ).fetchall()
         except sqlite3.DatabaseError as e:
             raise TraceError(self.path, f"is not a readable SQLite database ({e})") from None
-        self.tables: set[str] = {r[0] for r in rows}
+        # only plain tables are read: a view (or a virtual table) runs the file's own SQL on every
+        # read, a recursive one forever; nsys writes neither
+        self.tables: set[str] = {
+            name
+            for name, kind, sql in rows
+            if kind == "table" and not str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL")
+        }
+        self.not_tables: dict[str, str] = {
+            name: "a view" if kind == "view" else "a virtual table" for name, kind, _ in rows if name not in self.tables
+        }
 
     def has(self, table: str) -> bool:
+        if table in self.not_tables:
+            raise TraceError(
+                self.path, f"holds {table} as {self.not_tables[table]}, not a table (nsys exports only tables)"
+            )
         return table in self.tables
 
     def columns(self, table: str) -> list[str]:
@@ -128,7 +151,7 @@ class SqliteSource:
         return {}
 
     def _read_columns(self, table: str) -> list[str]:
-        if table not in self.tables:
+        if not self.has(table):
             return []
         return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
 
@@ -136,14 +159,20 @@ class SqliteSource:
         try:
             row = self.con.execute(sql, params).fetchone()
         except sqlite3.DatabaseError as e:
-            raise TraceError(self.path, f"cannot be queried ({e})") from None
+            raise self._query_error(e) from None
         return None if row is None else row[0]
 
     def rows(self, sql: str, params=()) -> list[tuple]:
         try:
             return self.con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
-            raise TraceError(self.path, f"cannot be queried ({e})") from None
+            raise self._query_error(e) from None
+
+    def _query_error(self, e: sqlite3.DatabaseError) -> BaseException:
+        if isinstance(e, sqlite3.OperationalError) and str(e) == "interrupted":
+            # a signal handler raised inside the progress callback: that, not the file, ended the query
+            return KeyboardInterrupt()
+        return TraceError(self.path, f"cannot be queried ({e})")
 
     def read(self, table: str, columns: list[str], where: str | None = None) -> pl.DataFrame:
         """Selected columns of a table as a polars frame (empty frame when the table is absent)."""
