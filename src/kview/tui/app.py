@@ -24,6 +24,7 @@ from typing import cast
 import polars as pl
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
@@ -78,6 +79,22 @@ class KviewApp(App):
         Binding(key, f"show_view('{cls.view_id}')", cls.title, show=False) for key, cls in shown_by()
     ] + bindings(GLOBAL_KEYS)
     CSS_PATH = "kview.tcss"
+
+    def action_command_palette(self) -> None:
+        from textual.command import CommandPalette
+
+        from kview.tui.commands import Palette
+
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(Palette(id="--command-palette"))
+
+    def pop_screen(self) -> AwaitComplete:
+        """Pop the screen in front, unless it is the last one: a dialog (the command palette too)
+        answered by the first of keys that arrive in one read (`ctrl+p enter enter`) is
+        dismissed again by the next, and the app must not end over it."""
+        if len(self.screen_stack) <= 1:
+            return AwaitComplete(asyncio.sleep(0))
+        return super().pop_screen()
 
     def __init__(
         self,

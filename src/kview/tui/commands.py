@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import CommandList, CommandPalette, DiscoveryHit, Hit, Hits, Provider
 
 from kview.tui.keymap import GLOBAL_KEYS, TABLE_KEYS, TABLE_VIEWS, VIEW_KEYS
 from kview.tui.views import VIEWS
@@ -62,3 +62,17 @@ class KviewCommands(Provider):
         app = cast("KviewApp", self.app)
         for text, callback in commands(app):
             yield DiscoveryHit(text, callback)  # type: ignore[arg-type]
+
+
+class Palette(CommandPalette):
+    """Textual's command palette, with page keys that do nothing while its list has no lines yet
+    (Textual's OptionList looks up the line of option 0 there: `ctrl+p pageup` ended the app)."""
+
+    def _action_command_list(self, action: str) -> None:
+        commands = self.query_one(CommandList)
+        if action.startswith("page_") and (not commands.option_count or commands.size.height == 0):
+            return
+        try:
+            super()._action_command_list(action)
+        except KeyError:  # the list is between two fillings: its lines are not laid out
+            pass

@@ -280,8 +280,12 @@ class KernelsView(View):
         elif self.mode == "freq" and self.state.freq is not None:
             self.state = replace(self.state, mode="rows", pick=(self.state.freq, row["_key"]))
         elif self.attributed is not None:
+            key = row["_key"] if "_key" in row else row.get("_full")
+            if key is None:  # a trace without GPU kernels: the rows are its CPU ops
+                self.app.notify("no GPU kernels in this trace: its CPU ops have no kernels to open", timeout=4)
+                return
             label = GROUPINGS[self.grouping][1]
-            self.state = replace(self.state, mode="rows", pick=(label, row["_key"] if "_key" in row else row["_full"]))
+            self.state = replace(self.state, mode="rows", pick=(label, key))
 
     # -- actions and what the app asks for -------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

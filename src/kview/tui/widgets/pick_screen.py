@@ -19,6 +19,7 @@ class PickScreen(ModalScreen[int | None]):
     def __init__(self, title: str, options: list[str], initial: int | None = None):
         super().__init__()
         self.title_text, self.options, self.initial = title, options, initial
+        self.chosen = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="pick"):
@@ -32,13 +33,21 @@ class PickScreen(ModalScreen[int | None]):
             options.highlighted = self.initial
         options.focus()
 
+    def _finish(self, index: int | None) -> None:
+        """Dismiss once: keys that arrive in one read (`e enter enter`) reach this screen after
+        its first answer, and a second dismiss would pop the screen beneath it."""
+        if self.chosen or self.app.screen is not self:
+            return
+        self.chosen = True
+        self.dismiss(index)
+
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option_index)
+        self._finish(event.option_index)
 
     def action_cancel(self) -> None:  # escape: nothing chosen
-        self.dismiss(None)
+        self._finish(None)
 
     def action_choose(self, index: int) -> None:  # a digit: that option, if there is one
         if index < len(self.options):
-            self.dismiss(index)
+            self._finish(index)
