@@ -4,6 +4,7 @@ summary of the file equals a plain computation over the source window."""
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import sqlite3
@@ -14,7 +15,7 @@ import pytest
 
 from kview.cli import main
 
-from conftest import FIXTURES, KINETO, SAMPLES
+from conftest import FIXTURES, KINETO, KINETO_TRACES, PUBLIC_TRACES, SAMPLES
 
 NSYS = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 QWEN = KINETO / "traces__mi300__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # AMD, with [memory] events
@@ -60,15 +61,20 @@ def check_format(doc: dict) -> list[dict]:
     assert set(Counter(e["id"] for e in events if e["ph"] == "s").values()) <= {1}
     assert set(Counter(e["id"] for e in events if e["ph"] == "f").values()) <= {1}
     assert starts.keys() == ends.keys()
-    slices = defaultdict(list)
+    calls = defaultdict(list)  # the launch calls of each thread (they never overlap on it)
     for e in events:
-        if e["ph"] == "X":
-            slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+        if e["ph"] == "X" and e["cat"] in ("cuda_runtime", "cuda_driver"):
+            calls[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for v in calls.values():
+        v.sort()
+    op_starts = {(e["pid"], e["tid"], e["ts"]) for e in events if e["ph"] == "X"}
     for i, s in starts.items():
         f = ends[i]
         assert f.get("bp") == "e" and s["ts"] <= f["ts"]
-        assert any(a <= s["ts"] <= b for a, b in slices[(s["pid"], s["tid"])]), s
-        assert any(a == f["ts"] for a, _ in slices[(f["pid"], f["tid"])]), f
+        on = calls[(s["pid"], s["tid"])]
+        k = bisect.bisect_right(on, (s["ts"], Decimal("Infinity"))) - 1
+        assert k >= 0 and on[k][0] <= s["ts"] <= on[k][1], s  # inside its launch call
+        assert (f["pid"], f["tid"], f["ts"]) in op_starts, f  # at the start of its op
     return events
 
 
@@ -87,9 +93,9 @@ def _of_report(report: list[dict]) -> dict[str, tuple[int, int, int, int]]:
     }
 
 
-def _nsys_kernels(t0: int, t1: int) -> dict[str, list[int]]:
+def _nsys_kernels(t0: int, t1: int, path=NSYS) -> dict[str, list[int]]:
     """Durations by name of the kernels that overlap [t0, t1) (ns from the start: nsys's own clock)."""
-    with sqlite3.connect(NSYS) as db:
+    with sqlite3.connect(path) as db:
         got = db.execute(
             "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
             "WHERE k.end > ? AND k.start < ?",
@@ -131,6 +137,19 @@ def test_an_nsys_window_is_valid_and_reads_back_to_the_same_kernel_summary(tmp_p
     assert all("kview layer" in k["args"] and "kview op" in k["args"] for k in kernels)
 
 
+def test_launches_before_the_window_come_with_their_ops(tmp_path, capsys):
+    """A 1 s slice of an FSDP run (nsys-ai's fixture): most ops in a window were launched before
+    it; their launch calls are exported too, so every arrow starts inside its call."""
+    path = next(p for p in PUBLIC_TRACES if p.name.startswith("nsysai_h100"))
+    out = tmp_path / "w.json"
+    assert main(["export", str(path), "--from", "155.6s", "--to", "155.9s", "-o", str(out), "--no-cache"]) == 0
+    capsys.readouterr()
+    events = check_format(_read(out))
+    flows = [e for e in events if e["ph"] == "s"]
+    assert any(e["ts"] < 155_600_000 for e in flows)  # launched before the window opens
+    assert _of_report(_summary(out, capsys)) == _plain_summary(_nsys_kernels(155_600_000_000, 155_900_000_000, path))
+
+
 def test_the_whole_trace_reads_back_with_its_attribution(tmp_path, capsys):
     out = tmp_path / "all.json.gz"
     assert main(["export", str(NSYS), "-o", str(out), "--no-cache"]) == 0
@@ -145,6 +164,40 @@ def test_the_whole_trace_reads_back_with_its_attribution(tmp_path, capsys):
         if f == NSYS:
             want = rows
     assert rows == want
+
+
+@pytest.mark.parametrize(
+    "path",
+    # the two largest torch.profiler files (MTIA, 1.4 MB of one rank) only cost time here
+    [p for p in [*PUBLIC_TRACES, *KINETO_TRACES] if not p.name.startswith("rocprof") and p.stat().st_size < 1_200_000],
+    ids=lambda p: p.name.split(".")[0],
+)
+def test_public_traces_export_and_read_back(path, tmp_path, capsys):
+    """Public traces (nsys 2022.1-2026.2, torch.profiler from PyTorch 1.8 on, AMD, CPU only): a
+    valid file whose kernel summary is the source's."""
+    out = tmp_path / "all.json"
+    assert main(["export", str(path), "-o", str(out), "--no-cache"]) == 0
+    capsys.readouterr()
+    check_format(_read(out))
+    assert _of_report(_summary(out, capsys)) == _of_report(_summary(path, capsys))
+
+
+def test_events_written_in_chunks_are_the_same_file(tmp_path):
+    """The writer joins a chunk of rows at a time: any chunk size gives the same bytes."""
+    import io
+
+    from kview.analysis import chrome_trace
+    from kview.output import chrome_json
+    from kview.trace import open_trace
+
+    trace = open_trace(NSYS, use_cache=False)
+    export = chrome_trace.build(trace, chrome_trace.Window(None, 40_000_000))
+    whole, chunked = io.BytesIO(), io.BytesIO()
+    chrome_json.write(export, whole, {}, compress=False)
+    chrome_json.write(export, chunked, {}, compress=False, chunk=97)
+    assert whole.getvalue() == chunked.getvalue()
+    events = check_format(json.loads(whole.getvalue(), parse_float=Decimal))
+    assert len(events) == export.events > 97 * 3
 
 
 def test_a_filter_keeps_the_ops_it_matches_and_their_launches(tmp_path, capsys):

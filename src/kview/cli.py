@@ -1003,7 +1003,7 @@ def cmd_export(args) -> int:
     files.write_streamed(
         path, lambda out: chrome_json.write(export, out, other, path.name.endswith(".gz")), _inputs(args), args.force
     )
-    print(f"wrote {args.output} ({export.ops:,} GPU ops, {export.lines.len():,} events)", file=sys.stderr)
+    print(f"wrote {args.output} ({export.ops:,} GPU ops, {export.events:,} events)", file=sys.stderr)
     return 0
 
 

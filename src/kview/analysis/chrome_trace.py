@@ -18,6 +18,7 @@ never pass through a Python loop.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import polars as pl
@@ -50,7 +51,27 @@ def us(ns: pl.Expr) -> pl.Expr:
     return pl.concat_str(sign, (a // 1000).cast(pl.String), pl.lit("."), (a % 1000).cast(pl.String).str.zfill(3))
 
 
-def _lines(frame: pl.DataFrame, head: list[pl.Expr], args: pl.Expr | None, ts: bool = True) -> pl.Series:
+@dataclass(frozen=True)
+class Events:
+    """Events of one kind: a frame and the expression making each row's JSON text, made a
+    chunk of rows at a time (`texts`), so a file of millions of events never exists as text."""
+
+    frame: pl.DataFrame
+    line: pl.Expr
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+    def texts(self, chunk: int) -> Iterator[str]:
+        """The events' JSON objects, `chunk` at a time, joined by `,\\n`."""
+        for i in range(0, self.frame.height, chunk):
+            yield self.frame.slice(i, chunk).select(self.line.str.join(",\n")).item()
+
+
+NO_EVENTS = Events(pl.DataFrame(), pl.lit(""))
+
+
+def _lines(frame: pl.DataFrame, head: list[pl.Expr], args: pl.Expr | None, ts: bool = True) -> Events:
     """One JSON object per row: `head` (named expressions, strings escaped by polars), then the
     row's ts (and dur, id, bp where the frame has them) and its args object."""
     obj = pl.struct(head).struct.json_encode()
@@ -66,7 +87,7 @@ def _lines(frame: pl.DataFrame, head: list[pl.Expr], args: pl.Expr | None, ts: b
     if args is not None:
         parts.append(pl.concat_str(pl.lit(',"args":'), args))
     parts.append(pl.lit("}"))
-    return frame.select(pl.concat_str(parts).alias("line"))["line"]
+    return Events(frame, pl.concat_str(parts).alias("line"))
 
 
 def window_ops(trace: Trace, w: Window) -> pl.DataFrame:
@@ -101,7 +122,7 @@ def window_ops(trace: Trace, w: Window) -> pl.DataFrame:
     return t
 
 
-def _gpu_events(trace: Trace, ops: pl.DataFrame) -> pl.Series:
+def _gpu_events(trace: Trace, ops: pl.DataFrame) -> Events:
     labels = {v: k for k, v in MEMCPY_KINDS.items()}
     by_label = {name: labels.get(i) for i, name in trace.memcpy_kind_labels.items()}
     code = pl.col("Kernel").str.extract(r"^\[CUDA memcpy (.*)\]$", 1).replace_strict(by_label, default=None)
@@ -138,25 +159,33 @@ def _gpu_events(trace: Trace, ops: pl.DataFrame) -> pl.Series:
 
 
 def _calls(trace: Trace, ops: pl.DataFrame, w: Window) -> pl.DataFrame:
-    """CUDA API calls on the host threads: in the window, or with a filter the launches of the
-    ops kept only."""
+    """CUDA API calls on the host threads: those in the window and the launches of the ops kept
+    (with a filter, those launches only)."""
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame()
     o = trace.origin
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation", "name_id", "event_class"])
     r = r.with_columns((pl.col("start") - o).alias("ts"), (pl.col("end") - pl.col("start")).alias("dur"))
-    if w.filter:
-        keys = ops.select(pl.col("Correlation").alias("correlation"), "global_tid").drop_nulls()
-        r = r.join(keys, on=["correlation", "global_tid"], how="semi")
-    else:
+    # the launch calls of the ops kept, in the window or not (a queued op's launch may lie
+    # before it), so every flow arrow starts inside its call
+    if "global_tid" in ops.columns:
+        keys = ops.select(pl.col("Correlation").alias("correlation"), "global_tid").drop_nulls().unique()
+    else:  # no GPU ops at all
+        keys = pl.DataFrame(schema={"correlation": pl.Int64, "global_tid": pl.Int64})
+    launch = r.join(keys.with_columns(pl.lit(True).alias("_launch")), on=["correlation", "global_tid"], how="left")
+    keep = pl.col("_launch").fill_null(False)
+    if not w.filter:  # every call in the window too
+        inside = pl.lit(True)
         if w.t0 is not None:
-            r = r.filter(pl.col("ts") + pl.col("dur") > w.t0)
+            inside = inside & (pl.col("ts") + pl.col("dur") > w.t0)
         if w.t1 is not None:
-            r = r.filter(pl.col("ts") < w.t1)
+            inside = inside & (pl.col("ts") < w.t1)
+        keep = keep | inside
+    r = launch.filter(keep).drop("_launch")
     return trace.with_strings(r, "name_id", "name")
 
 
-def _call_events(calls: pl.DataFrame) -> pl.Series:
+def _call_events(calls: pl.DataFrame) -> Events:
     head = [
         pl.lit("X").alias("ph"),
         pl.when(pl.col("event_class") == 1).then(pl.lit("cuda_driver")).otherwise(pl.lit("cuda_runtime")).alias("cat"),
@@ -182,7 +211,7 @@ def _ranges(trace: Trace, w: Window) -> pl.DataFrame:
     return r.join(labels, on="name_code", how="left", maintain_order="left")
 
 
-def _range_events(r: pl.DataFrame) -> pl.Series:
+def _range_events(r: pl.DataFrame) -> Events:
     cat = (
         pl.when(pl.col("module"))
         .then(pl.lit("python_function"))
@@ -208,11 +237,11 @@ def _range_events(r: pl.DataFrame) -> pl.Series:
     return _lines(r, head, None)
 
 
-def _flow_events(ops: pl.DataFrame) -> pl.Series:
+def _flow_events(ops: pl.DataFrame) -> list[Events]:
     """An arrow from each launch call to its op: `s` inside the call, `f` (bp e) at the op."""
     o = ops.filter(pl.col("r_start").is_not_null() & pl.col("global_tid").is_not_null())
     if o.height == 0:
-        return pl.Series("line", [], dtype=pl.String)
+        return []
     start = o.select(
         pl.lit("s").alias("ph"),
         pl.col("Idx").alias("flow_id"),
@@ -229,15 +258,15 @@ def _flow_events(ops: pl.DataFrame) -> pl.Series:
         pl.lit("e").alias("bp"),
     )
     head = [pl.col("ph"), pl.lit(FLOW).alias("cat"), pl.lit(FLOW).alias("name"), pl.col("pid"), pl.col("tid")]
-    return pl.concat([_lines(start, head, None), _lines(end, head, None)])
+    return [_lines(start, head, None), _lines(end, head, None)]
 
 
-def _queue_counters(trace: Trace, w: Window) -> tuple[pl.Series, list[int]]:
+def _queue_counters(trace: Trace, w: Window) -> tuple[Events, list[int]]:
     """Per GPU, the GPU ops launched and not yet finished, at every change: +1 at each launch
     call's start, -1 at each op's end (a sorted sweep), the last value per instant."""
     ops = at.launched_ops(trace).filter(pl.col("r_start").is_not_null())
     if ops.height == 0:
-        return pl.Series("line", [], dtype=pl.String), []
+        return NO_EVENTS, []
     o = trace.origin
     steps = pl.concat(
         [
@@ -265,13 +294,13 @@ def _in_window(frame: pl.DataFrame, w: Window) -> pl.DataFrame:
     return frame
 
 
-def _memory_counters(trace: Trace, w: Window) -> tuple[pl.Series, str | None, list[int]]:
+def _memory_counters(trace: Trace, w: Window) -> tuple[Events, str | None, list[int]]:
     """Per GPU, the memory level the trace recorded (trace_memory), its source and the GPUs."""
     from kview.analysis import trace_memory as tm
 
     kind = tm.source_of(trace)
     if kind is None:
-        return pl.Series("line", [], dtype=pl.String), None, []
+        return NO_EVENTS, None, []
     parts = []
     for device in tm.devices(trace)["device"].to_list():
         if device == tm.CPU_DEVICE:
@@ -287,7 +316,7 @@ def _memory_counters(trace: Trace, w: Window) -> tuple[pl.Series, str | None, li
         )
         parts.append(s.group_by(["device", "ts"], maintain_order=True).last())
     if not parts:
-        return pl.Series("line", [], dtype=pl.String), None, []
+        return NO_EVENTS, None, []
     m = _in_window(pl.concat(parts), w)
     word = "CUDA device memory" if kind == tm.NSYS else "allocated"
     fields = [pl.col("allocated").alias(word)] + ([pl.col("reserved")] if m["reserved"].null_count() < m.height else [])
@@ -295,7 +324,9 @@ def _memory_counters(trace: Trace, w: Window) -> tuple[pl.Series, str | None, li
     return _lines(m, head, pl.struct(fields).struct.json_encode()), tm.SOURCES[kind], m["device"].unique().to_list()
 
 
-def _names(trace: Trace, ops: pl.DataFrame, calls: pl.DataFrame, ranges: pl.DataFrame, counted: list[int]) -> pl.Series:
+def _names(
+    trace: Trace, ops: pl.DataFrame, calls: pl.DataFrame, ranges: pl.DataFrame, counted: list[int]
+) -> list[Events]:
     """process_name / thread_name metadata for every pid and tid the events use (`counted`: the
     GPUs with counters)."""
     devices = trace.devices
@@ -335,26 +366,28 @@ def _names(trace: Trace, ops: pl.DataFrame, calls: pl.DataFrame, ranges: pl.Data
     )
     streams = gpu.select("pid", "tid", pl.concat_str(pl.lit("stream "), pl.col("tid").cast(pl.String)).alias("tname"))
 
-    def meta(frame: pl.DataFrame, what: str, title: str, tid: bool) -> pl.Series:
+    def meta(frame: pl.DataFrame, what: str, title: str, tid: bool) -> Events:
         head = [pl.lit("M").alias("ph"), pl.lit(what).alias("name"), pl.col("pid")] + ([pl.col("tid")] if tid else [])
         return _lines(frame, head, pl.struct(pl.col(title).alias("name")).struct.json_encode(), ts=False)
 
-    return pl.concat(
-        [
-            meta(pl.concat([gpu_procs, host_procs]), "process_name", "title", False),
-            meta(pl.concat([streams, host_threads]), "thread_name", "tname", True),
-        ]
-    )
+    return [
+        meta(pl.concat([gpu_procs, host_procs]), "process_name", "title", False),
+        meta(pl.concat([streams, host_threads]), "thread_name", "tname", True),
+    ]
 
 
 @dataclass(frozen=True)
 class Export:
-    """The window's events as JSON texts (one object each) and the header facts."""
+    """The window's events, kind by kind (metadata first), and the header facts."""
 
-    lines: pl.Series
+    parts: list[Events]
     ops: int  # GPU ops in it
     memory_source: str | None
     devices: list[dict]
+
+    @property
+    def events(self) -> int:
+        return sum(len(p) for p in self.parts)
 
 
 def build(trace: Trace, w: Window) -> Export:
@@ -362,13 +395,13 @@ def build(trace: Trace, w: Window) -> Export:
     calls = _calls(trace, ops, w)
     ranges = _ranges(trace, w)
     memory, source, counted = _memory_counters(trace, w)
-    queue = pl.Series("line", [], dtype=pl.String)
+    queue = NO_EVENTS
     if ops.height and not w.filter:  # the queue counts every op, so not beside a filter
         queue, queued = _queue_counters(trace, w)
         counted = counted + queued
-    parts = [_names(trace, ops, calls, ranges, counted)]
+    parts = _names(trace, ops, calls, ranges, counted)
     if ops.height:
-        parts += [_gpu_events(trace, ops), _flow_events(ops), queue]
+        parts += [_gpu_events(trace, ops), *_flow_events(ops), queue]
     if calls.height:
         parts.append(_call_events(calls))
     if ranges.height:
@@ -390,7 +423,7 @@ def build(trace: Trace, w: Window) -> Export:
         }
         for d in props.iter_rows(named=True)  # one row per GPU
     ]
-    return Export(pl.concat(parts), ops.height, source, devices)
+    return Export([p for p in parts if len(p)], ops.height, source, devices)
 
 
 def other_data(trace: Trace, w: Window, export: Export) -> dict:

@@ -12,10 +12,10 @@ from kview.analysis.chrome_trace import Export
 CHUNK = 200_000  # events joined and written at a time (a million never become one string)
 
 
-def write(export: Export, out: BinaryIO, other: dict, compress: bool) -> None:
+def write(export: Export, out: BinaryIO, other: dict, compress: bool, chunk: int = CHUNK) -> None:
     """The document into `out`: `{"schemaVersion", "deviceProperties", "otherData",
     "displayTimeUnit", "traceEvents": [...]}`; ts and dur are µs, as the format has them."""
-    sink: BinaryIO = gzip.GzipFile(fileobj=out, mode="wb", mtime=0) if compress else out  # type: ignore[assignment]
+    sink: BinaryIO = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=3, mtime=0) if compress else out  # type: ignore[assignment]
     head = {
         "schemaVersion": 1,
         "deviceProperties": export.devices,
@@ -23,10 +23,11 @@ def write(export: Export, out: BinaryIO, other: dict, compress: bool) -> None:
         "displayTimeUnit": "ms",
     }
     sink.write(json.dumps(head)[:-1].encode() + b', "traceEvents": [\n')
-    lines = export.lines
-    for i in range(0, lines.len(), CHUNK):
-        chunk = lines.slice(i, CHUNK).str.join(",\n").item()
-        sink.write(((",\n" if i else "") + chunk).encode())
+    first = True
+    for part in export.parts:
+        for text in part.texts(chunk):
+            sink.write(((",\n" if not first else "") + text).encode())
+            first = False
     sink.write(b"\n]}\n")
     if compress:
         sink.close()

@@ -608,7 +608,7 @@ class TimelineView(View):
             return
         self.app.call_from_thread(
             self.app.notify,
-            f"wrote {out}: {export.ops:,} GPU ops, {export.lines.len():,} events (open it in ui.perfetto.dev)",
+            f"wrote {out}: {export.ops:,} GPU ops, {export.events:,} events (open it in ui.perfetto.dev)",
             title="export",
             timeout=8,
         )
