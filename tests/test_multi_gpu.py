@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import lzma
 import shutil
+import sqlite3
 
+import numpy as np
+import polars as pl
 import pytest
 import rank_truth as truth
+from test_one_clock import _allreduce_ends_on_timeline
 
-from kview.analysis.collectives import collectives_by_rank, straggler_instances
+from kview.analysis import timeline as T
+from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
 from kview.analysis.iterations import iteration_table
-from kview.analysis.ranks import open_run
+from kview.analysis.ranks import make_run, open_run
+from kview.analysis.run_clock import run_clock
+from kview.trace import open_trace
 
 from conftest import ROOT
 
@@ -96,3 +103,82 @@ def test_collectives_matched_on_every_rank(runs, name):
     s = straggler_instances(run)
     assert s.height >= 3 * 15 and (s["Ranks"] == RANKS).all()
     assert {(i, c, n): (last, w, m) for i, c, n, _, last, w, m in s.rows()} == truth.stragglers(ranks)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_slowed_rank_is_the_straggler(runs, name):
+    """Rank 1 sleeps 20 ms before each step, so it joins the first collective of every step last.
+    The first profiled step also carries the profiler's own start on each rank (one capture range
+    per process, started by that process), which holds some rank longer than the sleep: there
+    the straggler is the rank the start held longest, except in the one-file capture, whose single
+    session starts once for all."""
+    run, _ = runs[name]
+    st = stragglers(run).sort("Iteration")
+    assert st["Iteration"].to_list() == [3, 4, 5]
+    steady = st if name == "ddp_nsys_1file" else st.filter(pl.col("Iteration") > 3)
+    assert set(steady["Straggler"].to_list()) == {1}
+    assert (steady["Caused (ns)"] > 20_000_000).all()
+
+
+def _offsets_and_spread(tl: T.Timeline, collective: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each rank's collective ends as drawn, n-th against n-th: every rank's median offset from
+    rank 0, and each instance's spread (latest end minus earliest)."""
+    ends = _allreduce_ends_on_timeline(tl, collective)
+    assert sorted(ends) == list(range(RANKS)) and len({len(e) for e in ends.values()}) == 1
+    assert len(ends[0]) >= 27  # steps 3-5: 15 all-reduces, 17 all-gathers or 9 reduce-scatters a step
+    drawn = np.array([ends[r] for r in range(RANKS)])
+    return np.median(drawn - drawn[0], axis=1), drawn.max(axis=0) - drawn.min(axis=0)
+
+
+def _collectives(name: str) -> tuple[str, ...]:
+    return ("AllReduce",) if name.startswith("ddp") else ("AllGather", "ReduceScatter")
+
+
+def test_one_clock_of_four_gpus_ends_collectives_within_tens_of_microseconds(paths):
+    """The one-file capture (one session, one clock) is the reference: the ranks' AllReduce kernels
+    end within 10 µs of each other at the median, but one instance's ring finishes on its four GPUs
+    up to tens of µs apart, so a per-instance 10 µs bound would fail on a perfect clock."""
+    trace = open_trace(paths["llama_ddp_nsys_1file"], use_cache=False)
+    tl = T.of_run([T.build(trace, cpu=False)], make_run([trace]).units, [trace.name], run_clock([trace]))
+    ends = _allreduce_ends_on_timeline(tl)
+    assert list(ends) == [0]  # one file: its four GPU rows are drawn from it
+    con = sqlite3.connect(f"file:{paths['llama_ddp_nsys_1file']}?mode=ro", uri=True)
+    by_pid: dict[int, list[int]] = {}
+    for end, pid in con.execute(
+        "SELECT k.end, k.globalPid >> 24 "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "WHERE s.value LIKE '%AllReduce%' ORDER BY k.end"
+    ):
+        by_pid.setdefault(pid, []).append(end)
+    plain = np.array([by_pid[p] for p in sorted(by_pid)])
+    assert plain.shape == (RANKS, 45)
+    assert np.abs(np.median(plain - plain[0], axis=1)).max() <= 10_000
+    assert (plain.max(axis=0) - plain.min(axis=0)).max() > 10_000
+
+
+def _run_offsets(paths, name: str) -> dict[str, np.ndarray]:
+    traces = [open_trace(paths[f], use_cache=False) for f in FILES[name]]
+    clock = run_clock(traces)
+    tl = T.of_run([T.build(t, cpu=False) for t in traces], make_run(traces).units, [t.name for t in traces], clock)
+    assert clock.note == ""
+    return {c: _offsets_and_spread(tl, c)[0] for c in _collectives(name)}
+
+
+@pytest.mark.parametrize("name", ["ddp_nsys_per_rank", "ddp_torch"])
+def test_allreduce_ends_of_every_rank_line_up_on_the_timeline(paths, name):
+    """Each rank's file has its own zero; on the run's clock (nsys: each session's UTC start,
+    the torch backend: the host's profiler clock) the four ranks' AllReduce kernels end together:
+    every rank within 10 µs of rank 0 at the median over the instances, as on one clock (above)."""
+    offsets = _run_offsets(paths, name)["AllReduce"]
+    assert np.abs(offsets).max() <= 10_000, offsets
+
+
+def test_fsdp_collective_ends_agree_under_both_clocks(paths):
+    """FSDP's AllGather ends on the four GPUs in a fixed order (one rank ~10 µs after rank 0,
+    another ~7 µs before): the nsys run (UTC session starts) and the torch run (the host's profiler
+    clock), two runs placed by two different clocks, draw the same offsets within 5 µs, so the
+    order is the GPUs' own and the files are placed to a few µs."""
+    nsys, torch = _run_offsets(paths, "fsdp_nsys_per_rank"), _run_offsets(paths, "fsdp_torch")
+    for collective in _collectives("fsdp"):
+        assert np.abs(nsys[collective]).max() <= 20_000 and np.abs(torch[collective]).max() <= 20_000
+        assert np.abs(nsys[collective] - torch[collective]).max() <= 5_000, (collective, nsys, torch)
