@@ -86,6 +86,12 @@ def test_a_43x_regression_exits_1_with_its_table(ddp):
     # the other way round it is an improvement: nothing regressed
     p = kview("diff", ddp[0], ddp[1], "--gate", "10")
     assert p.returncode == 0 and p.stdout == "" and "passed" in p.stderr
+    p = kview("diff", ddp[0], ddp[1], "--gate", "10", "-f", "csv")
+    assert (
+        p.returncode == 0
+        and p.stdout.splitlines()[0].startswith("Scope,Item,A (ns)")
+        and len(p.stdout.splitlines()) == 1
+    )
 
 
 def test_step_wall_time_is_the_median_step_range(ddp):

@@ -685,7 +685,8 @@ def _diff_gate(args) -> int:
     )
     print(f"kview: gate {a.name} -> {b.name}: {verdict}; {basis}", file=sys.stderr)
     frame = v.regressed
-    _write(args, render.render(frame, args.format) if n or args.format == "json" else "")
+    # a machine format is a document even when nothing regressed (a header, `[]`); a person reads stderr
+    _write(args, render.render(frame, args.format) if n or args.format in ("json", "csv", "tsv") else "")
     return 1 if n else 0
 
 
