@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from test_launches import SYNCS, _kineto_truth, _launch_of, _nsys_truth
+from test_launches import SYNCS, _kineto_truth, _launch_of, _nsys_truth, from_zero
 
 from kview.analysis import critical_path as cp
 from kview.trace import open_trace
@@ -77,7 +77,7 @@ def _walk(ops, calls, w0, w1, thread):
 )
 def test_each_step_against_a_walk_back_from_its_end(path, truth):
     trace = open_trace(path, use_cache=False)
-    ops, calls = truth(path)
+    ops, calls = from_zero(*truth(path), trace.origin)
     table = cp.step_table(trace)
     nodes, steps = cp.path_nodes(trace)
     assert table.height == steps.height >= 1

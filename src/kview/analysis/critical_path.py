@@ -248,7 +248,7 @@ def step_table(trace: Trace) -> pl.DataFrame:
     return t.select(
         pl.col("label").alias("Step"),
         pid_of(pl.col("pid")).alias("PID"),
-        (pl.col("w_start") - trace.origin).alias("Start (ns)"),
+        pl.col("w_start").alias("Start (ns)"),
         pl.col("length").alias("Length (ns)"),
         pl.col("gpu").alias("GPU (ns)"),
         cpu.alias("CPU (ns)"),

@@ -149,7 +149,7 @@ def queue_series(trace: Trace) -> pl.DataFrame:
         .agg(pl.col("d").sum())
         .sort("device", "stream", "t")
         .with_columns(pl.col("d").cum_sum().over("device", "stream").alias("queue"))
-        .select("device", "stream", (pl.col("t") - trace.origin).alias("t"), "queue")
+        .select("device", "stream", "t", "queue")
     )
 
 
@@ -194,7 +194,7 @@ def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFram
     """Every idle gap of every stream: device, stream, gap_start (the previous op's end), gap_end
     (the next op's start), idle (ns), cause (CAUSES), Idx, Kernel and Op of the op after the
     gap, global_tid of its launch, and the op of another stream that ended last inside the gap
-    (waited_on: its Kernel, null where none). Times are the trace's clock."""
+    (waited_on: its Kernel, null where none). Times count from the trace's zero, as every frame's."""
     lt = launches(trace)
     if lt.height == 0:
         return pl.DataFrame(
@@ -355,13 +355,13 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
     return both.sort(["idle", "gap_start"], descending=[True, False]).select(
         pl.col("device").alias("Device"),
         pl.col("stream").alias("Stream"),
-        (pl.col("gap_start") - trace.origin).alias("From (ns)"),
+        pl.col("gap_start").alias("From (ns)"),
         pl.col("idle").alias("Idle (ns)"),
         pl.col("cause").alias("Cause"),
         pl.col("Kernel").alias("Next op"),
         pl.col("Op").alias("Launched by"),
         pl.col("c_api").alias("CPU call"),
-        (pl.col("c_start") - trace.origin).alias("CPU call from (ns)"),
+        pl.col("c_start").alias("CPU call from (ns)"),
         (pl.col("c_end") - pl.col("c_start")).alias("CPU call (ns)"),
         pl.col("waited_on").alias("Waited on"),
     )
