@@ -94,9 +94,9 @@ def test_each_step_against_a_walk_back_from_its_end(path, truth):
         host = cpu + lau
         assert row["Bound by"] == ("CPU-bound" if 2 * host > row["Length (ns)"] else "GPU-bound")
     top = cp.top_ops(trace, 0)
-    assert int(top["On path (ns)"].sum()) == int((table["GPU (ns)"] + table["Launch (ns)"]).sum()) + int(
-        nodes.filter("on_path")["cpu"].sum()
-    )
+    assert int(top["On path (ns)"].sum()) == int(table["Length (ns)"].sum())
+    for kind, col in (("GPU", "GPU (ns)"), ("CPU", "CPU (ns)"), ("launch", "Launch (ns)")):
+        assert int(top.filter(pl.col("Kind") == kind)["On path (ns)"].sum()) == int(table[col].sum())
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,11 @@ WINDOW_SCHEMA = pl.Schema(
 )
 
 
+# the CPU time of a step's own thread after the last GPU op it waited for (all of a step that
+# never waited), named so in the ops on the paths
+TAIL = "(the step's thread, not waiting for the GPU)"
+
+
 def _windows(trace: Trace) -> pl.DataFrame:
     """step, label, global_tid, pid, w_start, w_end: the steps (each owns the work its own
     process launched inside it), else per process the span of its launches."""
@@ -261,8 +266,9 @@ def step_table(trace: Trace) -> pl.DataFrame:
 
 def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
     """What the critical paths of every step spend their time in: each GPU op on a path by
-    kernel name (its GPU time there), and the CPU and launch time before each op launched from
-    the CPU by the op that launched it; the `top` largest (0: all)."""
+    kernel name (its GPU time there), the CPU and launch time before each op launched from the
+    CPU by the op that launched it, and the step's own thread after the last GPU op it waited
+    for (TAIL); the `top` largest (0: all). Their sum is the paths' length."""
     nodes, steps = path_nodes(trace)
     on = nodes.filter("on_path")
     total = int(steps["length"].sum()) if steps.height else 0
@@ -272,12 +278,13 @@ def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
             pl.lit("CPU").alias("Kind"), pl.col("Op").fill_null("(no op)").alias("Name"), pl.col("cpu").alias("t")
         ),
         on.select(pl.lit("launch").alias("Kind"), pl.col("Kernel").alias("Name"), pl.col("launch").alias("t")),
+        steps.select(pl.lit("CPU").alias("Kind"), pl.lit(TAIL).alias("Name"), pl.col("tail").alias("t")),
     ]
     out = (
         pl.concat(parts)
         .filter(pl.col("t") > 0)
         .group_by("Kind", "Name")
-        .agg(pl.col("t").sum().alias("On path (ns)"), pl.len().alias("Times"))
+        .agg(pl.col("t").sum().alias("On path (ns)"), pl.len().cast(pl.Int64).alias("Times"))
         .with_columns(
             (pl.col("On path (ns)") * 100.0 / total).round(1).alias("Share of paths (%)")
             if total
