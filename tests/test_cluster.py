@@ -224,3 +224,38 @@ def test_cli_compare_ranks_from_the_summaries_equals_compare_ranks(client, ddp, 
     assert out == capsys.readouterr()[0]
     assert main([*argv, "--cluster", "local:2", "--metric", "cpu"]) == 2
     assert capsys.readouterr().err.strip() == "kview: --metric cpu applies to ranges only (use --by range)"
+
+
+async def test_the_explorer_opens_a_run_from_its_summaries_and_loads_a_rank_when_shown(client, ddp, tmp_path):
+    """`kview run/ --cluster local:2`, the summaries a first run left in the cache folder (so no
+    cluster starts here): the Ranks view and Compare of the ranks come from the summaries, equal
+    to those of the open traces; only the first trace loads its views, another when shown."""
+    from test_tui import loaded, screen_text
+
+    from kview.analysis.compare import rank_windows, side_by_side
+    from kview.analysis.rank_summary import BAR_TITLE, rank_summary
+    from kview.analysis.ranks import make_run
+    from kview.trace import open_trace
+    from kview.tui.app import KviewApp
+
+    cache = tmp_path / "summaries"
+    on_cluster(client, ddp, cache)
+    on_cluster(client, ddp, cache, ("category", "gpu", None))
+    run = make_run([open_trace(str(f), use_cache=False) for f in ddp])
+    app = KviewApp([str(f) for f in ddp], use_cache=False, cluster=("local:2", str(cache)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        assert app.run_in_processes and app.started == {0} and set(app.loaded) == {0}
+        data = app.view("ranks").data
+        assert data.ranks.drop(BAR_TITLE).equals(rank_summary(run)), data.caption
+        assert "straggler: rank 1 in 3 of 3 iterations" in data.caption
+        await pilot.press("5")
+        await loaded(pilot)
+        compare = app.view("compare").data
+        assert compare.ranks and compare.frame.equals(side_by_side(rank_windows(run), "category", "gpu", True))
+        assert "--cluster local:2 --by category" in compare.caption and app.started == {0}
+        await pilot.press("T")
+        assert "ddp_nsys.rank1.sqlite  (loads when shown)" in screen_text(app)
+        await pilot.press("2")
+        await loaded(pilot)
+        assert set(app.loaded) == {0, 1}

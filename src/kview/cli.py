@@ -776,15 +776,8 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
     from kview.analysis.rank_files import Step, SummarizedRun
     from kview.analysis.ranks import trace_paths
     from kview.cluster import summarize_run
-    from kview.io.cache import cache_root
 
-    if args.cache_dir is None and not args.cluster.startswith("local"):
-        raise UsageError("needs --cache-dir DIR on a file system its workers share with this machine", "--cluster")
-    cache_dir = os.path.abspath(args.cache_dir or cache_root() / "rank-files")
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot be made ({e.strerror})", what=f"--cache-dir {shown(cache_dir)}") from None
+    cache_dir = _cluster_cache_dir(args)
     files = [os.path.abspath(f) for f in trace_paths(args.traces)]
     width = len(str(len(files)))
 
@@ -801,6 +794,21 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
     if not good:
         raise TraceError(files[0] if len(files) == 1 else f"{len(files)} rank files", "none could be summarized")
     return SummarizedRun([p for p, _ in good], [t for _, t in good]), len(outcome) - len(good)
+
+
+def _cluster_cache_dir(args) -> str:
+    """The folder of the rank files' summaries (--cache-dir, made if missing; with a local
+    cluster kview's cache folder by default), checked with --cluster."""
+    from kview.io.cache import cache_root
+
+    if args.cache_dir is None and not args.cluster.startswith("local"):
+        raise UsageError("needs --cache-dir DIR on a file system its workers share with this machine", "--cluster")
+    cache_dir = os.path.abspath(args.cache_dir or cache_root() / "rank-files")
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot be made ({e.strerror})", what=f"--cache-dir {shown(cache_dir)}") from None
+    return cache_dir
 
 
 def run_tables(run, command: str) -> dict:
@@ -1246,11 +1254,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _tui_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kview",
-        usage="kview [--no-cache] [--max-memory SIZE] [TRACE ...]",
+        usage="kview [--no-cache] [--max-memory SIZE] [--cluster ADDRESS [--cache-dir DIR]] [TRACE ...]",
         description="The explorer over one or more traces (no argument: the bundled sample trace).",
         parents=[_trace_flags(True)],
     )
     parser.add_argument("traces", nargs="*", metavar="TRACE")
+    _cluster_options(parser)
     return parser
 
 
@@ -1317,6 +1326,15 @@ def run_tui(args: argparse.Namespace) -> int:
 
     paths = list(args.traces)
     note = None
+    cluster = None
+    try:
+        if args.cache_dir is not None and args.cluster is None:
+            raise UsageError("goes with --cluster (the folder its workers write into)", what="--cache-dir")
+        if args.cluster is not None:  # the run's Ranks and Compare of ranks from summaries made on the cluster
+            cluster = (args.cluster, _cluster_cache_dir(args))
+    except UsageError as e:
+        print(e.line(), file=sys.stderr)
+        return 2
     if not paths:
         sample = bundled_sample()
         if sample is None:
@@ -1347,7 +1365,7 @@ def run_tui(args: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"kview: the terminal UI cannot start ({e}); reinstall kview (pip install kview)", file=sys.stderr)
         return 2
-    return tui.run(paths, use_cache=not args.no_cache, note=note, traces=traces)
+    return tui.run(paths, use_cache=not args.no_cache, note=note, traces=traces, cluster=cluster)
 
 
 def _set_max_memory(size: str) -> None:

@@ -33,9 +33,10 @@ class Done:
 
 
 @contextmanager
-def connected(address: str):
+def connected(address: str, quiet: bool = False):
     """A Dask client of the cluster at `address`, or of a local cluster of N worker processes
-    (`local:N`; `local`: one per core) started here and ended on leaving."""
+    (`local:N`; `local`: one per core) started here and ended on leaving. `quiet`: the local
+    workers write nothing to the terminal (the explorer owns it)."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -47,6 +48,10 @@ def connected(address: str):
         n = int(m.group(1)) if m.group(1) else None
         if n is not None and n < 1:
             raise UsageError("takes local:N with N of 1 or more", what="--cluster")
+        if quiet:
+            from kview.analysis.ranks import _start_resource_tracker
+
+            _start_resource_tracker()
         # one task at a time per worker process: the per-rank step is CPU-bound Python and polars
         with (
             LocalCluster(
@@ -58,6 +63,10 @@ def connected(address: str):
             ) as cluster,
             Client(cluster) as client,
         ):
+            if quiet:
+                from kview.analysis.ranks import _silent
+
+                client.run(_silent)  # the workers' processes (a local cluster's nannies are this one)
             yield client
         return
     try:
@@ -99,7 +108,11 @@ def _problem(e: Exception) -> str:
 
 
 def summarize_run(
-    address: str, files: list[str], step: Step, progress: Callable[[int, int, Done], None] | None = None
+    address: str,
+    files: list[str],
+    step: Step,
+    progress: Callable[[int, int, Done], None] | None = None,
+    quiet: bool = False,
 ) -> list[Done]:
     """Every rank file's Done, in the files' order, each reported to `progress` (count done,
     count in all, the file's Done) as it finishes."""
@@ -116,7 +129,7 @@ def summarize_run(
             finished(Done(path, found, cached=True))
     left = [f for f in files if f not in out]
     if left:
-        with connected(address) as client:
+        with connected(address, quiet) as client:
             for done in summarize_on(client, left, step):
                 finished(done)
     return [out[f] for f in files]

@@ -102,6 +102,7 @@ class KviewApp(App):
         use_cache: bool = True,
         note: str | None = None,
         traces: list[Trace | Snapshot] | None = None,
+        cluster: tuple[str, str] | None = None,
     ):
         super().__init__()
         # every line drawn passes it: no control character from a trace reaches the terminal
@@ -118,6 +119,11 @@ class KviewApp(App):
         # a run of several large traces: the Ranks view's come from worker processes, as
         # `kview ranks` reads them, and a trace other than the first loads when it is shown
         self.run_in_processes = False
+        # (address, cache folder): the run is summarized rank file by rank file on this Dask
+        # cluster (`kview RUN/ --cluster`), Ranks and Compare of ranks from the summaries
+        self.cluster = cluster
+        self.summarized = None  # the run's rank_files.SummarizedRun, once summarized
+        self.compare_pending = False  # Compare of the ranks asked of the cluster
         self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
         self.stage: dict[int, str] = {}
         self.current = 0  # the trace the views show
@@ -164,7 +170,10 @@ class KviewApp(App):
         for i in range(len(self.paths)):
             if i == 0 or i not in members or not self.run_in_processes:
                 self.start_load(i)
-        if self.run_in_processes:
+        if self.run_in_processes and self.cluster is not None:
+            self.views["ranks"].show_stage(f"summarizing the {len(members)} rank files on the cluster")
+            self.summarize_run(members)
+        elif self.run_in_processes:
             self.views["ranks"].show_stage(f"reading the {len(members)} traces of the run in worker processes")
             self.read_run(members)
 
@@ -189,6 +198,8 @@ class KviewApp(App):
         processes filling the frame cache), not every view of every trace in this process."""
         from kview.analysis import ranks as rk
 
+        if self.cluster is not None and len(members) > 1:
+            return True
         if not self.use_cache or len(members) < 2:
             return False
         try:
@@ -285,6 +296,62 @@ class KviewApp(App):
             self._busy(-1)
         view.post_message(message)
 
+    def _on_cluster(self, members: list[int], compare: tuple[str, str, str | None] | None, stage: str):
+        """The run's rank files summarized on the cluster (`compare`: their columns of Compare),
+        the view in front of it told how many are done; a file that fails is said and left out."""
+        from kview.analysis.rank_files import Step, SummarizedRun
+        from kview.cluster import summarize_run
+
+        assert self.cluster is not None
+        address, cache_dir = self.cluster
+        view = self.views["compare" if compare else "ranks"]
+
+        def progress(n: int, total: int, done) -> None:
+            self.call_from_thread(view.show_stage, f"{stage}: {n} of {total}")
+            if done.tables is None:
+                why = f"kview: {done.path}: {done.problem}".splitlines()[0]
+                self.call_from_thread(self.notify, why, title="left out of the run", severity="error", timeout=30)
+
+        files = [os.path.abspath(self.paths[i]) for i in members]
+        outcome = summarize_run(address, files, Step(cache_dir, self.use_cache, compare), progress, quiet=True)
+        good = [(d.path, d.tables) for d in outcome if d.tables is not None]
+        if not good:
+            raise ValueError("no rank file could be summarized")
+        return SummarizedRun([f for f, _ in good], [t for _, t in good])
+
+    @work(thread=True, exit_on_error=False)
+    def summarize_run(self, members: list[int]) -> None:
+        """The Ranks view of a run summarized on a cluster, as `kview ranks --cluster` makes it."""
+        from kview.tui.loading import summarized_ranks
+
+        self._busy(1)
+        try:
+            run = self._on_cluster(members, None, "summarizing the rank files on the cluster")
+            self.summarized = run
+            message = summarized_ranks(run)
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = _no_ranks(e)
+        finally:
+            self._busy(-1)
+        self.views["ranks"].post_message(message)
+
+    @work(thread=True, exit_on_error=False, group="cluster-compare", exclusive=True)
+    def compare_summarized(self, by: str = "category", metric: str = "gpu") -> None:
+        """Compare of the ranks from each rank file's columns, made on the cluster."""
+        from kview.tui.loading import summarized_compare
+
+        assert self.cluster is not None
+        self._busy(1)
+        try:
+            members = self.run_members()
+            run = self._on_cluster(members, (by, metric, None), "making each rank's column on the cluster")
+            message = summarized_compare(run, by, metric, self.cluster[0])
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0], by, metric, True)
+        finally:
+            self._busy(-1)
+        self.views["compare"].post_message(message)
+
     def _busy(self, n: int) -> None:
         with self._working_lock:
             self.working += n
@@ -368,6 +435,16 @@ class KviewApp(App):
 
     @on(CompareAgain)
     def _compare_again(self, m: CompareAgain) -> None:
+        if self.cluster is not None and self.run_in_processes:
+            if m.ranks:  # from the summaries, without loading every trace
+                self.views["compare"].show_stage("comparing the ranks")
+                self.compare_summarized(m.by, m.metric)
+                return
+            if not self.started.issuperset(range(len(self.paths))):  # the traces as columns need them all
+                self.views["compare"].show_stage(f"loading the {len(self.paths)} traces to compare them")
+                for i in range(len(self.paths)):
+                    self.start_load(i)
+                return
         if self.loaded:
             self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric, m.ranks)
 
@@ -509,7 +586,12 @@ class KviewApp(App):
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
         vid = self.query_one(TabbedContent).active
-        if vid == "compare" and not self.started.issuperset(range(len(self.paths))):
+        if vid == "compare" and self.cluster is not None and self.run_in_processes:
+            if getattr(self.views["compare"], "data", None) is None and not self.compare_pending:
+                self.compare_pending = True  # once: the view keeps what it shows, keys ask again
+                self.views["compare"].show_stage("comparing the ranks")
+                self.compare_summarized()
+        elif vid == "compare" and not self.started.issuperset(range(len(self.paths))):
             # a large run's traces load when shown; Compare needs every one
             self.views["compare"].show_stage(f"loading the {len(self.paths)} traces to compare them")
             for i in range(len(self.paths)):
@@ -630,14 +712,18 @@ class _Unjoined(ThreadPoolExecutor):
 
 
 def run(
-    paths: list[str], use_cache: bool = True, note: str | None = None, traces: list[Trace | Snapshot] | None = None
+    paths: list[str],
+    use_cache: bool = True,
+    note: str | None = None,
+    traces: list[Trace | Snapshot] | None = None,
+    cluster: tuple[str, str] | None = None,
 ) -> int:
     """Run the explorer, then leave at once: a load still running in a thread is not joined,
     and the interpreter's teardown (freeing every frame of the trace, seconds on a large one)
     is skipped; the atexit handlers still run and the output is flushed."""
     import atexit
 
-    app = KviewApp(paths, use_cache=use_cache, note=note, traces=traces)
+    app = KviewApp(paths, use_cache=use_cache, note=note, traces=traces, cluster=cluster)
     app.run()  # the terminal is restored when this returns
     code = app.return_code or 0
     if app.working:

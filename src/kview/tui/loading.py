@@ -8,6 +8,7 @@ worker posts each as it comes, so the kernel summary is on screen while attribut
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -34,6 +35,7 @@ from kview.tui.messages import (
 
 if TYPE_CHECKING:
     from kview.analysis.memory_timeline import Snapshot
+    from kview.analysis.rank_files import SummarizedRun
     from kview.trace import Trace
 
 # the filter line suggests at most this many kernel names
@@ -326,14 +328,27 @@ def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> Comp
 
     if len(run.ranks) < 1:
         return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
-    command = "kview compare " + " ".join(t.trace.name for t in traces) + f" --ranks --by {by}"
-    command += " --metric cpu" if metric == "cpu" else ""
-    what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
-    head = f"{len(run.ranks)} ranks by {by} (r: {'traces' if len(traces) > 1 else 'phases'} as columns)"
     try:
         frame = side_by_side(rank_windows(run), by, metric, spread=True)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric, True)
+    other = "traces" if len(traces) > 1 else "phases"
+    return _ranks_compared(frame, len(run.ranks), [t.trace.name for t in traces], by, metric, other, "--ranks")
+
+
+def summarized_compare(run: SummarizedRun, by: str, metric: str, cluster: str) -> CompareReady:
+    """The ranks side by side from each rank file's columns (`kview compare --cluster`)."""
+    if not run.ranks:
+        return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
+    names = [Path(f).name for f in run.files]
+    return _ranks_compared(run.compare(by), len(run.ranks), names, by, metric, "traces", f"--cluster {cluster}")
+
+
+def _ranks_compared(frame, n: int, names: list[str], by: str, metric: str, other: str, how: str) -> CompareReady:
+    command = "kview compare " + " ".join(names) + f" {how} --by {by}"
+    command += " --metric cpu" if metric == "cpu" else ""
+    what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
+    head = f"{n} ranks by {by} (r: {other} as columns)"
     return CompareReady(frame, f"{head}: {what}, and the spread across ranks  ·  = {command}", by, metric, True)
 
 
@@ -359,16 +374,34 @@ def ranks(traces: list[Trace]) -> RanksReady:
     the iterations of every rank, the stragglers by iteration and the collectives."""
     from kview.analysis.collectives import collectives_by_rank, stragglers
     from kview.analysis.iterations import iteration_table
-    from kview.analysis.rank_summary import rank_summary, with_time_bar
+    from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import make_run
 
     run = make_run(traces)
     summary = rank_summary(run)
     if summary.height == 0:
-        empty = pl.DataFrame()
-        return RanksReady(empty, empty, empty, empty, "No GPU work in these traces: no ranks to show.")
-    iterations = iteration_table(run)
-    st = stragglers(run)
+        return _no_ranks_ready()
+    return _ranks_ready(summary, iteration_table(run), stragglers(run), collectives_by_rank(run), run.notes)
+
+
+def summarized_ranks(run: SummarizedRun) -> RanksReady:
+    """The Ranks view of a run summarized rank file by rank file (`kview ranks --cluster`)."""
+    tables = run.tables_of("ranks")
+    if tables["time"].height == 0:
+        return _no_ranks_ready()
+    return _ranks_ready(tables["time"], run.iteration_table(), tables["stragglers"], tables["collectives"], run.notes)
+
+
+def _no_ranks_ready() -> RanksReady:
+    empty = pl.DataFrame()
+    return RanksReady(empty, empty, empty, empty, "No GPU work in these traces: no ranks to show.")
+
+
+def _ranks_ready(
+    summary: pl.DataFrame, iterations: pl.DataFrame, st: pl.DataFrame, collectives: pl.DataFrame, notes: list[str]
+) -> RanksReady:
+    from kview.analysis.rank_summary import with_time_bar
+
     n = summary.height
     steps = iterations["Iteration"].drop_nulls().n_unique()
     caption = f"{n} rank{'s' if n > 1 else ''} · {steps} iteration{'s' if steps != 1 else ''}"
@@ -378,5 +411,5 @@ def ranks(traces: list[Trace]) -> RanksReady:
         caption += f" · straggler: rank {top} in {(joined_last == top).sum()} of {joined_last.len()} iterations"
     elif n == 1:
         caption += " · one rank: open its other ranks' traces too (kview rank0.sqlite rank1.sqlite, or a folder)"
-    caption += "".join(f" · {note}" for note in run.notes)
-    return RanksReady(with_time_bar(summary), iterations, st, collectives_by_rank(run), caption)
+    caption += "".join(f" · {note}" for note in notes)
+    return RanksReady(with_time_bar(summary), iterations, st, collectives, caption)
