@@ -789,7 +789,7 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
             how = "read from the cache" if done.cached else "summarized"
             print(f"kview: [{n:>{width}}/{total}] {name} {how}", file=sys.stderr)
 
-    outcome = summarize_run(args.cluster, files, Step(cache_dir, not args.no_cache, compare), progress)
+    outcome = summarize_run(args.cluster, files, Step(cache_dir, compare=compare), progress)
     good = [(d.path, d.tables) for d in outcome if d.tables is not None]
     if not good:
         raise TraceError(files[0] if len(files) == 1 else f"{len(files)} rank files", "none could be summarized")

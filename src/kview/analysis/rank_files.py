@@ -162,7 +162,10 @@ class Step:
     tables, or with `compare` (by, metric, root) its columns of `kview compare --ranks`."""
 
     cache_dir: str
-    use_cache: bool = True
+    # the frame cache: off by default, the summaries are this step's cache (a worker writing
+    # every trace's frames into its own user cache dir costs a quarter of the step and disk
+    # on every node for a copy no one reads again)
+    use_cache: bool = False
     compare: tuple[str, str, str | None] | None = None
 
     def __call__(self, path: str) -> dict[str, str]:

@@ -313,7 +313,7 @@ class KviewApp(App):
                 self.call_from_thread(self.notify, why, title="left out of the run", severity="error", timeout=30)
 
         files = [os.path.abspath(self.paths[i]) for i in members]
-        outcome = summarize_run(address, files, Step(cache_dir, self.use_cache, compare), progress, quiet=True)
+        outcome = summarize_run(address, files, Step(cache_dir, compare=compare), progress, quiet=True)
         good = [(d.path, d.tables) for d in outcome if d.tables is not None]
         if not good:
             raise ValueError("no rank file could be summarized")
