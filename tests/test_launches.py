@@ -333,3 +333,59 @@ def test_agrees_with_hta(hta, path, tmp_path):
             assert round(hrow.get("host_wait", 0) * 1000) == row[c["host"]] + row[c["sync"]]
             assert round(hrow.get("kernel_wait", 0) * 1000) == row[c["kernel wait"]]
             assert round(hrow.get("other", 0) * 1000) == row[c["other stream"]] + row[c["other"]]
+
+
+@pytest.mark.parametrize(
+    "command, tables",
+    [
+        ("launches", ["kernels", "ops", "queue", "idle", "gaps", "queue-series"]),
+        ("critical-path", ["steps", "ops"]),
+    ],
+)
+def test_cli_writes_every_table_in_every_format(command, tables, capsys, tmp_path):
+    """Each table as CSV, TSV and JSON holds the analysis' frame value for value; md and table
+    render; several tables in CSV on stdout are refused in one line (exit 2); -o writes a file."""
+    import io
+    import json
+
+    from kview.analysis import critical_path as cp
+    from kview.cli import main
+
+    path = KINETO / "trace_filter__sampled_rank-0.json.gz"
+    trace = open_trace(path, use_cache=False)
+    frames = {
+        "kernels": lambda: la.launch_stats(trace, "Kernel"),
+        "ops": (lambda: la.launch_stats(trace, "Op")) if command == "launches" else (lambda: cp.top_ops(trace)),
+        "queue": lambda: la.queue_summary(trace),
+        "idle": lambda: la.idle_by_stream(trace),
+        "gaps": lambda: la.gap_table(trace),
+        "queue-series": lambda: la.queue_series(trace),
+        "steps": lambda: cp.step_table(trace),
+    }
+    for name in tables:
+        want = frames[name]()
+        assert want.height > 0, name
+        # data formats write kview's "-" (no value) as missing
+        want = want.with_columns(pl.col(pl.String).replace("-", None))
+        for fmt, sep in (("csv", ","), ("tsv", "\t")):
+            assert main([command, str(path), "--no-cache", "--table", name, "-f", fmt]) == 0
+            got = pl.read_csv(io.StringIO(capsys.readouterr().out), separator=sep, schema=want.schema)
+            assert got.equals(want), (name, fmt)
+        assert main([command, str(path), "--no-cache", "--table", name, "-f", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert len(rows) == want.height and list(rows[0]) == want.columns
+    for fmt in ("md", "table", "json"):
+        assert main([command, str(path), "--no-cache", "-f", fmt]) == 0
+        out = capsys.readouterr().out
+        assert out.strip()
+        if fmt == "json":
+            assert len(json.loads(out)) == len(tables) - (command == "launches")  # queue-series: --table only
+    assert main([command, str(path), "--no-cache", "-f", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--table" in err
+    assert main([command, str(path), "--no-cache", "--top", "-1"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    target = tmp_path / "out.csv"
+    assert main([command, str(path), "--no-cache", "--table", tables[0], "-o", str(target)]) == 0
+    first = frames[tables[0]]().with_columns(pl.col(pl.String).replace("-", None))
+    assert pl.read_csv(target, schema=first.schema).equals(first)
