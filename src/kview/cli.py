@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from kview.errors import KviewError, TraceError, UsageError, debugging, internal_error_line, shown
+from kview.errors import (
+    KviewError,
+    OutOfMemory,
+    TraceError,
+    UsageError,
+    debugging,
+    internal_error_line,
+    is_out_of_memory,
+    shown,
+)
 from kview.io.paths import named
 
 
@@ -1395,6 +1404,18 @@ def _error_line(args, e: KviewError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except MemoryError:  # before a command's own handling (parsing, the first imports): still one line
+        try:
+            print(OutOfMemory().line(), file=sys.stderr)
+        except MemoryError:
+            os.write(2, b"kview: out of memory\n")
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
+    supervise = argv is None  # not capture and bench: their programs' output is the user's, as it comes
     if argv is None:  # the program itself, not a caller in-process (tests)
         import signal
 
@@ -1405,6 +1426,7 @@ def main(argv: list[str] | None = None) -> int:
         # capture and bench: their own parsers take every argument, --help included
         argv = [argv[0], "--", *argv[1:]] if argv[1:2] != ["--"] else argv
         name: str | None = argv[0]
+        supervise = False
     elif any(a in ("-h", "--help", "--version") for a in argv[:1]):
         name = ""
     else:
@@ -1422,6 +1444,12 @@ def main(argv: list[str] | None = None) -> int:
             print(e.line(), file=sys.stderr)
             return 2
         return run_tui(args)
+    if supervise:  # the program itself: what Python cannot catch (a Rust abort, a kill) said in one line
+        from kview.supervisor import run_supervised
+
+        code = run_supervised(str(name or "kview"))
+        if code is not None:
+            return code
     from kview.output.visible import VisibleText
 
     stderr = sys.stderr
@@ -1439,40 +1467,55 @@ def _command(argv: list[str]) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if getattr(args, "output", None) == "":
+        print(UsageError("-o needs a file name (-o - is stdout)").line(), file=sys.stderr)
+        return 2
+    if getattr(args, "output", None) == "-":  # stdout, as the document goes without -o
+        args.output = None
     _resolve_format(args)
     if getattr(args, "format", None) == "table":  # a file is read whole, never wrapped: its table is not fitted
         from kview.output.render import set_table_width
 
         set_table_width(0 if getattr(args, "output", None) else None)
+    from kview.output.stdout_guard import StdoutGuard
+
+    stdout = sys.stdout
+    guard = StdoutGuard(stdout)
+    sys.stdout = guard
     try:
-        if getattr(args, "output", None) == "":
-            raise UsageError("-o needs a file name (-o - is stdout)")
-        if getattr(args, "output", None) == "-":  # stdout, as the document goes without -o
-            args.output = None
         if getattr(args, "max_memory", None) is not None:
             _set_max_memory(args.max_memory)
         if args.cmd.shared and args.cmd.one_document:
             _check_output(args)
-        return args.cmd.run(args)
+        code = args.cmd.run(args)
+        guard.flush()
+        return code
     except KviewError as e:  # the side that failed: input trace, output file, command line
         print(_error_line(args, e), file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `kview stats ... | head`
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0
     except KeyboardInterrupt:
         return 130
     except (SystemExit, GeneratorExit):
         raise
-    except BaseException as e:  # kview's own bug: the readers turn damage inside a trace into
-        # TraceError (pyo3 panics of the Arrow readers included), so what arrives here is not the file's
+    except BaseException as e:
+        if guard.failed is not None or isinstance(e, BrokenPipeError):  # stdout's failure, not kview's
+            guard.silence()
+            if isinstance(guard.failed or e, BrokenPipeError):  # `kview stats ... | head`: the reader has enough
+                return 0
+            print(guard.line(), file=sys.stderr)
+            return 2
+        if is_out_of_memory(e):  # an allocation failed: memory, never the input's fault
+            print(OutOfMemory(type(e).__name__ if not isinstance(e, MemoryError) else "").line(), file=sys.stderr)
+            return 2
+        # kview's own bug: the readers turn damage inside a trace into TraceError (pyo3 panics
+        # of the Arrow readers included), so what arrives here is not the file's
         if debugging():
             raise
         print(internal_error_line(args.command, e), file=sys.stderr)
         return 1
+    finally:
+        if sys.stdout is guard:
+            sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
+try:  # loaded now: once memory has run out, a module may no longer load
+    import resource
+except ImportError:  # not on this system
+    resource = None  # type: ignore[assignment]
+
 
 def shown(path) -> str:
     """A path as one printable line: control characters (a newline in a file name) escaped."""
@@ -93,3 +98,76 @@ _sink = _stderr
 def set_warning_sink(sink) -> None:
     global _sink
     _sink = sink or _stderr
+
+
+def memory_limit() -> str:
+    """The limit memory ran into, when one is set: --max-memory (KVIEW_MAX_MEMORY) or the
+    process's address-space limit (ulimit -v, prlimit --as); '' when none is."""
+    parts = []
+    try:
+        from kview.io import memory_budget
+
+        if memory_budget._limit is not None or os.environ.get(memory_budget.ENV, "").strip():
+            total, why = memory_budget.budget()
+            if total is not None:
+                parts.append(f"{memory_budget.human(total)} from {why}")
+    except Exception:  # the budget's own parse errors are said where it is read
+        pass
+    limit = address_space_limit()
+    if limit is not None:
+        parts.append(f"{limit / (1 << 30):.1f} GiB of address space (ulimit -v)")
+    return "; limit: " + ", ".join(parts) if parts else ""
+
+
+class OutOfMemory(KviewError):
+    """Memory ran out (an allocation failed, a reader's threads could not start, the system
+    ended a worker): said as memory and its limit, never as the fault of an input."""
+
+    def __init__(self, detail: str = ""):
+        super().__init__("out of memory", detail)
+
+    def line(self) -> str:
+        detail = f" ({self.problem})" if self.problem else ""
+        return f"kview: out of memory{detail}{memory_limit()}; free memory or raise the limit"
+
+
+# What a failed allocation or thread start says inside the Rust readers' errors and panics
+# (connectorx, polars, pyo3): memory, not the file.
+# (a thread that cannot start under an address-space limit fails with EAGAIN, a library that
+# cannot be mapped with "failed to map segment")
+_MEMORY_WORDS = (
+    "memory allocation",
+    "out of memory",
+    "cannot allocate memory",
+    "wouldblock",
+    "resource temporarily unavailable",
+    "can't spawn",
+    "failed to map segment",
+    "os error 11)",
+    "os error 12)",
+    "errno 12]",
+    "terminated abruptly",  # a worker process the system killed
+)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """Whether `e` (a MemoryError, a Rust reader's error or panic, a library that could not be
+    loaded under an address-space limit) says memory ran out."""
+    if isinstance(e, MemoryError):
+        return True
+    text = f"{type(e).__name__}: {e}".lower()
+    if any(w in text for w in _MEMORY_WORDS):
+        return True
+    # a library kview ships with that cannot be loaded under an address-space limit: its memory
+    return isinstance(e, ImportError) and address_space_limit() is not None
+
+
+def address_space_limit() -> int | None:
+    """The process's address-space limit in bytes (ulimit -v, prlimit --as), None when unlimited."""
+    if resource is None:
+        return None
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft

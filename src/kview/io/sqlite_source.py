@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.errors import TraceError
+from kview.errors import OutOfMemory, TraceError, is_out_of_memory
 from kview.io.paths import named
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -223,6 +223,8 @@ class SqliteSource:
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as e:  # RuntimeError, or a pyo3 PanicException (a BaseException) on damage
+            if is_out_of_memory(e):  # a thread or a buffer the reader could not get: not the file's fault
+                raise OutOfMemory("reading " + self.path.name) from None
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise TraceError(self.path, f"cannot be read ({msg})") from None
 

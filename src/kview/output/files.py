@@ -86,23 +86,31 @@ def check(paths: list[Path], inputs: list[str], force: bool) -> None:
     ids = input_ids(inputs)
     for p in paths:
         try:
-            st = os.stat(p)
-        except OSError:
-            st = None
-        if st is not None and (st.st_dev, st.st_ino) in ids:
-            raise OutputError(p, "is an input of this command; kview never writes over its input")
-        if _into(p):
-            continue
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise OutputError(p, f"is {_kind(st.st_mode)}, not a file kview can write")
-        target = _target(p)
-        parent = target.parent
-        if not parent.exists():
-            raise OutputError(p, f"its folder {parent} does not exist")
-        if not parent.is_dir():
-            raise OutputError(p, f"{parent} is not a folder")
-        if (st is not None or p.is_symlink()) and not force:
-            raise OutputError(p, "exists (give --force to overwrite it)")
+            _check_one(p, ids, force)
+        except OSError as e:  # a name too long, a folder on the way that cannot be entered
+            raise OutputError(p, f"cannot be written ({e.strerror or e}); nothing was written") from None
+
+
+def _check_one(p: Path, ids: set[tuple[int, int]], force: bool) -> None:
+    """One output path, as `check` says (an OSError on the way is the caller's to name)."""
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):  # a folder on the way that is a file: said below
+        st = None
+    if st is not None and (st.st_dev, st.st_ino) in ids:
+        raise OutputError(p, "is an input of this command; kview never writes over its input")
+    if _into(p):
+        return
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(p, f"is {_kind(st.st_mode)}, not a file kview can write")
+    target = _target(p)
+    parent = target.parent
+    if not parent.exists():
+        raise OutputError(p, f"its folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(p, f"{parent} is not a folder")
+    if (st is not None or p.is_symlink()) and not force:
+        raise OutputError(p, "exists (give --force to overwrite it)")
 
 
 def _open_into(p: Path) -> int:

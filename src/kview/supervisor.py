@@ -1,0 +1,144 @@
+"""A command runs in a child of the `kview` process, which relays the child's stderr and reads
+how it ended. What Python cannot catch is said here in one line: a Rust library that aborts
+when an allocation fails (`memory allocation of N bytes failed`, SIGABRT), a C library that
+exits on it (OpenBLAS), the system's out-of-memory killer (SIGKILL). The text Rust prints for a
+panic or an abort never reaches the user's terminal; kview's own lines pass as they are.
+
+The child is forked before polars or any thread exists, so it costs a few milliseconds and no
+memory of its own (copy on write)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+from kview.errors import OutOfMemory, address_space_limit, internal_error_line
+from kview.output.visible import visible_lines
+
+ENV = "KVIEW_UNSUPERVISED"  # set: the command runs in this process (and in the child itself)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+# lines Rust (and C libraries beside it) print when they panic or abort
+_STARTS = re.compile(r"thread '.*' (\(\d+\) )?panicked at |stack backtrace:|fatal runtime error|note: .*RUST_BACKTRACE")
+_MEMORY = re.compile(
+    r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
+    r"Cannot allocate memory|failed to map segment"
+)
+
+
+class _Relay:
+    """The child's stderr, line by line, to ours: Rust's panic and abort text left out (from its
+    first line up to the next line of kview's own), what it said about memory remembered."""
+
+    def __init__(self) -> None:
+        self.blank = 0  # empty lines held back: Rust's panic text starts with one
+        self.held = b""
+        self.hiding = False
+        self.memory = False
+        self.rust = False
+
+    def feed(self, data: bytes) -> None:
+        lines = (self.held + data).split(b"\n")
+        self.held = lines.pop()
+        for line in lines:
+            self._line(line)
+
+    def end(self) -> None:
+        if self.held:
+            self._line(self.held)
+            self.held = b""
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
+        if text.startswith("kview"):  # kview's own line: always said
+            self.hiding = False
+        elif _MEMORY.search(text):
+            self.memory = self.hiding = self.rust = True
+            self.blank = 0
+            return
+        elif _STARTS.match(text):
+            self.hiding = self.rust = True
+            self.blank = 0
+            return
+        elif self.hiding:
+            return
+        elif not text.strip():
+            self.blank += 1
+            return
+        try:
+            os.write(2, ("\n" * self.blank + visible_lines(text) + "\n").encode())
+        except OSError:
+            pass
+        self.blank = 0
+
+
+def _memory_line(what: str) -> str:
+    return OutOfMemory(what).line()
+
+
+def run_supervised(command: str) -> int | None:
+    """Fork: in the child None (go on and run the command), in the parent the child's exit
+    status once it ended, with one line of its own where the child could not say why."""
+    if os.environ.get(ENV):
+        return None
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:  # no memory even for that: the command runs here
+        return None
+    if pid == 0:
+        os.environ[ENV] = "1"
+        os.close(r)
+        os.dup2(w, 2)
+        os.close(w)
+        return None
+    os.close(w)
+
+    def forward(signum, _frame) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for s in FORWARDED:
+        signal.signal(s, forward)
+    relay = _Relay()
+    while True:
+        try:
+            data = os.read(r, 65536)
+        except InterruptedError:
+            continue
+        if not data:
+            break
+        relay.feed(data)
+    relay.end()
+    os.close(r)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        if relay.memory and code not in (0, 2):  # a C library gave up on an allocation and exited
+            print(_memory_line(""), file=sys.stderr)
+            return 2
+        return code
+    sig = os.WTERMSIG(status)
+    if sig in FORWARDED:  # ended by the signal sent to kview: so does kview
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    if sig == signal.SIGKILL:
+        print(_memory_line("the system ended kview, most likely for memory (SIGKILL)"), file=sys.stderr)
+        return 2
+    if relay.memory or (sig == signal.SIGABRT and address_space_limit() is not None):
+        print(_memory_line("an allocation failed"), file=sys.stderr)
+        return 2
+    name = signal.Signals(sig).name
+    why = f"a Rust library stopped kview with {name}" if relay.rust else f"kview ended on {name}"
+    print(internal_error_line(command, RuntimeError(why)), file=sys.stderr)
+    return 1

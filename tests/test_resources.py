@@ -1,0 +1,116 @@
+"""Resources: memory that runs out anywhere (under an address-space limit, `prlimit --as`) is
+one line naming memory and the limit, exit 2, never a good file blamed and never Rust's panic
+or abort text; stdout that cannot be written (full, closed) is one line; a file name too long
+for `-o` is one line."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SAMPLES
+
+LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
+RUST = ("panicked", "memory allocation of", "backtrace", "RUST_BACKTRACE", "Traceback", "OpenBLAS")
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="address-space limits and /dev/full are Linux's")
+
+
+def _kview(args: list[str], limit_mb: int | None = None, **kw) -> subprocess.CompletedProcess:
+    def limited() -> None:
+        if limit_mb is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    kw.setdefault("stdout", subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "kview.cli", *args, "--no-cache"],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        preexec_fn=limited,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("limit_mb", [256, 384, 512, 768, 1024, 1536])
+@pytest.mark.parametrize(
+    "args", [["stats", str(LM), "-r", "all"], ["kernels", str(LM), "-f", "csv"]], ids=lambda a: a[0]
+)
+def test_memory_running_out_is_one_line_naming_memory(args, limit_mb):
+    r = _kview(args, limit_mb)
+    assert r.returncode in (0, 2), r.stderr  # never kview's own bug (1) nor a death by signal
+    for word in RUST:
+        assert word not in r.stderr, r.stderr
+    if r.returncode == 2:
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1, r.stderr
+        assert lines[0].startswith("kview: out of memory") and "limit:" in lines[0] and "ulimit -v" in lines[0]
+        assert "cannot be read" not in lines[0]  # the trace is good: never blamed
+
+
+def test_the_same_run_without_a_limit_succeeds():
+    """The traces of the memory test are good: without the limit every command reads them."""
+    for args in (["stats", str(LM), "-r", "all"], ["kernels", str(LM), "-f", "csv"]):
+        r = _kview(args)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["kernels", str(NCF), "-f", "csv"],
+        ["kernels", str(NCF)],
+        ["kernels", str(NCF), "-f", "json"],
+        ["stats", str(NCF)],
+        ["overview", str(NCF)],
+    ],
+    ids=lambda a: "-".join(a[:1] + a[2:]),
+)
+def test_stdout_full_or_closed_is_one_line(args):
+    with open("/dev/full", "wb") as full:
+        r = _kview(args, stdout=full)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "kview: stdout cannot be written (No space left on device); the output is incomplete"
+    ], r.stderr
+    r = _closed(args)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "kview: stdout cannot be written (it is closed); the output is incomplete"
+    ], r.stderr
+
+
+def _closed(args: list[str]) -> subprocess.CompletedProcess:
+    """kview started with descriptor 1 closed (`kview ... >&-`)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kview.cli", *args, "--no-cache"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.close(1),
+    )
+
+
+def test_a_reader_that_leaves_early_is_no_error():
+    """`kview stats T | head -1`: the pipe closes; kview stops quietly, exit 0."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kview.cli", "kernels", str(LM), "-f", "csv", "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.readline().startswith(b"Idx,")
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 0 and err == b"", err
+
+
+def test_an_output_name_too_long_is_one_line(tmp_path):
+    out = tmp_path / ("a" * 300 + ".csv")
+    r = _kview(["kernels", str(NCF), "-o", str(out)])
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "cannot be written (File name too long)" in lines[0], r.stderr
