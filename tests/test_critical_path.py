@@ -10,7 +10,7 @@ from test_launches import SYNCS, _kineto_truth, _launch_of, _nsys_truth, from_ze
 from kview.analysis import critical_path as cp
 from kview.trace import open_trace
 
-from conftest import KINETO, PUBLIC
+from conftest import KINETO, KINETO_TRACES, PUBLIC, PUBLIC_TRACES
 
 
 def _walk(ops, calls, w0, w1, thread):
@@ -52,8 +52,10 @@ def _walk(ops, calls, w0, w1, thread):
             o for o in nodes if (o["device"], o["stream"]) == (k["device"], k["stream"]) and o["start"] < k["start"]
         ]
         p = max(same, key=lambda o: o["start"]) if same else None
-        other = [o for o in nodes if o["device"] == k["device"] and o["end"] <= k["start"] and o is not k]
-        x = max(other, key=lambda o: o["end"]) if other else None
+        other = [o for o in nodes if o["device"] == k["device"] and o["end"] <= k["start"]]
+        # the latest to end (ties: the last in stream and start order); none if it started with k
+        x = max(other, key=lambda o: (o["end"], o["stream"], o["start"])) if other else None
+        x = None if x is not None and x["start"] >= k["start"] else x
         dep = x if x is not None and (p is None or x["end"] > p["end"]) else p
         if dep is not None and dep["end"] >= k["L"]["start"]:
             gpu += k["end"] - dep["end"]
@@ -123,3 +125,20 @@ def test_iterations_carry_each_steps_verdict(path):
         assert mine.height == 1
         assert (row["CPU share (%)"], row["Bound by"]) == (mine["CPU share (%)"][0], mine["Bound by"][0])
     assert steps["PID"].n_unique() == run.units.height
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in (*KINETO_TRACES, *PUBLIC_TRACES) if not p.name.startswith("rocprof")],
+    ids=lambda p: p.name.split(".")[0],
+)
+def test_every_path_covers_its_step(path):
+    """On every public trace: GPU + CPU + launch time is the path's length (a link loop or a
+    lost link would break the sum), the ops on the paths add up to it, each op at most once."""
+    trace = open_trace(path, use_cache=False)
+    table = cp.step_table(trace)
+    assert (table["GPU (ns)"] + table["CPU (ns)"] + table["Launch (ns)"] == table["Length (ns)"]).all()
+    assert (table["GPU (ns)"] >= 0).all() and (table["CPU (ns)"] >= 0).all()
+    assert int(cp.top_ops(trace, 0)["On path (ns)"].sum()) == int(table["Length (ns)"].sum())
+    nodes, _ = cp.path_nodes(trace)
+    assert nodes["node"].is_unique().all()

@@ -120,11 +120,19 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     # the op of the step and device that ended last at or before this op's start (another
     # stream's when it ended after the op before on this stream)
-    ends = ops.select("step", "device", pl.col("end").alias("x_end"), pl.col("node").alias("x_node")).sort("x_end")
+    ends = ops.select(
+        "step", "device", pl.col("end").alias("x_end"), pl.col("node").alias("x_node"), pl.col("start").alias("x_start")
+    ).sort("x_end", "x_node")
     ops = ops.sort("start").join_asof(
         ends, left_on="start", right_on="x_end", by=["step", "device"], strategy="backward", check_sortedness=False
     )
-    cross = pl.col("x_end").is_not_null() & (pl.col("x_end") > pl.col("p_end").fill_null(-(2**62)))
+    # an op that started when this one did (itself, or an empty op at the same instant) is no
+    # dependency: every edge then goes back in (start, node) order, so the links form no cycle
+    cross = (
+        pl.col("x_end").is_not_null()
+        & (pl.col("x_start") < pl.col("start"))
+        & (pl.col("x_end") > pl.col("p_end").fill_null(-(2**62)))
+    )
     dep_end = pl.when(cross).then(pl.col("x_end")).otherwise(pl.col("p_end"))
     dep_node = pl.when(cross).then(pl.col("x_node")).otherwise(pl.col("p_node"))
     ops = ops.with_columns(dep_end.alias("dep_end"), dep_node.alias("dep_node"))
