@@ -249,3 +249,12 @@ async def test_kernels_view_draws_no_control_character(attack_nsys, tmp_path, mo
         app.notify(f"a name: {ATTACK}")  # a notification that quotes a name
         await pilot.pause()
         _no_control(drawn())
+
+
+def test_a_chrome_trace_export_keeps_the_names_escaped(attack_nsys, tmp_path, capsys):
+    out = tmp_path / "window.json"
+    code, _, err = _run(capsys, ["export", str(attack_nsys), "-o", str(out), "--no-cache"])
+    assert code == 0, err
+    raw = out.read_bytes()
+    assert re.search(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", raw) is None  # nothing a terminal acts on
+    assert any(v.endswith(ATTACK) for v in _strings(json.loads(raw)))  # every byte kept, escaped

@@ -8,6 +8,7 @@ import json
 from typing import BinaryIO
 
 from kview.analysis.chrome_trace import Export
+from kview.output.visible import json_visible
 
 CHUNK = 200_000  # events joined and written at a time (a million never become one string)
 
@@ -26,7 +27,8 @@ def write(export: Export, out: BinaryIO, other: dict, compress: bool, chunk: int
     first = True
     for part in export.parts:
         for text in part.texts(chunk):
-            sink.write(((",\n" if not first else "") + text).encode())
+            # names from the trace: DEL and C1 as \u escapes, as every JSON kview writes (visible.py)
+            sink.write(json_visible(((",\n" if not first else "") + text).encode()))
             first = False
     sink.write(b"\n]}\n")
     if compress:
