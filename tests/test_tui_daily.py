@@ -301,7 +301,7 @@ async def test_columns_never_cut_numbers_units_column_keys_footer_help_and_palet
         names = [n for n, _ in commands(app)]
         for want in (
             "View: Layers",
-            "Copy what is shown as Markdown (the table, or the focused section)",
+            "Copy what is shown as Markdown (the table, the focused section, the Timeline picture)",
             "Kernels: Frequency of the column under the cursor: count, time, share per value",
             "Kernels: Kernel context: launch call, latency, NVTX path, kernels around it on its stream",
             "Compare: Compare by range, layer, category or kernel (kview compare --by)",

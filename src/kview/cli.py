@@ -982,18 +982,9 @@ def cmd_timeline(args) -> int:
         raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
     if args.format in ("table", "md"):
         text = timeline.text(tl, t0, t1, width, kinds, args.depth, title)
-        return _write(args, timeline_markdown(text) if args.format == "md" else text)
+        return _write(args, render.code_block(text) if args.format == "md" else text)
     cells = timeline.table(tl, t0, t1, max(width - 25, 10), kinds, args.depth)
     return _write(args, render.render(cells, args.format))
-
-
-def timeline_markdown(picture: str) -> str:
-    """The timeline's picture as a Markdown code block, fenced by more backticks than any run
-    of them inside it (an op's name), so nothing inside is read as Markdown."""
-    import re
-
-    fence = "`" * max([3] + [len(m) + 1 for m in re.findall(r"`+", picture)])
-    return f"{fence}\n{picture}{fence}\n"
 
 
 def cmd_export(args) -> int:

@@ -200,14 +200,31 @@ def longest_word(text: str) -> int:
 
 
 def fit_header(text: str, width: int) -> str:
-    """A column header cut to `width` in the middle (`lm-small…train_nsys`), so headers that
-    share a long prefix, such as trace names, stay apart."""
+    """A column header in `width` cells, never cut inside a word: words are left out from the
+    end, keeping a unit (`Total Time (ns)` -> `Total (ns)`), and a lone word is abbreviated
+    with a point (`Dur. (ns)`). A header that is one long name (a trace in Compare) keeps its
+    start and end (`lm-small…train_nsys`), so names that share a prefix stay apart."""
     if len(text) <= width:
         return text
-    if width < 5:
-        return text[:width]
-    head = (width - 1 + 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+    found = re.match(r"^(.*?)\s*(\([^()]*\))$", text)
+    name, unit = (found[1], " " + found[2]) if found and found[1] else (text, "")
+    words = name.split(" ")
+    if len(words) == 1 and not unit:  # one name
+        if width < 5:
+            return text[:width]
+        head = width // 2
+        return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+    if not unit and len(words[0]) <= 2 and width > len(words[0]) + 5:  # `Δ backward_pass`: a mark and a name
+        return words[0] + " " + fit_header(" ".join(words[1:]), width - len(words[0]) - 1)
+    if len(unit) >= width - 1:
+        unit = ""
+    room = width - len(unit)
+    while len(words) > 1 and len(" ".join(words)) > room:
+        words.pop()
+    kept = " ".join(words)
+    if len(kept) > room:
+        kept = kept[: max(room - 1, 1)] + "."
+    return (kept + unit)[:width]
 
 
 def shrink_headers(

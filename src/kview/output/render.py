@@ -229,6 +229,13 @@ def _md_escape(e: pl.Expr) -> pl.Expr:
     return e.str.replace_all(_MD_CLASS, r"\$0").str.replace_all(r"\r\n|\r|\n", " ")
 
 
+def code_block(text: str) -> str:
+    """`text` as a Markdown code block, fenced by more backticks than any run of them inside
+    it, so nothing inside is read as Markdown."""
+    fence = "`" * max([3] + [len(m) + 1 for m in re.findall(r"`+", text)])
+    return f"{fence}\n{text}{'' if text.endswith(chr(10)) else chr(10)}{fence}\n"
+
+
 def md_escape(text: str) -> str:
     """One piece of text (a title, a heading) as Markdown shows it literally."""
     return re.sub(r"\r\n|\r|\n", " ", re.sub(_MD_CLASS, lambda m: "\\" + m.group(0), text))

@@ -622,7 +622,7 @@ class KviewApp(App):
         if frame.height == 0:
             self.notify("nothing to copy yet", severity="warning")
             return
-        text = render.to_markdown(frame) if kind == "md" else render.to_tsv(frame)
+        text = _document(shown, frame, kind)
         channels, path = copy(self, text, kind)
         where = f" → {path}" if path else ""
         size = "" if "terminal (OSC 52)" in channels else " (too large for the terminal clipboard)"
@@ -653,7 +653,7 @@ class KviewApp(App):
             return
         shown = self.active_view().shown()
         frame = shown.frame if fmt == "md" else without_bars(shown)
-        text = render.render(frame, fmt)
+        text = _document(shown, frame, fmt)
         stem = f"{Path(self.paths[self.current]).stem}_{shown.what}"
         out = destination(stem, fmt)
         try:
@@ -680,6 +680,17 @@ class KviewApp(App):
         view = self.views[vid]
         target = view.query(FrameTable).first() if table and view.query(FrameTable) else view
         await self.run_action(action, target)
+
+
+def _document(shown, frame: pl.DataFrame, fmt: str) -> str:
+    """What `y`/`Y` copy and `e` exports of `shown` in `fmt`: one text for both, so a copy is
+    the export of the same view. A picture (the Timeline) is its text in Markdown, as
+    `kview timeline -f md` writes it; its numbers in the other formats."""
+    if fmt == "md" and shown.picture is not None:
+        from kview.output.visible import visible_lines
+
+        return render.code_block(visible_lines(shown.picture))
+    return render.render(frame, fmt)
 
 
 def _no_ranks(e: Exception) -> RanksReady:

@@ -25,6 +25,9 @@ class Shown:
     frame: pl.DataFrame
     what: str
     bars: tuple[str, ...] = ()
+    # a view that is a picture (the Timeline): its text, which `y` and a Markdown export carry
+    # as `kview timeline -f md` writes it; `Y` and the data formats carry `frame`, the numbers
+    picture: str | None = None
 
 
 class View(Vertical):

@@ -18,13 +18,14 @@ from textual.geometry import Region
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kview.output.format import distinct_short_names
+from kview.output.format import distinct_cuts, distinct_short_names
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import OverviewReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, fmt_cell
 
+NAME_WIDTH = 70  # the widest a column of a section gets
 # lines of a titled rich Table above its first row: title, top rule, header, header rule
 ROWS_FROM = 4
 
@@ -32,9 +33,18 @@ ROWS_FROM = 4
 class Section(Static, can_focus=True):
     """One part of the overview: its title, its rows (for copy and search) and how it looks."""
 
-    def __init__(self, title: str, frame: pl.DataFrame, colour: str | None = None, table: bool = True):
+    def __init__(
+        self,
+        title: str,
+        frame: pl.DataFrame,
+        colour: str | None = None,
+        table: bool = True,
+        on_screen: pl.DataFrame | None = None,
+    ):
         super().__init__()
         self.title, self.frame, self.colour, self.table = title, frame, colour, table
+        # what the screen shows (names shortened); `frame`, with full names, is what y copies
+        self.on_screen = frame if on_screen is None else on_screen
         self.marked: int | None = None  # the row a search found
         self.update(self.render_section())
 
@@ -51,11 +61,15 @@ class Section(Static, can_focus=True):
             else Table(title=self.title, title_justify="left", title_style="bold", expand=False)
         )
         if not grid:
-            for c, dt in self.frame.schema.items():
+            for c, dt in self.on_screen.schema.items():
                 table.add_column(
-                    c, justify="right" if dt.is_numeric() else "left", overflow="ellipsis", max_width=70, no_wrap=True
+                    c,
+                    justify="right" if dt.is_numeric() else "left",
+                    overflow="ellipsis",
+                    max_width=NAME_WIDTH,
+                    no_wrap=True,
                 )
-        for i, row in enumerate(self.frame.iter_rows(named=True)):
+        for i, row in enumerate(self.on_screen.iter_rows(named=True)):
             style = CATEGORY_COLOURS.get(str(row.get(self.colour))) if self.colour else None
             if i == self.marked:
                 style = f"{style or ''} reverse".strip()
@@ -83,6 +97,14 @@ class Section(Static, can_focus=True):
         )["t"].to_list()
         rows = [i for i, line in enumerate(text) if pattern.search(line)]
         return rows or ([0] if pattern.search(self.title) and self.frame.height else [])
+
+
+def _short(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """`frame` with the kernel names of `column` as the tables show them: template arguments
+    elided, then cut to the section's width, two different kernels never reading the same."""
+    short = distinct_short_names(frame[column])
+    cuts = distinct_cuts(short.drop_nulls().to_list(), NAME_WIDTH)
+    return frame.with_columns(short.replace_strict(cuts, default=short).alias(column))
 
 
 class OverviewView(View):
@@ -115,7 +137,7 @@ class OverviewView(View):
         if o.busy.height:
             parts.append(Section("GPU busy", o.busy))
         if o.gaps.height:
-            parts.append(Section("Largest idle gaps", o.gaps.with_columns(distinct_short_names(o.gaps["Next kernel"]))))
+            parts.append(Section("Largest idle gaps", o.gaps, on_screen=_short(o.gaps, "Next kernel")))
         if o.categories.height:
             parts.append(Section("Time by category", o.categories, colour="Category"))
         if o.phases.height:
@@ -124,8 +146,9 @@ class OverviewView(View):
             parts.append(
                 Section(
                     "Top kernels",
-                    o.top_kernels.with_columns(distinct_short_names(o.top_kernels["Kernel"])),
+                    o.top_kernels,
                     colour="Category",
+                    on_screen=_short(o.top_kernels, "Kernel"),
                 )
             )
         if o.ranks.height:  # several processes or GPUs: the ranks of one run (the Ranks view has more)

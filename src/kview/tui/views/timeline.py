@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -762,4 +763,12 @@ class TimelineView(View):
         cw = self.canvas.cells_width()
         tl = self.timeline
         sub = tl_.Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, tl.threads, tl.ranks)
-        return Shown(tl_.table(sub, self.t0, self.t1, cw, {"gpu", "api", "nvtx"}, 1 << 30), "timeline cells")
+        kinds = {"gpu", "api", "nvtx"}
+        picture = tl_.text(sub, self.t0, self.t1, self.canvas.size.width, kinds, 1 << 30, self.trace_title())
+        return Shown(tl_.table(sub, self.t0, self.t1, cw, kinds, 1 << 30), "timeline cells", picture=picture)
+
+    def trace_title(self) -> str:
+        """The trace's name, as `kview timeline` titles its picture."""
+        app = self.app
+        paths = getattr(app, "paths", None)
+        return Path(paths[getattr(app, "current", 0)]).name if paths else ""
