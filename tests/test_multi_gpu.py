@@ -182,3 +182,28 @@ def test_fsdp_collective_ends_agree_under_both_clocks(paths):
     for collective in _collectives("fsdp"):
         assert np.abs(nsys[collective]).max() <= 20_000 and np.abs(torch[collective]).max() <= 20_000
         assert np.abs(nsys[collective] - torch[collective]).max() <= 5_000, (collective, nsys, torch)
+
+
+async def test_the_explorer_shows_the_four_ranks_and_their_straggler(paths, runs):
+    """`kview rank0..rank3.sqlite`, key 7: a row per rank whose wall and busy are the per-process
+    queries', the caption naming rank 1 in the steady iterations, and t showing the stragglers."""
+    from test_tui import loaded
+
+    from kview.tui.app import KviewApp
+
+    _, ranks = runs["ddp_nsys_per_rank"]
+    app = KviewApp([str(paths[f]) for f in FILES["ddp_nsys_per_rank"]], use_cache=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "ranks" and app.sub_title == f"all {RANKS} traces"
+        view = app.view("ranks")
+        top = view.ranks_table.frame
+        assert top["Rank"].to_list() == list(range(RANKS))
+        iterations = truth.iteration_rows(ranks)
+        for r in range(RANKS):
+            assert top["Wall (ns)"][r] == sum(row[2] for row in iterations if row[0] == r)
+        assert "straggler: rank 1 in 2 of 3 iterations" in view.data.caption
+        await pilot.press("t")
+        assert view.lower == "stragglers" and view.table.frame["Straggler"].to_list()[1:] == [1, 1]
