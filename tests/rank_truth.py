@@ -22,6 +22,18 @@ from conftest import kineto_events
 
 STEP = re.compile(r"^(step_|ProfilerStep#)(\d+)$")
 COLL = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)", re.I)
+# the iteration table's columns this computation gives (iteration_rows)
+ITERATION_COLUMNS = [
+    "Rank",
+    "Iteration",
+    "Wall (ns)",
+    "Busy (ns)",
+    "Compute (ns)",
+    "Communication (ns)",
+    "Exposed comm (ns)",
+    "Memory (ns)",
+    "Idle (ns)",
+]
 SIZES = {"Float": 4, "BFloat16": 2, "Half": 2, "Int": 4, "Long": 8, "Double": 8, "Char": 1, "Byte": 1, "Bool": 1}
 
 

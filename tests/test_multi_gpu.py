@@ -34,17 +34,6 @@ FILES = {
     "fsdp_nsys_per_rank": [f"llama_fsdp_nsys.rank{r}" for r in range(RANKS)],
     "fsdp_torch": [f"llama_fsdp_torch.rank{r}" for r in range(RANKS)],
 }
-ITERATION_COLUMNS = [
-    "Rank",
-    "Iteration",
-    "Wall (ns)",
-    "Busy (ns)",
-    "Compute (ns)",
-    "Communication (ns)",
-    "Exposed comm (ns)",
-    "Memory (ns)",
-    "Idle (ns)",
-]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +72,7 @@ def test_iterations_equal_per_process_queries(runs, name):
     run, ranks = runs[name]
     want = truth.iteration_rows(ranks)
     assert len(want) == RANKS * 3  # profiled steps 3-5 of every rank
-    assert sorted(iteration_table(run).select(ITERATION_COLUMNS).rows()) == want
+    assert sorted(iteration_table(run).select(truth.ITERATION_COLUMNS).rows()) == want
 
 
 @pytest.mark.parametrize("name", FILES)

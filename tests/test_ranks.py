@@ -25,19 +25,6 @@ CAPTURE = ROOT / "tests" / "fixtures" / "capture"
 HTA = [KINETO / "trace_filter__sampled_rank-0.json.gz", KINETO / "trace_filter__sampled_rank-1.json.gz"]
 TORCH_JSON = [CAPTURE / "ddp_torch.rank0.json.gz", CAPTURE / "ddp_torch.rank1.json.gz"]
 
-# the iteration table's columns that the independent computation gives (rank_truth.iteration_rows)
-ITERATION_COLUMNS = [
-    "Rank",
-    "Iteration",
-    "Wall (ns)",
-    "Busy (ns)",
-    "Compute (ns)",
-    "Communication (ns)",
-    "Exposed comm (ns)",
-    "Memory (ns)",
-    "Idle (ns)",
-]
-
 
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory):
@@ -81,7 +68,7 @@ def runs(ddp):
 @pytest.mark.parametrize("name", RUNS)
 def test_iteration_table_equals_the_independent_computation(runs, name):
     run, ranks = runs[name]
-    got = iteration_table(run).select(ITERATION_COLUMNS)
+    got = iteration_table(run).select(truth.ITERATION_COLUMNS)
     want = truth.iteration_rows(ranks)
     assert len(want) >= 4 and sorted(got.rows()) == want
     t = iteration_table(run)
@@ -383,7 +370,7 @@ async def test_ranks_view_on_key_7_shows_every_trace_as_one_run(ddp, runs):
             assert top["Wall (ns)"][r] == wall and top["Busy (% of wall)"][r] == round(busy * 100 / wall, 1)
         assert top["█comp ▓exposed ▒mem ░idle"][0].startswith("▓▓▓▓▓▓▓▓")  # rank 0 waits in AllReduce
         assert "straggler: rank 1 in 3 of 3 iterations" in view.data.caption
-        lower = view.table.frame.select(ITERATION_COLUMNS)
+        lower = view.table.frame.select(truth.ITERATION_COLUMNS)
         assert sorted(lower.rows()) == iterations
         await pilot.press("t")
         assert view.lower == "stragglers" and view.table.frame["Straggler"].to_list() == [1, 1, 1]
