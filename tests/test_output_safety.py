@@ -58,6 +58,9 @@ def test_the_trace_itself_by_name_symlink_and_hard_link(tmp_path, capsys, force)
     os.link(trace, tmp_path / "hard.csv")
     for out in ("t.sqlite", "sym.csv", "hard.csv"):
         _refused(capsys, ["kernels", str(trace), "-f", "csv", "-o", str(tmp_path / out), *force], trace)
+    kineto = tmp_path / "k.json.gz"  # a torch.profiler trace, as it is read (compressed)
+    shutil.copy(FIXTURES / "kineto" / "triton_example__triton_example.json.gz", kineto)
+    _refused(capsys, ["kernels", str(kineto), "-f", "json", "-o", str(kineto), *force], kineto)
     # stats writes PREFIX_<report>.<ext>: one of them a hard link to the trace
     os.link(trace, tmp_path / "p_cuda_gpu_kern_sum.csv")
     _refused(

@@ -114,3 +114,29 @@ def test_an_output_name_too_long_is_one_line(tmp_path):
     r = _kview(["kernels", str(NCF), "-o", str(out)])
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "cannot be written (File name too long)" in lines[0], r.stderr
+
+
+def test_a_command_the_system_kills_is_one_line_about_memory():
+    """The out-of-memory killer's SIGKILL (sent here by the test to the process doing the
+    work): one line naming memory, exit 2, not a silent death."""
+    import signal
+    import time
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kview.cli", "stats", str(LM), "-r", "all", "--no-cache"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children: list[int] = []
+    end = time.monotonic() + 60
+    while not children and time.monotonic() < end and p.poll() is None:
+        try:
+            children = [int(c) for c in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+        except OSError:
+            pass
+    assert children, "the command ran without a child doing the work"
+    os.kill(children[0], signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("kview: out of memory") and "SIGKILL" in err

@@ -46,6 +46,9 @@ class StdoutGuard:
         if self.stream is not None:
             self.call(self.stream.flush)
 
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
     @property
     def buffer(self):
         return _Binary(self, None if self.stream is None else getattr(self.stream, "buffer", None) or self.stream)
