@@ -187,7 +187,7 @@ def test_nsys_memory_usage_equals_a_plain_query(trace, peak, request):
     assert int(live["block"].sum()) == max(level)
 
 
-def test_kview_memory_names_the_source_of_its_figures(tiny_nsys, capsys):
+def test_kview_memory_names_the_source_of_its_figures(tiny_nsys, mem_nsys, capsys):
     assert main(["memory", str(QWEN), "--table", "summary", "--no-cache"]) == 0
     out = capsys.readouterr().out
     assert "the trace's [memory] events" in out and "(2,219,047,936 B)" in out
@@ -198,6 +198,10 @@ def test_kview_memory_names_the_source_of_its_figures(tiny_nsys, capsys):
     assert main(["memory", str(tiny_nsys), "--table", "timeline", "-f", "json", "--no-cache"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert [r["Allocated"] for r in got] == _nsys_level(tiny_nsys, 0)[0] and "Requested" not in got[0]
+    # a compressed export opens as it is (through a copy in the cache)
+    assert main(["memory", str(FIXTURES / "memory" / "mem_nsys.sqlite.xz"), "--table", "timeline", "-f", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [r["Allocated"] for r in got] == _nsys_level(mem_nsys, 0)[0]
     assert main(["memory", str(QWEN), "--device", "3", "--no-cache"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no memory events of device 3 (devices: -1, 0)" in err[0]

@@ -102,7 +102,6 @@ def window_ops(trace: Trace, w: Window) -> pl.DataFrame:
         return table
     if w.filter:
         table = filters.apply(table, w.filter)
-    o = trace.origin
     ops = at.launched_ops(trace).select(
         "Idx",
         "kind",
@@ -113,7 +112,7 @@ def window_ops(trace: Trace, w: Window) -> pl.DataFrame:
         "global_tid",
     )
     t = table.join(ops, on="Idx", how="left").with_columns(
-        (pl.col("Start (ns)") - o).alias("ts"), pl.col("Duration (ns)").alias("dur")
+        pl.col("Start (ns)").alias("ts"), pl.col("Duration (ns)").alias("dur")
     )
     if w.t0 is not None:
         t = t.filter(pl.col("ts") + pl.col("dur") > w.t0)
@@ -163,9 +162,8 @@ def _calls(trace: Trace, ops: pl.DataFrame, w: Window) -> pl.DataFrame:
     (with a filter, those launches only)."""
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame()
-    o = trace.origin
     r = trace.columns("runtime", ["start", "end", "global_tid", "correlation", "name_id", "event_class"])
-    r = r.with_columns((pl.col("start") - o).alias("ts"), (pl.col("end") - pl.col("start")).alias("dur"))
+    r = r.with_columns(pl.col("start").alias("ts"), (pl.col("end") - pl.col("start")).alias("dur"))
     # the launch calls of the ops kept, in the window or not (a queued op's launch may lie
     # before it), so every flow arrow starts inside its call
     if "global_tid" in ops.columns:
@@ -200,9 +198,8 @@ def _ranges(trace: Trace, w: Window) -> pl.DataFrame:
     """NVTX and record_function ranges that overlap the window (each whole)."""
     if not trace.has("NVTX_EVENTS"):
         return pl.DataFrame()
-    o = trace.origin
     r = nv.projection_ranges(trace).select("global_tid", "start", "end", "name_code")
-    r = r.with_columns((pl.col("start") - o).alias("ts"), (pl.col("end") - pl.col("start")).alias("dur"))
+    r = r.with_columns(pl.col("start").alias("ts"), (pl.col("end") - pl.col("start")).alias("dur"))
     if w.t0 is not None:
         r = r.filter(pl.col("ts") + pl.col("dur") > w.t0)
     if w.t1 is not None:
@@ -247,7 +244,7 @@ def _flow_events(ops: pl.DataFrame) -> list[Events]:
         pl.col("Idx").alias("flow_id"),
         pid_of(pl.col("global_tid")).alias("pid"),
         tid_of(pl.col("global_tid")).alias("tid"),
-        (pl.col("r_start") - pl.col("Start (ns)") + pl.col("ts")).alias("ts"),
+        pl.col("r_start").alias("ts"),
     )
     end = o.select(
         pl.lit("f").alias("ph"),
@@ -267,11 +264,10 @@ def _queue_counters(trace: Trace, w: Window) -> tuple[Events, list[int]]:
     ops = at.launched_ops(trace).filter(pl.col("r_start").is_not_null())
     if ops.height == 0:
         return NO_EVENTS, []
-    o = trace.origin
     steps = pl.concat(
         [
-            ops.select(pl.col("device").fill_null(0), (pl.col("r_start") - o).alias("ts"), pl.lit(1).alias("d")),
-            ops.select(pl.col("device").fill_null(0), (pl.col("end") - o).alias("ts"), pl.lit(-1).alias("d")),
+            ops.select(pl.col("device").fill_null(0), pl.col("r_start").alias("ts"), pl.lit(1).alias("d")),
+            ops.select(pl.col("device").fill_null(0), pl.col("end").alias("ts"), pl.lit(-1).alias("d")),
         ]
     ).sort(["device", "ts", "d"], descending=[False, False, True])
     q = (
@@ -310,7 +306,7 @@ def _memory_counters(trace: Trace, w: Window) -> tuple[Events, str | None, list[
             continue
         s = tl.series.select(
             pl.lit(device).alias("device"),
-            (pl.col("t") - trace.origin).alias("ts"),
+            pl.col("t").alias("ts"),
             "allocated",
             "reserved",
         )

@@ -43,7 +43,18 @@ FREE = "free_requested"
 SEGMENT_PLUS = ("segment_alloc", "segment_map")
 SEGMENT_MINUS = ("segment_free", "segment_unmap")
 BEFORE = "(allocated before the recording)"
-TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db", ".json", ".json.gz")
+TRACE_SUFFIXES = (
+    ".sqlite",
+    ".sqlite3",
+    ".db",
+    ".json",
+    ".json.gz",
+    ".json.xz",
+    ".sqlite.xz",
+    ".sqlite.gz",
+    ".nsys-rep",
+    ".qdrep",
+)
 SNAPSHOT = "snapshot"  # MemoryTimeline.source of an allocator history (trace_memory has the others)
 WINDOW_SCHEMA = pl.Schema({"Phase": pl.String, "start": pl.Int64, "end": pl.Int64})
 NO_FRAME = "(no Python frame: autograd engine or C++)"

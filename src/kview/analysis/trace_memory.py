@@ -225,7 +225,7 @@ def timeline(trace: Trace, device: int | None = None) -> mt.MemoryTimeline | Non
         "trace",
         facts,
         source=kind,
-        origin=trace.origin,
+        origin=0,  # the trace's frames count from its time zero
         steps=steps(trace),
     )
 

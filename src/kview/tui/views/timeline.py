@@ -579,9 +579,11 @@ class TimelineView(View):
         if loaded is None:
             self.app.notify("the trace is still loading", title="export", severity="warning")
             return
-        trace = loaded.trace
-        shift = self.timeline.origin - trace.origin  # a run's timeline counts from the run's start
-        self.export_window(trace, self.t0 + shift, self.t1 + shift, self.hl_text or None)
+        # in a run's timeline the file's rows lie at its offset on the run's clock
+        run = self.data is not None and bool(self.data.run)
+        mine = next((r for r in self.timeline.rows if r.trace == self.file_index()), None) if run else None
+        o = mine.offset if mine is not None else 0
+        self.export_window(loaded.trace, self.t0 - o, self.t1 - o, self.hl_text or None)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="export-window")
     def export_window(self, trace, t0: int, t1: int, highlight: str | None) -> None:
