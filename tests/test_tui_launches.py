@@ -39,3 +39,23 @@ async def test_launches_view_cycles_the_tables_of_kview_launches():
         findings = app.view("overview").data.overview.findings
         assert [f for f in findings if f.startswith("Host-bound")] == launch_findings(trace)
         assert launch_findings(trace) and "key 0" in launch_findings(trace)[0]
+
+
+async def test_ranks_view_iterations_carry_the_verdict_of_kview_iterations():
+    """HTA's trace_filter ranks 0 and 1 as one run: the Ranks view's iterations are those of
+    `kview iterations`, each with its critical path's CPU share and verdict."""
+    from kview.analysis.ranks import make_run
+    from kview.cli import run_tables
+
+    paths = [KINETO / f"trace_filter__sampled_rank-{r}.json.gz" for r in (0, 1)]
+    want = run_tables(make_run([open_trace(p, use_cache=False) for p in paths]), "iterations")["iterations"]
+    assert want["Bound by"].null_count() == 0 and want.height == 4
+    app = KviewApp([str(p) for p in paths], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        await pilot.press("7")
+        await pilot.pause()
+        got = app.view("ranks").table.frame
+        assert got.select("Rank", "Iteration", "CPU share (%)", "Bound by").equals(
+            want.select("Rank", "Iteration", "CPU share (%)", "Bound by")
+        )
