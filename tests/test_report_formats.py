@@ -194,9 +194,11 @@ def test_every_command_s_table_fits_the_terminal(capsys, monkeypatch, trace):
 
 def test_headers_wrap_between_words_never_inside_one():
     frame = pl.DataFrame({"Total Time (ns)": [1234], "Name": ["x" * 200]})
-    lines = render.to_table(frame, width=40).splitlines()
+    lines = render.to_table(frame, width=33).splitlines()
     assert [x.split()[0] for x in lines[:3]] == ["Total", "Time", "(ns)"] and lines[2].split()[1] == "Name"
-    assert max(len(x) for x in lines) <= 40 and lines[4].split()[0] == "1,234"
+    assert max(len(x) for x in lines) <= 33 and lines[4].split()[0] == "1,234"
+    # with room, a header stays on one line before text columns take the rest
+    assert render.to_table(frame, width=60).splitlines()[0].split() == ["Total", "Time", "(ns)", "Name"]
     assert render.to_table(frame, width=0).splitlines()[0].split() == ["Total", "Time", "(ns)", "Name"]
 
 

@@ -463,7 +463,14 @@ def _fit_widths(columns: list[str], numeric: list[bool], values: list[int], widt
         kept.remove(i)
     widths = {i: minimum[i] for i in kept}
     spare = width - need(kept)
-    # text first, up to its widest value (names take NAME_WEIGHT shares), then number headers
+    # number headers on one line first (a few cells each), then text up to its widest value
+    # (names take NAME_WEIGHT shares)
+    for i in kept:
+        if numeric[i] and spare > 0:
+            step = min(spare, len(columns[i]) - widths[i])
+            if step > 0:
+                widths[i] += step
+                spare -= step
     growing = [i for i in kept if not numeric[i] and widths[i] < values[i]]
     while spare > 0 and growing:
         for i in list(growing):
@@ -474,12 +481,6 @@ def _fit_widths(columns: list[str], numeric: list[bool], values: list[int], widt
                 growing.remove(i)
             if spare <= 0:
                 break
-    for i in kept:
-        if numeric[i] and spare > 0:
-            step = min(spare, len(columns[i]) - widths[i])
-            if step > 0:
-                widths[i] += step
-                spare -= step
     return kept, [widths[i] for i in kept]
 
 
