@@ -178,13 +178,13 @@ def test_hopper_bf16_kernels_are_tensor_core_gemm_and_attention():
     a = attribute(open_trace(path, use_cache=False))
     nvjet = a.filter(pl.col("Kernel").str.starts_with("nvjet_"))
     flash = a.filter(pl.col("Kernel").str.contains("flash_fwd_kernel"))
-    assert nvjet.height > 100 and set(nvjet["Category"]) == {"gemm"} and set(nvjet["TC"]) == {"1"}
-    assert flash.height > 10 and set(flash["Category"]) == {"attention"} and set(flash["TC"]) == {"1"}
+    assert nvjet.height > 100 and set(nvjet["Category"]) == {"gemm"} and set(nvjet["TC"]) == {True}
+    assert flash.height > 10 and set(flash["Category"]) == {"attention"} and set(flash["TC"]) == {True}
     nccl = a.filter(pl.col("Kernel").str.starts_with("ncclDevKernel"))
     assert nccl.height and set(nccl["Category"]) == {"communication"}
     # fp32 FFMA GEMMs of the LM sample are not tensor-core kernels
     lm = attribute(open_trace(LM, use_cache=False)).filter(pl.col("Category") == "gemm")
-    assert set(lm.filter(pl.col("Kernel").str.contains("ffma|sgemm"))["TC"]) == {"0"}
+    assert set(lm.filter(pl.col("Kernel").str.contains("ffma|sgemm"))["TC"]) == {False}
 
 
 @pytest.mark.parametrize("which", ["user ranges", "every range"])
