@@ -107,7 +107,8 @@ VIEW_KEYS = {
         Key(
             "t",
             "cycle_table",
-            "Next table: live at the peak by call site, by size; largest allocations; per phase",
+            "Next table: live at the peak by call site (a trace's own events: by op and layer), by size; largest "
+            "allocations; per phase; per step",
             "table",
         ),
         Key("s", "sort(False)", "Sort by the column under the cursor, ascending"),
