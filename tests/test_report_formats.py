@@ -183,7 +183,19 @@ def test_the_kernel_table_fits_80_120_200_columns_and_keeps_each_name_s_start(ca
 
 @pytest.mark.parametrize("trace", [SAMPLE, B200], ids=["sample", "b200"])
 def test_every_command_s_table_fits_the_terminal(capsys, monkeypatch, trace):
-    commands = [["stats"], ["overview"], ["phases"], ["layers"], ["compare"], ["timeline"], ["diff", str(trace)]]
+    commands = [
+        ["stats"],
+        ["overview"],
+        ["phases"],
+        ["layers"],
+        ["compare"],
+        ["timeline"],
+        ["diff", str(trace)],
+        ["launches"],
+        ["critical-path"],
+        ["efficiency"],
+        ["iterations"],
+    ]
     for width in WIDTHS:
         for cmd in commands if width == 80 else commands[:2]:
             monkeypatch.setenv("COLUMNS", str(width))
