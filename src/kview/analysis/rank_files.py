@@ -47,11 +47,13 @@ from kview.io.cache import FORMAT_VERSION
 
 # the tables' own version: changes whenever what `summarize` writes changes (columns, rules);
 # the iteration rules' version is that of their persisted steps (iterations.steps1)
-SUMMARY_VERSION = "1"
+SUMMARY_VERSION = "2"  # 2: the iterations with their critical path verdict
 TABLE_VERSIONS = f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMARY_VERSION}, steps1"
 TABLES = ("units", "iterations", "collective_ops")
 META_KEY = "kview.rank_file"
 MANIFEST = "manifest.json"
+# the columns critical_path.with_bound_by adds to the iteration table
+BOUND_BY = ["CPU share (%)", "Bound by"]
 # instance parts of this many files stacked before they are combined into one (bounds memory)
 FOLD_FILES = 16
 
@@ -124,7 +126,10 @@ def summarize(
         trace.processes.select("global_pid", "pid").unique("global_pid"), on="global_pid", how="left"
     ).select(*UNIT_SCHEMA.names(), pl.col("pid").cast(pl.Int64), pl.lit(trace.name).alias("Trace"))
     if compare is None:
-        frames = {"units": units, "iterations": iteration_table(run), "collective_ops": collective_ops(run)}
+        from kview.analysis.critical_path import with_bound_by
+
+        iterations = with_bound_by(run, iteration_table(run))  # `kview iterations`' table
+        frames = {"units": units, "iterations": iterations, "collective_ops": collective_ops(run)}
     else:
         frames = {"units": units, "columns": _columns(run, *compare)}
     try:
@@ -222,12 +227,11 @@ class SummarizedRun:
             pl.col("source").alias("Rank from"),
         ).sort("Rank")
 
-    def iteration_table(self) -> pl.DataFrame:
-        parts = list(self._each("iterations", "Rank"))
-        return pl.concat(parts).sort(["Rank", "Iteration"], nulls_last=True)
-
-    def iteration_stats(self) -> pl.DataFrame:
-        return stats_of(self.iteration_table())
+    def iteration_table(self, bound_by: bool = False) -> pl.DataFrame:
+        """iterations.iteration_table of the run; `bound_by`: with each iteration's critical path
+        verdict, as `kview iterations` prints it (critical_path.with_bound_by)."""
+        t = pl.concat(list(self._each("iterations", "Rank"))).sort(["Rank", "Iteration"], nulls_last=True)
+        return t if bound_by else t.drop(BOUND_BY)
 
     def _collectives(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(collectives by rank, the instances shared by two or more ranks), one file at a time."""
@@ -254,7 +258,7 @@ class SummarizedRun:
     def tables_of(self, command: str) -> dict[str, pl.DataFrame]:
         """The tables of `kview ranks` (ranks, time, collectives, stragglers, waits) or of
         `kview iterations` (iterations, statistics)."""
-        iterations = self.iteration_table()
+        iterations = self.iteration_table(bound_by=True)
         if command == "iterations":
             return {"iterations": iterations, "statistics": stats_of(iterations)}
         coll, shared = self._collectives()
