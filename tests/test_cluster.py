@@ -233,6 +233,8 @@ async def test_the_explorer_opens_a_run_from_its_summaries_and_loads_a_rank_when
     from test_tui import loaded, screen_text
 
     from kview.analysis.compare import rank_windows, side_by_side
+    from kview.analysis.critical_path import with_bound_by
+    from kview.analysis.iterations import iteration_table
     from kview.analysis.rank_summary import BAR_TITLE, rank_summary
     from kview.analysis.ranks import make_run
     from kview.trace import open_trace
@@ -248,6 +250,7 @@ async def test_the_explorer_opens_a_run_from_its_summaries_and_loads_a_rank_when
         assert app.run_in_processes and app.started == {0} and set(app.loaded) == {0}
         data = app.view("ranks").data
         assert data.ranks.drop(BAR_TITLE).equals(rank_summary(run)), data.caption
+        assert data.iterations.equals(with_bound_by(run, iteration_table(run)))
         assert "straggler: rank 1 in 3 of 3 iterations" in data.caption
         await pilot.press("5")
         await loaded(pilot)

@@ -52,8 +52,6 @@ TABLE_VERSIONS = f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMAR
 TABLES = ("units", "iterations", "collective_ops")
 META_KEY = "kview.rank_file"
 MANIFEST = "manifest.json"
-# the columns critical_path.with_bound_by adds to the iteration table
-BOUND_BY = ["CPU share (%)", "Bound by"]
 # instance parts of this many files stacked before they are combined into one (bounds memory)
 FOLD_FILES = 16
 
@@ -227,11 +225,10 @@ class SummarizedRun:
             pl.col("source").alias("Rank from"),
         ).sort("Rank")
 
-    def iteration_table(self, bound_by: bool = False) -> pl.DataFrame:
-        """iterations.iteration_table of the run; `bound_by`: with each iteration's critical path
-        verdict, as `kview iterations` prints it (critical_path.with_bound_by)."""
-        t = pl.concat(list(self._each("iterations", "Rank"))).sort(["Rank", "Iteration"], nulls_last=True)
-        return t if bound_by else t.drop(BOUND_BY)
+    def iteration_table(self) -> pl.DataFrame:
+        """iterations.iteration_table of the run with each iteration's critical path verdict, as
+        `kview iterations` and the Ranks view show it (critical_path.with_bound_by)."""
+        return pl.concat(list(self._each("iterations", "Rank"))).sort(["Rank", "Iteration"], nulls_last=True)
 
     def _collectives(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(collectives by rank, the instances shared by two or more ranks), one file at a time."""
@@ -258,7 +255,7 @@ class SummarizedRun:
     def tables_of(self, command: str) -> dict[str, pl.DataFrame]:
         """The tables of `kview ranks` (ranks, time, collectives, stragglers, waits) or of
         `kview iterations` (iterations, statistics)."""
-        iterations = self.iteration_table(bound_by=True)
+        iterations = self.iteration_table()
         if command == "iterations":
             return {"iterations": iterations, "statistics": stats_of(iterations)}
         coll, shared = self._collectives()
