@@ -324,11 +324,16 @@ def test_agrees_with_hta(hta, path, tmp_path):
         assert compared >= 1
     # idle time by stream: HTA's host wait = kview's host + sync, its kernel wait = kview's, its
     # other = kview's other stream + other (with HTA's threshold of 30 in its µs)
-    if lt.height and (lt["r_start"].is_not_null().all()):
+    # (HTA leaves out GPU ops whose launch call is not in the trace: streams holding such ops
+    # differ by definition, the others are compared)
+    if lt.height:
         ib, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False, consecutive_kernel_delay=30)
         idle = la.idle_by_stream(trace, kernel_wait_ns=30_000)
         c = la.CAUSE_COLUMNS
-        for row in idle.iter_rows(named=True):
+        unlaunched = set(lt.filter(pl.col("r_start").is_null())["stream"].to_list())
+        compared = idle.filter(~pl.col("Stream").is_in(list(unlaunched)))
+        assert compared.height >= 1
+        for row in compared.iter_rows(named=True):
             hrow = ib[ib["stream"] == row["Stream"]].set_index("idle_category")["idle_time"]
             assert round(hrow.get("host_wait", 0) * 1000) == row[c["host"]] + row[c["sync"]]
             assert round(hrow.get("kernel_wait", 0) * 1000) == row[c["kernel wait"]]
