@@ -249,6 +249,10 @@ async def test_kernels_view_draws_no_control_character(attack_nsys, tmp_path, mo
         app.notify(f"a name: {ATTACK}")  # a notification that quotes a name
         await pilot.pause()
         _no_control(drawn())
+        for key in "3456789":  # every other view: NVTX tree, layers, compare, timeline, ...
+            await pilot.press(key)
+            await pilot.pause()
+            _no_control(drawn())
 
 
 def test_a_chrome_trace_export_keeps_the_names_escaped(attack_nsys, tmp_path, capsys):
@@ -258,3 +262,16 @@ def test_a_chrome_trace_export_keeps_the_names_escaped(attack_nsys, tmp_path, ca
     raw = out.read_bytes()
     assert re.search(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]", raw) is None  # nothing a terminal acts on
     assert any(v.endswith(ATTACK) for v in _strings(json.loads(raw)))  # every byte kept, escaped
+
+
+@pytest.mark.parametrize("fmt", ["table", "md", "json"])
+@pytest.mark.parametrize("command", ["timeline", "phases", "diff", "compare"])
+def test_every_document_command(attack_nsys, capsys, fmt, command, monkeypatch):
+    """The commands whose documents are drawn as text (the timeline's op names, the ranges of
+    phases, diff and compare), and the trace's own name in their titles."""
+    monkeypatch.setenv("COLUMNS", "400")
+    traces = [str(attack_nsys)] * (2 if command in ("diff", "compare") else 1)
+    code, out, err = _run(capsys, [command, *traces, "-f", fmt, "--no-cache"])
+    assert code == 0, err
+    _no_control(out)
+    _no_control(err)
