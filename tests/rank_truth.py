@@ -5,11 +5,14 @@ the SQLite rows or the JSON events (no kview code):
   variable of the process nsys launched, else the processes in order of their device;
 - iterations are the step ranges (`step_N`, `ProfilerStep#N`) of the rank's process, numbered
   by their label;
-- inside an iteration's [start, end]: busy is the length of the union of every GPU op, compute
-  of every kernel not named nccl*, communication of the nccl* kernels, exposed communication
-  the part of the communication union no compute kernel covers, memory of copies and sets;
+- an iteration owns the GPU ops whose launch call (the runtime call of the op's correlation id,
+  else the op's own start) started inside its [start, end]; its wall runs from its start to the
+  later of its end and its last op's end; busy is the length of the union of its ops, compute of
+  its kernels not named nccl*, communication of its nccl* kernels, exposed communication the part
+  of the communication union no compute kernel covers, memory of copies and sets;
 - collectives: nccl kernels by the collective their name spells; a collective instance is the
-  n-th kernel of one collective within an iteration; the rank with the shortest joined last.
+  n-th kernel of one collective launched within an iteration; the rank with the shortest joined
+  last.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Rank:
         self.ops: list[tuple[int, int, str, str, int | None]] = []  # start, end, kind, name, bytes
         self.steps: dict[int, tuple[int, int]] = {}
         self.by_kernel: dict[str, int] = {}  # kernel name (demangled) -> GPU time
-        self.launched: list[tuple[int, int]] = []  # (launch call's start, else the op's; duration)
+        self.launched: list[tuple[int, int]] = []  # per op: (launch call's start, else the op's; duration)
 
 
 def _kind(name: str) -> str:
@@ -110,6 +113,11 @@ def from_kineto(path) -> dict[int, Rank]:
     raw = open(path, "rb").read()
     head = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["distributedInfo"]
     r = Rank()
+    launch: dict[int, int] = {}  # correlation id -> the launch call's start
+    for e in kineto_events(path, ("cuda_runtime", "cuda_driver")):
+        corr = (e.get("args") or {}).get("correlation")
+        if e.get("ph") == "X" and corr is not None:
+            launch.setdefault(corr, _ns(e["ts"]))
     for e in kineto_events(path, ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation")):
         if e.get("ph") != "X":
             continue
@@ -120,7 +128,9 @@ def from_kineto(path) -> dict[int, Rank]:
             m = STEP.match(e["name"])
             if m:
                 r.steps[int(m.group(2))] = (st, en)
-        elif e["cat"] == "kernel":
+            continue
+        r.launched.append((launch.get(a.get("correlation"), st), en - st))
+        if e["cat"] == "kernel":
             nbytes = None
             if "Collective name" in a and a.get("dtype") in SIZES:
                 nbytes = max(a["In msg nelems"], a["Out msg nelems"]) * SIZES[a["dtype"]]
@@ -144,21 +154,28 @@ def union_within(intervals, lo: int, hi: int) -> int:
     return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
+def owned(r: Rank, lo: int, hi: int) -> list[tuple[int, int, str, str, int | None]]:
+    """The ops of `r` whose launch started inside [lo, hi]."""
+    return [op for op, (t, _) in zip(r.ops, r.launched) if lo <= t <= hi]
+
+
 def iteration_rows(ranks: dict[int, Rank]) -> list[tuple]:
     """(rank, iteration, wall, busy, compute, communication, exposed, memory, idle), sorted."""
     rows = []
     for rank, r in ranks.items():
         for it, (lo, hi) in r.steps.items():
+            mine = owned(r, lo, hi)
+            top = max([e for _, e, *_ in mine] + [hi])
 
-            def of(kinds, ops=r.ops):
+            def of(kinds, ops=mine):
                 return [(s, e) for s, e, k, _, _ in ops if k in kinds]
 
-            busy = union_within(of({"compute", "communication", "memory"}), lo, hi)
-            comp = union_within(of({"compute"}), lo, hi)
-            comm = union_within(of({"communication"}), lo, hi)
-            either = union_within(of({"compute", "communication"}), lo, hi)
-            mem = union_within(of({"memory"}), lo, hi)
-            rows.append((rank, it, hi - lo, busy, comp, comm, either - comp, mem, hi - lo - busy))
+            busy = union_within(of({"compute", "communication", "memory"}), lo, top)
+            comp = union_within(of({"compute"}), lo, top)
+            comm = union_within(of({"communication"}), lo, top)
+            either = union_within(of({"compute", "communication"}), lo, top)
+            mem = union_within(of({"memory"}), lo, top)
+            rows.append((rank, it, top - lo, busy, comp, comm, either - comp, mem, top - lo - busy))
     return sorted(rows)
 
 
@@ -183,10 +200,10 @@ def stragglers(ranks: dict[int, Rank]) -> dict[tuple[int, str, int], tuple[int, 
     inst: dict[tuple[int, str, int], dict[int, int]] = {}
     for rank, r in ranks.items():
         seen: dict[tuple[int, str], int] = {}
-        for s, e, k, name, _ in sorted(r.ops):
+        for (s, e, k, name, _), (t, _) in sorted(zip(r.ops, r.launched)):
             if k != "communication":
                 continue
-            its = [it for it, (lo, hi) in r.steps.items() if lo <= s <= hi]
+            its = [it for it, (lo, hi) in r.steps.items() if lo <= t <= hi]
             if not its:
                 continue
             m = COLL.search(name)

@@ -1,19 +1,21 @@
-"""Where a rank's GPU time went inside time windows: busy, compute, communication (exposed and
-overlapped), memory and idle.
+"""Where the GPU time of the work a rank launched in time windows (its steps) went: busy,
+compute, communication (exposed and overlapped), memory and idle, and how long it ran past the
+window's end (tail).
 
-Each quantity is the length of a union of op intervals clipped to the window, so a stretch where
-two streams run at once counts once, and idle = wall - busy is never negative. Exposed
-communication is communication not covered by any compute kernel on the same rank:
-|comm ∪ compute| - |compute|. Every union is computed once per rank (a sorted sweep over the
-rank's ops, already in start order) and measured in any number of windows with a
-cumulative-coverage function and two sorted searches per window.
+A window owns every op whose launch call started inside it (gpu_time.launched_in: the rule of
+phases, compare and nsys's projection), wherever on the GPU it ran: a step of an asynchronous
+loop, whose GPU work runs after its CPU end, keeps that work. Its wall time runs from its start
+to the later of its end and its last op's end. Each quantity is the length of a union of the
+owned ops, so a stretch where two streams run at once counts once, and idle = wall - busy is
+never negative. Exposed communication is communication not covered by any compute kernel of
+the same window: |comm ∪ compute| - |compute|.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
+from kview.analysis.gpu_time import launched_in, merge_intervals
 from kview.analysis.ranks import Run, rank_ops
 
 # the op classes whose unions are measured: name -> kinds in the union
@@ -27,6 +29,8 @@ UNIONS = {
 
 COLUMNS = {
     "Wall (ns)": "wall",
+    "Tail (ns)": "tail",
+    "GPU ops": "ops",
     "Busy (ns)": "busy",
     "Compute (ns)": "compute",
     "Communication (ns)": "communication",
@@ -37,57 +41,33 @@ COLUMNS = {
 }
 
 
-def _covered(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Length of the disjoint sorted segments [starts, ends) lying before each point x."""
-    if len(starts) == 0:
-        return np.zeros(len(x), dtype=np.int64)
-    lens = ends - starts
-    before = np.concatenate([[0], np.cumsum(lens, dtype=np.int64)])
-    i = np.searchsorted(starts, x, side="right")  # segments starting at or before x
-    last = np.maximum(i - 1, 0)
-    partial = np.clip(x - starts[last], 0, lens[last])
-    return np.where(i > 0, before[last] + partial, 0)
-
-
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals sorted by start, as disjoint sorted segments (touching intervals
-    merge, as gpu_time.merge_intervals does): a segment starts where an interval starts after
-    every earlier one has ended."""
-    if len(starts) == 0:
-        return starts, ends
-    reach = np.maximum.accumulate(ends)
-    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
-    return starts[first], np.maximum.reduceat(ends, first)
-
-
 def breakdown(run: Run, windows: pl.DataFrame) -> pl.DataFrame:
-    """`windows` (rank, start, end, any other columns) with the measures of COLUMNS added."""
-    ops = rank_ops(run)  # sorted by rank, then start
-    out = {name: np.zeros(windows.height, dtype=np.int64) for name in UNIONS}
+    """`windows` (rank, start, end, any other columns; one rank's windows never overlap) with
+    the measures of COLUMNS added, over the ops each window launched."""
+    ops = rank_ops(run)
     w = windows.with_row_index("_w")
-    in_union = ops.select(
-        "start", "end", *[pl.col("kind").is_in(list(kinds)).alias(name) for name, kinds in UNIONS.items()]
+    owned = launched_in(ops, w.select("rank", "_w", "start", "end"), ["rank"], ["_w"]).drop_nulls("_w")
+    per = owned.group_by("_w").agg(pl.col("end").max().alias("_last"), pl.len().alias("ops"))
+    for name, kinds in UNIONS.items():
+        seg = merge_intervals(owned.filter(pl.col("kind").is_in(list(kinds))), ["_w"])
+        per = per.join(
+            seg.group_by("_w").agg((pl.col("end") - pl.col("start")).sum().alias(name)), on="_w", how="left"
+        )
+    out = w.join(per, on="_w", how="left").with_columns(
+        pl.col(name).fill_null(0) for name in [*UNIONS, "ops"]
     )
-    ranks = ops["rank"].to_numpy()
-    for (rank,), part in w.group_by(["rank"]):
-        first, past = np.searchsorted(ranks, rank, "left"), np.searchsorted(ranks, rank, "right")
-        mine = in_union.slice(int(first), int(past - first))
-        starts, ends = mine["start"].to_numpy(), mine["end"].to_numpy()
-        lo, hi = part["start"].to_numpy(), part["end"].to_numpy()
-        for name in UNIONS:
-            keep = mine[name].to_numpy()
-            a, b = _union(starts[keep], ends[keep])
-            out[name][part["_w"].to_numpy()] = _covered(a, b, hi) - _covered(a, b, lo)
-    m = {k: pl.Series(k, v, dtype=pl.Int64) for k, v in out.items()}
-    wall = (pl.col("end") - pl.col("start")).alias("wall")
+    last = pl.max_horizontal("end", pl.col("_last").fill_null(pl.col("end")))
     return (
-        windows.with_columns(wall, *m.values())
-        .with_columns((pl.col("comm_or_compute") - pl.col("compute")).alias("exposed"))
+        out.with_columns(
+            (last - pl.col("start")).alias("wall"),
+            (last - pl.col("end")).alias("tail"),
+            (pl.col("comm_or_compute") - pl.col("compute")).alias("exposed"),
+        )
         .with_columns(
             (pl.col("communication") - pl.col("exposed")).alias("overlapped"),
             (pl.col("wall") - pl.col("busy")).alias("idle"),
         )
-        .drop("comm_or_compute")
+        .drop("comm_or_compute", "_last", "_w")
     )
 
 

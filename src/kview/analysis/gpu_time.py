@@ -46,6 +46,20 @@ def gpu_time_in(
     return csum[hi] - csum[lo], hi - lo
 
 
+def launched_in(ops: pl.DataFrame, windows: pl.DataFrame, by: list[str], keep: list[str]) -> pl.DataFrame:
+    """`ops` (with `t`, when each op's launch call started) with the columns `keep` of the
+    window that launched it: the window of the same `by` whose [start, end] holds `t`, as
+    gpu_time_in counts (null where none). The windows of one `by` group must not overlap
+    (steps); a step owns the work it launched, wherever on the GPU it ran (as nsys's
+    projection and HTA count it), so its work running past its CPU end stays its own."""
+    w = windows.select(*by, *keep, pl.col("start").alias("_w_start"), pl.col("end").alias("_w_end")).sort("_w_start")
+    j = ops.sort("t").join_asof(
+        w, left_on="t", right_on="_w_start", by=by or None, strategy="backward", check_sortedness=False
+    )
+    inside = pl.col("_w_end").is_not_null() & (pl.col("t") <= pl.col("_w_end"))
+    return j.with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in keep).drop("_w_start", "_w_end")
+
+
 def merge_intervals(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The union of [start, end] intervals within each `by` group, as disjoint segments
     (touching intervals merge). A sorted sweep: a segment starts where an interval starts

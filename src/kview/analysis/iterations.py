@@ -9,8 +9,9 @@ each. Steps carry their number across ranks (step_3 of rank 0 and of rank 1 are 
 so ranks are matched without a shared clock. A rank without iterations has one window, its
 GPU span.
 
-An iteration's window is its step range on the CPU; GPU time is what ran on the rank's GPU
-inside that window (gpu_breakdown). Outliers are iterations whose wall time is more than 25%
+An iteration's window is its step range on the CPU; its GPU time is that of the work it
+launched (gpu_breakdown: the rule of phases and compare), with how long that work ran past the
+step's CPU end (tail). Outliers are iterations whose wall time is more than 25%
 and more than three scaled median absolute deviations from the median of their rank.
 """
 
@@ -122,7 +123,7 @@ def iteration_windows(run: Run) -> pl.DataFrame:
         .agg(
             pl.lit(None, dtype=pl.Int64).alias("Iteration"),
             pl.lit("(whole trace)").alias("Step"),
-            pl.col("start").min(),
+            pl.min_horizontal(pl.col("start").min(), pl.col("t").min()).alias("start"),  # it launched them all
             pl.col("end").max(),
         )
     )

@@ -302,16 +302,22 @@ KINDS = ("compute", "communication", "memory")
 
 @derived
 def rank_ops(run: Run) -> pl.DataFrame:
-    """Every GPU op of the run with its rank: rank, start, end, kind (compute, communication
-    or memory: copies and sets), collective (communication kernels) and bytes (copies, sets,
-    and collectives where the trace records them). No kernel names: 8 ranks of a million
-    kernels would hold 8 million of them."""
+    """Every GPU op of the run with its rank: rank, start, end, t (when its launch call
+    started: gpu_time.launch_timeline), kind (compute, communication or memory: copies and
+    sets), collective (communication kernels) and bytes (copies, sets, and collectives where
+    the trace records them). No kernel names: 8 ranks of a million kernels would hold 8
+    million of them."""
+    from kview.analysis.gpu_time import launch_timeline
+
     parts = []
     for i, t in enumerate(run.traces):
         ops = owned_ops(t)
         if ops.height == 0:
             continue
-        ops = ops.select("start", "end", "device", "global_pid", "Kernel", "kind", "bytes", "correlation")
+        ops = ops.select("Idx", "start", "end", "device", "global_pid", "Kernel", "kind", "bytes", "correlation")
+        ops = ops.join(launch_timeline(t).select("Idx", "t"), on="Idx", how="left").with_columns(
+            pl.coalesce("t", "start").alias("t")
+        )
         coll = _collective_bytes(t)
         if coll is not None:  # torch.profiler records a collective's size on its kernel
             ops = (
@@ -339,7 +345,7 @@ def rank_ops(run: Run) -> pl.DataFrame:
         units = run.units.filter(pl.col("trace") == i).select("global_pid", "device", "rank")
         parts.append(
             ops.join(units, on=["global_pid", "device"], how="inner", nulls_equal=True).select(
-                "rank", "start", "end", "kind", "collective", "bytes"
+                "rank", "start", "end", "t", "kind", "collective", "bytes"
             )
         )
     schema = pl.Schema(
@@ -347,6 +353,7 @@ def rank_ops(run: Run) -> pl.DataFrame:
             "rank": pl.Int64,
             "start": pl.Int64,
             "end": pl.Int64,
+            "t": pl.Int64,
             "kind": pl.String,
             "collective": pl.String,
             "bytes": pl.Int64,
