@@ -548,7 +548,7 @@ def _note(trace, text: str) -> None:
 
 
 def cmd_layers(args) -> int:
-    from kview.analysis.layers import layer_times
+    from kview.analysis.layers import backward_unplaced, layer_times
     from kview.output import render
     from kview.output.format import stacked_bar
 
@@ -557,6 +557,9 @@ def cmd_layers(args) -> int:
     if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
         _note(trace, "no repeated layer ranges found (layer_0.., Enc_0..; give --pattern REGEX)")
         return _write(args, render.render(df, args.format) if args.format == "json" else "")
+    unknown = backward_unplaced(trace, args.pattern)
+    if unknown:
+        _note(trace, unknown)
     if args.format == "table":
         df = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
     return _write(args, render.render(df, args.format))

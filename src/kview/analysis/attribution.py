@@ -189,6 +189,19 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
 # are left out, and the innermost PATH_TAIL (a push never popped in a loop nests 20,000 deep).
 PATH_HEAD, PATH_TAIL = 3, 28
 ELIDED = "…"
+# a user range named like the backward pass; a thread PyTorch's autograd engine runs on
+BACKWARD_RANGE = r"(?i)backward"
+AUTOGRAD_THREAD = r"^pt_autograd_\d+$"
+
+
+def autograd_threads(trace: Trace) -> pl.Series:
+    """global_tid of the threads named as PyTorch's autograd engine names its device threads
+    (`pt_autograd_0`): whatever they launch is backward work."""
+    t = trace.threads
+    if t.height == 0:
+        return pl.Series("global_tid", [], dtype=pl.Int64)
+    named = trace.with_strings(t, "name_id", "_name")
+    return named.filter(pl.col("_name").str.contains(AUTOGRAD_THREAD))["global_tid"]
 
 
 @derived
@@ -271,9 +284,14 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     ).fill_null(False)
     layers = q.filter(~carried).group_by("call_id").agg(pl.col("label").str.join(":").alias("layer"))
     out = p.group_by("call_id", maintain_order=True).agg(pl.col("label").str.join(" > ").alias("path"))
-    # in a phase: any enclosing range of that name, shown or not
-    for flag, name in (("in_fwd", "forward_pass"), ("in_bwd", "backward_pass"), ("in_opt", "optimizer_step")):
-        hit = nv.around(users.filter(pl.col("label") == name), selves)
+    # in a phase: any enclosing range of that name, shown or not (backward: any user range named
+    # like it, `backward_pass`, `## backward ##`, `loss.backward`)
+    for flag, named in (
+        ("in_fwd", pl.col("label") == "forward_pass"),
+        ("in_bwd", pl.col("label").str.contains(BACKWARD_RANGE)),
+        ("in_opt", pl.col("label") == "optimizer_step"),
+    ):
+        hit = nv.around(users.filter(named), selves)
         out = out.join(hit.select("call_id", pl.lit(True).alias(flag)), on="call_id", how="left").with_columns(
             pl.col(flag).fill_null(False)
         )
@@ -559,10 +577,26 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.Da
         for c in ("in_fwd", "in_bwd", "in_opt", "any_bwd", "any_opt"):
             w = w.with_columns(pl.lit(None, dtype=pl.Boolean).alias(c))
     f = pl.col
+    # without op markers the backward pass still shows: a launch from the autograd engine's
+    # thread, or one made while a range named like backward was open in its process (on any
+    # thread: the main thread's `backward_pass` around the autograd thread's launches)
+    open_bwd = paths.select(pl.col("uid").alias("open_uid"), pl.col("in_bwd").alias("open_bwd")) if have_nvtx else None
+    if open_bwd is not None and "in_bwd" in paths.columns:
+        w = w.join(open_bwd, on="open_uid", how="left", maintain_order="left")
+    else:
+        w = w.with_columns(pl.lit(None, dtype=pl.Boolean).alias("open_bwd"))
+    engine = autograd_threads(trace)
+    tid_of = calls.select("call_id", pl.col("global_tid").is_in(engine.implode()).alias("on_engine"))
+    w = w.join(tid_of, on="call_id", how="left", maintain_order="left")
     direction = (
         pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False))
         .then(pl.lit("optim"))
-        .when(f("any_bwd").fill_null(False) | f("in_bwd").fill_null(False))
+        .when(
+            f("any_bwd").fill_null(False)
+            | f("in_bwd").fill_null(False)
+            | f("open_bwd").fill_null(False)
+            | f("on_engine").fill_null(False)
+        )
         .then(pl.lit("bprop"))
         .when(f("in_fwd").fill_null(False) | f("fop_code").is_not_null())
         .then(pl.lit("fprop"))

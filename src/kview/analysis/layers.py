@@ -53,27 +53,36 @@ def module_paths(trace: Trace) -> pl.DataFrame:
 
 
 def detect_layer_pattern(trace: Trace) -> str | None:
-    """The outermost numbered family that repeats: the family with at least two members at the
-    shallowest position of the module paths, the largest such family on a tie. Outermost, so a
-    torch.profiler trace's `Qwen2DecoderLayer_N` wins over the `Linear_N` inside each of them,
-    and torchvision's ResNet stages `layerN` over their blocks `layerN.B`. A family is a name
-    ending in its index with every number a placeholder: `layer_N`, `Enc_N`, Hugging Face's
-    `model.layers.N`."""
+    """The numbered family whose members hold the most GPU time: of the families with at least
+    two members at one position of the module paths, the one whose members' kernels (launched
+    inside one of them, or the backward work of those) take the most GPU time; on a tie the
+    outermost, then the largest. So the 36 `Owlv2EncoderLayer_N` holding most of a model beat
+    the 76 `LayerNorm_N` beside and inside them, a torch.profiler trace's `Qwen2DecoderLayer_N`
+    the `Linear_N` inside each of them, and torchvision's ResNet stages `layerN` their blocks
+    `layerN.B` (the same kernels: the outer one). A family is a name ending in its index with
+    every number a placeholder: `layer_N`, `Enc_N`, Hugging Face's `model.layers.N`."""
+    a = attribute(trace)
+    time = a.group_by("Layer").agg(pl.col("Duration (ns)").sum().alias("t"))
     comps = (
         module_paths(trace)
-        .select("c")
+        .join(time, on="Layer", how="left")
         .with_columns(pl.int_ranges(pl.col("c").list.len()).alias("pos"))
         .explode("c", "pos")
-        .unique()
-        .drop_nulls()
+        .drop_nulls("c")
+        .filter(pl.col("c").str.contains(r"\D\d+$"))
+        .with_columns(pl.col("c").str.replace_all(r"\d+", _NUMBER).alias("family"))
+    )
+    members = comps.group_by("pos", "family").agg(pl.col("c").n_unique().alias("members"))
+    # a Layer value counts once per family, however many of its components belong to it
+    held = (
+        comps.unique(["Layer", "pos", "family"])
+        .group_by("pos", "family")
+        .agg(pl.col("t").fill_null(0).sum().alias("t"))
     )
     families = (
-        comps.filter(pl.col("c").str.contains(r"\D\d+$"))
-        .with_columns(pl.col("c").str.replace_all(r"\d+", _NUMBER).alias("family"))
-        .group_by("pos", "family")
-        .agg(pl.col("c").n_unique().alias("members"))
+        members.join(held, on=["pos", "family"])
         .filter(pl.col("members") >= 2)
-        .sort(["pos", "members", "family"], descending=[False, True, False])
+        .sort(["t", "pos", "members", "family"], descending=[True, False, True, False])
     )
     if families.height == 0:
         return None
@@ -124,6 +133,25 @@ def kernel_layers(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     )
 
 
+def backward_unplaced(trace: Trace, pattern: str | None = None) -> str:
+    """One line when the trace has backward work but none of it can be placed in a layer (no
+    autograd sequence numbers tie a backward kernel to its forward op: an export without op
+    ranges), else "". Layers then leave Backward empty rather than show 0."""
+    a = attribute(trace).filter(pl.col("Direction") == "bprop")
+    if a.height == 0:
+        return ""
+    parts = kernel_layers(trace, pattern)
+    if parts.height == 0 or (parts["Direction"] == "bprop").any():
+        return ""
+    from kview.output.format import fmt_ns
+
+    return (
+        f"the layer of the {a.height:,} backward GPU ops ({fmt_ns(int(a['Duration (ns)'].sum()))}) cannot be known: "
+        "the trace has no autograd sequence numbers (op ranges, `nsys --pytorch=autograd-nvtx`), "
+        "so Backward is left empty"
+    )
+
+
 def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     schema = {
         "Layer": pl.String,
@@ -136,9 +164,12 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     if parts.height == 0:
         return pl.DataFrame(schema=schema)
     dur = pl.col("Duration (ns)")
+    unknown = backward_unplaced(trace, pattern) != ""  # no layer has backward work it could show
     g = parts.group_by("Layer").agg(
         dur.filter(pl.col("Direction") == "fprop").sum().alias("Forward (ns)"),
-        dur.filter(pl.col("Direction") == "bprop").sum().alias("Backward (ns)"),
+        (pl.lit(None, dtype=pl.Int64) if unknown else dur.filter(pl.col("Direction") == "bprop").sum()).alias(
+            "Backward (ns)"
+        ),
         dur.sum().alias("Total (ns)"),
         pl.len().alias("Kernels"),
     )

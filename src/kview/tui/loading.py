@@ -48,7 +48,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     from kview.analysis import memory_timeline
     from kview.analysis.attribution import attribute, launched_ops
     from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.layers import layer_times, phase_times
+    from kview.analysis.layers import backward_unplaced, layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table, path_windows
     from kview.analysis.overview import build
     from kview.io.snapshot_pickle import is_snapshot_file
@@ -124,7 +124,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield Stage("NVTX tree")
     yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
-    yield LayersReady(layer_times(trace))
+    yield LayersReady(layer_times(trace), backward_unplaced(trace))
     yield from load_memory_beside(trace, use_cache)
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))

@@ -112,6 +112,7 @@ class LayersReady(ViewMessage):
 
     view: ClassVar[str] = "layers"
     layers: pl.DataFrame
+    note: str = ""  # why Backward is empty (layers.backward_unplaced)
 
 
 @frozen_message

@@ -43,6 +43,8 @@ class LayersView(View):
             self.show(Static("No repeated layer ranges (layer_0.., Enc_0.., Embedding_0..) in this trace."))
             return
         self.status = Static("", id="layers-status")
+        if m.note:  # the legend, then the line saying why Backward is empty
+            self.status.styles.height = "auto"
         self.table = FrameTable(id="layers-table", bar_colours=BAR_COLOURS)
         self.show(self.status, self.table)
         self.call_after_refresh(self.render_layers)
@@ -88,6 +90,8 @@ class LayersView(View):
             legend.append("  ·  sublayers: ", style="bold")
             for glyph, c in zip(SHADES, subs):
                 legend.append(f"{glyph} {c.removesuffix(' (ns)')} ", style=f"bold {BAR_COLOURS[SUB_BAR][glyph]}")
+        if self.data.note:
+            legend.append(f"\n{self.data.note}", style="bold yellow")
         self.status.update(legend)
 
     def action_toggle_order(self) -> None:
