@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.analysis.gpu_time import launched_in
 from kview.analysis.iterations import iteration_windows
 from kview.analysis.ranks import Run, rank_ops
 from kview.derived import derived
@@ -19,17 +20,11 @@ from kview.derived import derived
 
 @derived
 def collective_ops(run: Run) -> pl.DataFrame:
-    """Communication kernels with their iteration (null outside every iteration of their rank)
+    """Communication kernels with the iteration that launched them (null outside every iteration)
     and their place among the same collective of that rank and iteration (`seq`, from 1)."""
-    c = rank_ops(run).filter(pl.col("kind") == "communication").sort(["rank", "start"])
-    w = (
-        iteration_windows(run)
-        .select("rank", "Iteration", pl.col("start").alias("w_start"), pl.col("end").alias("w_end"))
-        .sort("w_start")
-    )
-    c = c.join_asof(w, left_on="start", right_on="w_start", by="rank", strategy="backward", check_sortedness=False)
-    inside = pl.col("w_end").is_not_null() & (pl.col("start") <= pl.col("w_end"))
-    c = c.with_columns(pl.when(inside).then(pl.col("Iteration")).alias("Iteration")).sort(["rank", "start"])
+    c = rank_ops(run).filter(pl.col("kind") == "communication")
+    # the iteration that launched it (the rule of the iteration table)
+    c = launched_in(c, iteration_windows(run), ["rank"], ["Iteration"]).sort(["rank", "start"])
     seq = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(["rank", "Iteration", "collective"])
     return c.with_columns(seq.alias("seq"), (pl.col("end") - pl.col("start")).alias("dur")).select(
         "rank", "Iteration", "collective", "seq", "start", "end", "dur", "bytes"
@@ -109,11 +104,13 @@ def shared_instances(parts: pl.DataFrame) -> pl.DataFrame:
 def rank_waits(c: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
     """Per rank of the collective_ops `c`: how long it waited in the shared instances (each
     kernel's duration minus the instance's shortest: 0 for the rank that joined last), and how
-    often it joined last. Columns rank, Waited (ns), Joined last."""
-    w = c.join(shared.select(*INSTANCE, "least"), on=INSTANCE, how="inner", nulls_equal=True)
+    often it joined last: is the instance's Last rank (of ranks tied on the shortest kernel, the
+    lowest, as the stragglers table names it), so the ranks' counts add up to the instances.
+    Columns rank, Waited (ns), Joined last."""
+    w = c.join(shared.select(*INSTANCE, "least", "last"), on=INSTANCE, how="inner", nulls_equal=True)
     return w.group_by("rank").agg(
         (pl.col("dur") - pl.col("least")).sum().alias("Waited (ns)"),
-        (pl.col("dur") == pl.col("least")).sum().alias("Joined last"),
+        (pl.col("rank") == pl.col("last")).sum().alias("Joined last"),
     )
 
 
