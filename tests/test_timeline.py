@@ -47,12 +47,21 @@ def lm_app(trace) -> KviewApp:
 
 
 def plain_cells(starts, ends, edges):
-    """Op time and op count per cell, op by op (numpy broadcasting, no prefix sums)."""
-    s, e = np.asarray(starts)[:, None], np.asarray(ends)[:, None]
-    a, b = edges[None, :-1], edges[None, 1:]
-    overlap = np.clip(np.minimum(e, b) - np.maximum(s, a), 0, None)
-    count = ((s < b) & (e > a)).sum(axis=0)
-    return overlap.sum(axis=0), count
+    """Busy time (the union of the ops: overlapping ops count once) and op count per cell, cell
+    by cell over the ops clipped to it (no prefix sums)."""
+    s, e = np.asarray(starts), np.asarray(ends)
+    busy, count = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        inside = (s < b) & (e > a)
+        total, reach = 0, None
+        for x, y in sorted(zip(np.maximum(s[inside], a).tolist(), np.minimum(e[inside], b).tolist())):
+            if reach is None or x > reach:
+                total, reach = total + y - x, y
+            elif y > reach:
+                total, reach = total + y - reach, y
+        busy.append(total)
+        count.append(int(inside.sum()))
+    return np.array(busy, dtype=np.int64), np.array(count)
 
 
 def test_gpu_row_cells_equal_a_plain_computation_from_the_export(lm):
@@ -499,7 +508,7 @@ def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_t
         ops = np.array(
             con.execute(
                 " UNION ALL ".join(
-                    f"SELECT start, end FROM {t}"
+                    f"SELECT start, end, streamId FROM {t}"
                     for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
                 )
             ).fetchall(),
@@ -511,11 +520,13 @@ def test_a_run_of_rank_files_is_one_timeline_grouped_by_rank(ddp_per_rank, ddp_t
         # its session start's UTC time
         first = min(r.when(0)[0] for r in gpu)
         assert first == int(ops[:, 0].min()) + shift
-        # each cell's op time over the whole run equals the file's ops, cut at the cell edges
-        busy, count = plain_cells(ops[:, 0] + shift, ops[:, 1] + shift, T.edges(*tl.span, 64))
-        cells = [T.bin_row(r, *tl.span, 64) for r in gpu]
-        assert sum(c.busy for c in cells).tolist() == busy.tolist()
-        assert sum(c.count for c in cells).tolist() == count.tolist()
+        # each stream's cells over the whole run equal the file's ops, cut at the cell edges
+        assert sorted(r.label.split(" s")[1] for r in gpu) == sorted(str(x) for x in set(ops[:, 2].tolist()))
+        for r in gpu:
+            mine = ops[ops[:, 2] == int(r.label.split(" s")[1])]
+            busy, count = plain_cells(mine[:, 0] + shift, mine[:, 1] + shift, T.edges(*tl.span, 64))
+            cells = T.bin_row(r, *tl.span, 64)
+            assert cells.busy.tolist() == busy.tolist() and cells.count.tolist() == count.tolist()
         # its threads: every thread of the file that called CUDA, titled with the rank
         tids = {t for (t,) in con.execute("SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
         api = {int(r.group.split(":")[1]) for r in tl.rows if r.kind == "api" and r.trace == rank}

@@ -3,11 +3,12 @@ them out. GPU rows first (one per device and stream: kernels, memcpy, memset), t
 thread a CUDA API row and one NVTX row per nesting depth (push/pop ranges), plus one row for
 its start/end ranges, which may overlap.
 
-A row keeps its intervals sorted by start (relative to the trace's origin), its ends sorted,
-and prefix sums of both, so the busy time of a cell [a, b) is F(b) - F(a) with
-F(t) = sum over s_i <= t of (t - s_i) - sum over e_i <= t of (t - e_i): a few searchsorted
-calls per cell edge, whatever the number of intervals, and exact in integer ns. The number of
-ops in a cell is (#starts < b) - (#ends <= a). Rows are numpy slices of a few sorted arrays;
+A row keeps its intervals sorted by start (from the trace's zero), its ends sorted, and the
+union of its intervals as disjoint segments with prefix sums of their lengths, so the busy time
+of a cell [a, b) is F(b) - F(a), F(t) the union's length before t (overlapping ops count once,
+as Overview and Ranks count busy time): a few searchsorted calls per cell edge, whatever the
+number of intervals, and exact in integer ns. The number of ops in a cell is
+(#starts < b) - (#ends <= a). Rows are numpy slices of a few sorted arrays;
 a row's prefix sums are built the first time it is binned, so only the rows on screen cost
 anything.
 """
@@ -66,11 +67,12 @@ class Row:
     def names_key(self) -> str:
         return self.vocab or self.kind
 
-    def sums(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
-        """(ends sorted, prefix sums of starts, prefix sums of sorted ends, the index of the
-        latest-ending op among the first k, or None when ends are already ascending).
+    def sums(self) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None, np.ndarray, np.ndarray | None]:
+        """(ends sorted, the union of the ops as disjoint segments (starts, ends), prefix sums
+        of the segments' lengths, the index of the latest-ending op among the first k, or None
+        when ends are already ascending).
 
-        Rows whose ops never overlap (a stream, one NVTX depth) keep one array instead:
+        Rows whose ops never overlap (a stream, one NVTX depth) are their own union:
         (ends, None, prefix sums of durations, None)."""
         if self._sums is None:
             s, e = self.start, self.end
@@ -80,13 +82,16 @@ class Row:
                 return self._sums
             monotone = bool((e[1:] >= e[:-1]).all())
             es = e if monotone else np.sort(e)
-            cs = np.concatenate([[0], np.cumsum(s, dtype=np.int64)])
-            ce = np.concatenate([[0], np.cumsum(es, dtype=np.int64)])
+            # busy time is the union (what Overview and Ranks measure): a segment starts where
+            # an op starts after every earlier one has ended
+            reach = np.maximum.accumulate(e)
+            first = np.flatnonzero(np.concatenate([[True], s[1:] > reach[:-1]]))
+            us, ue = s[first], np.maximum.reduceat(e, first)
+            cu = np.concatenate([[0], np.cumsum(ue - us, dtype=np.int64)])
             top = None
             if not monotone:  # nested API calls, overlapping start/end ranges
-                cm = np.maximum.accumulate(e)
-                top = np.maximum.accumulate(np.where(e == cm, np.arange(len(e)), 0))
-            self._sums = (es, cs, ce, top)
+                top = np.maximum.accumulate(np.where(e == reach, np.arange(len(e)), 0))
+            self._sums = (es, (us, ue), cu, top)
         return self._sums
 
 
@@ -95,7 +100,7 @@ class Cells:
     """A row binned into `width` cells between edges[0] and edges[-1]."""
 
     edges: np.ndarray  # width + 1 cell edges (ns from the origin)
-    busy: np.ndarray  # ns of op time inside each cell (overlapping ops add up)
+    busy: np.ndarray  # ns inside each cell covered by an op (overlapping ops count once)
     count: np.ndarray  # ops overlapping each cell
     top: np.ndarray  # index into the row of the op a cell shows (latest-ending one), -1 if none
 
@@ -111,14 +116,17 @@ def edges(t0: int, t1: int, width: int) -> np.ndarray:
 
 
 def busy_before(row: Row, t: np.ndarray) -> np.ndarray:
-    """F(t): op time of the row before each time in `t` (see the module's docstring)."""
-    es, cs, ce, _ = row.sums()
-    i = np.searchsorted(row.start, t, side="right")
-    j = np.searchsorted(es, t, side="right")
-    if cs is None:  # ops never overlap: the ended ones, plus the part of the one open (i > j)
+    """F(t): busy time of the row (the union of its ops) before each time in `t`."""
+    es, seg, ce, _ = row.sums()
+    if seg is None:  # ops never overlap: the ended ones, plus the part of the one open (i > j)
+        i = np.searchsorted(row.start, t, side="right")
+        j = np.searchsorted(es, t, side="right")
         open_ = np.minimum(j, len(row.start) - 1) if len(row.start) else j
         return ce[j] + np.where(i > j, t - (row.start[open_] if len(row.start) else 0), 0)
-    return (i * t - cs[i]) - (j * t - ce[j])
+    us, ue = seg
+    k = np.searchsorted(us, t, side="right")  # segments starting at or before t
+    last = np.maximum(k - 1, 0)
+    return np.where(k > 0, ce[last] + np.clip(t - us[last], 0, ue[last] - us[last]), 0)
 
 
 def bin_row(row: Row, t0: int, t1: int, width: int) -> Cells:
@@ -279,8 +287,14 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
         pl.col("cat").replace_strict(categories, list(range(len(categories))), return_dtype=pl.Int8).alias("_cls"),
     )
     o = ops.join(code_of, on="key", how="left").with_columns(pl.col("global_pid").fill_null(-1))
-    # processes sharing a device have their own streams (numbered alike): a row per process there
-    shared = o.group_by("device").agg(pl.col("global_pid").n_unique() > 1).filter("global_pid")["device"]
+    # processes sharing a device have their own streams (numbered alike): a row per process there.
+    # Ops the trace ties to no process (-1) do not make a second process: on a device of one
+    # process they are its stream's (one row per stream)
+    shared = (
+        o.group_by("device")
+        .agg((pl.col("global_pid").filter(pl.col("global_pid") != -1).n_unique() > 1).alias("_shared"))
+        .filter("_shared")["device"]
+    )
     o = o.with_columns(
         pl.when(pl.col("device").is_in(shared.implode())).then(pl.col("global_pid")).otherwise(-1).alias("_split")
     ).sort(["device", "_split", "stream", "start", "end"])
@@ -305,7 +319,7 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
                 code[lo:hi],
                 cls[lo:hi],
                 idx[lo:hi],
-                int(pid[lo]),
+                int(pid[lo:hi].max()),  # the row's process (-1 only where no op has one)
             )
         )
     return rows, {"gpu": short_names(names).to_list(), "gpu_full": names.to_list()}, categories
