@@ -9,10 +9,10 @@ from decimal import Decimal
 import polars as pl
 import pytest
 
-from kview.analysis.compare import side_by_side, phase_windows
+from kview.analysis.compare import phase_windows, side_by_side
 from kview.analysis.iterations import iteration_table
-from kview.analysis.ranks import make_run
 from kview.analysis.rank_summary import rank_summary
+from kview.analysis.ranks import make_run
 from kview.trace import open_trace
 
 from conftest import KINETO, kineto_events
@@ -73,7 +73,7 @@ def test_each_iteration_owns_the_work_it_launched_with_its_tail(asynchronous):
     steps, ops = _plain_steps(ASYNC)
     table = iteration_table(make_run([asynchronous])).sort("Iteration")
     assert table["Iteration"].to_list() == [n for n, *_ in steps]
-    for row, (n, a, b, mine) in zip(table.iter_rows(named=True), steps):
+    for row, (_, a, b, mine) in zip(table.iter_rows(named=True), steps):
         last = max(f for _, f in mine)
         assert row["GPU ops"] == len(mine)
         assert row["Busy (ns)"] == _union(mine)
@@ -97,6 +97,6 @@ def test_compare_and_iterations_count_the_same_ops_for_a_step(asynchronous):
     names = [f"ProfilerStep#{n}" for n in table["Iteration"].to_list()]
     frame = side_by_side(phase_windows(asynchronous, names), "range", "gpu", spread=False)
     steps, _ = _plain_steps(ASYNC)
-    for n, a, b, mine in steps:
+    for n, _, _, mine in steps:
         row = frame.filter(pl.col("Range") == f"ProfilerStep#{n}")
         assert row[f"ProfilerStep#{n}"][0] == sum(f - s for s, f in mine)

@@ -50,12 +50,8 @@ def breakdown(run: Run, windows: pl.DataFrame) -> pl.DataFrame:
     per = owned.group_by("_w").agg(pl.col("end").max().alias("_last"), pl.len().alias("ops"))
     for name, kinds in UNIONS.items():
         seg = merge_intervals(owned.filter(pl.col("kind").is_in(list(kinds))), ["_w"])
-        per = per.join(
-            seg.group_by("_w").agg((pl.col("end") - pl.col("start")).sum().alias(name)), on="_w", how="left"
-        )
-    out = w.join(per, on="_w", how="left").with_columns(
-        pl.col(name).fill_null(0) for name in [*UNIONS, "ops"]
-    )
+        per = per.join(seg.group_by("_w").agg((pl.col("end") - pl.col("start")).sum().alias(name)), on="_w", how="left")
+    out = w.join(per, on="_w", how="left").with_columns(pl.col(name).fill_null(0) for name in [*UNIONS, "ops"])
     last = pl.max_horizontal("end", pl.col("_last").fill_null(pl.col("end")))
     return (
         out.with_columns(
