@@ -504,7 +504,10 @@ class KinetoFrames:
         def with_pid(df):
             return (
                 df.join(launch_pid, on="correlation", how="left")
-                .with_columns(global_tid(pl.col("pid"), pl.lit(0)).alias("global_pid"))
+                # no launch found: no process (null), not process 0 (a rank of its own)
+                .with_columns(
+                    pl.when(pl.col("pid").is_not_null()).then(global_tid(pl.col("pid"), pl.lit(0))).alias("global_pid")
+                )
                 .drop("pid")
             )
 
