@@ -18,7 +18,7 @@ from kview.errors import OutOfMemory, address_space_limit, internal_error_line
 from kview.output.visible import visible_lines
 
 ENV = "KVIEW_UNSUPERVISED"  # set: the command runs in this process (and in the child itself)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORWARDED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 # lines Rust (and C libraries beside it) print when they panic or abort
 _STARTS = re.compile(r"thread '.*' (\(\d+\) )?panicked at |stack backtrace:|fatal runtime error|note: .*RUST_BACKTRACE")
@@ -81,7 +81,7 @@ def _memory_line(what: str) -> str:
 def run_supervised(command: str) -> int | None:
     """Fork: in the child None (go on and run the command), in the parent the child's exit
     status once it ended, with one line of its own where the child could not say why."""
-    if os.environ.get(ENV):
+    if os.environ.get(ENV) or not hasattr(os, "fork"):
         return None
     try:
         r, w = os.pipe()

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -67,7 +68,9 @@ def run_in_group(
     previous = {s: signal.signal(s, on_signal) for s in FORWARDED} if main else {}
     pipe = subprocess.PIPE if capture_output else None
     try:
-        child = subprocess.Popen(cmd, env=env, process_group=0, stdout=pipe, stderr=pipe, text=True)
+        # a group of its own (Python 3.10 has no process_group=: setpgid in the child instead)
+        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        child = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True, **group)  # type: ignore[call-overload]
         out, err = child.communicate()
         return subprocess.CompletedProcess(cmd, child.returncode, out, err)
     finally:
