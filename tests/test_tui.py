@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from textual.command import CommandPalette  # noqa: E402
 from textual.worker import WorkerCancelled  # noqa: E402
 
 from kview.reports import cuda_gpu_kern_sum  # noqa: E402
@@ -165,7 +166,7 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         assert out.exists() and out.read_text().startswith("Time (%),Total Time (ns)")
         await pilot.press("ctrl+p")
         await pilot.pause()
-        assert "CommandPalette" in type(app.screen).__name__
+        assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"View: Layers")
         await pilot.pause(0.3)
         await pilot.press("enter")
