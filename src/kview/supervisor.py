@@ -21,7 +21,9 @@ ENV = "KVIEW_UNSUPERVISED"  # set: the command runs in this process (and in the 
 FORWARDED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 # lines Rust (and C libraries beside it) print when they panic or abort
-_STARTS = re.compile(r"thread '.*' (\(\d+\) )?panicked at |stack backtrace:|fatal runtime error|note: .*RUST_BACKTRACE")
+_STARTS = re.compile(
+    r"thread '.*' (\(\d+\) )?panicked at |stack backtrace:|fatal runtime error|note: .*RUST_BACKTRACE|Fatal Python error"
+)
 _MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
     r"Cannot allocate memory|failed to map segment"
@@ -29,15 +31,20 @@ _MEMORY = re.compile(
 
 
 class _Relay:
-    """The child's stderr, line by line, to ours: Rust's panic and abort text left out (from its
-    first line up to the next line of kview's own), what it said about memory remembered."""
+    """The child's stderr, line by line, to ours. kview's own lines pass at once; Rust's panic
+    and abort text is left out (from its first line up to the next line of kview's own), what it
+    said about memory remembered; any other text (a Python warning, a thread's traceback) is
+    held until the end, and said only when the command did not end for memory."""
+
+    HELD_LINES = 2000
 
     def __init__(self) -> None:
-        self.blank = 0  # empty lines held back: Rust's panic text starts with one
         self.held = b""
+        self.others: list[str] = []
         self.hiding = False
         self.memory = False
         self.rust = False
+        self.said_memory = False  # the child said it itself, in kview's line
 
     def feed(self, data: bytes) -> None:
         lines = (self.held + data).split(b"\n")
@@ -52,26 +59,30 @@ class _Relay:
 
     def _line(self, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace")
-        if text.startswith("kview"):  # kview's own line: always said
+        if text.startswith("kview"):  # kview's own line: said at once
             self.hiding = False
+            self.said_memory = self.said_memory or text.startswith("kview: out of memory")
+            _say(text)
         elif _MEMORY.search(text):
             self.memory = self.hiding = self.rust = True
-            self.blank = 0
-            return
         elif _STARTS.match(text):
             self.hiding = self.rust = True
-            self.blank = 0
-            return
-        elif self.hiding:
-            return
-        elif not text.strip():
-            self.blank += 1
-            return
-        try:
-            os.write(2, ("\n" * self.blank + visible_lines(text) + "\n").encode())
-        except OSError:
-            pass
-        self.blank = 0
+        elif not self.hiding and len(self.others) < self.HELD_LINES:
+            self.others.append(text)
+
+    def say_others(self) -> None:
+        """What else the command wrote (not when memory ran out: then it is the running out's noise)."""
+        while self.others and not self.others[-1].strip():
+            self.others.pop()
+        for text in self.others:
+            _say(text)
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, (visible_lines(text) + "\n").encode())
+    except OSError:
+        pass
 
 
 def _memory_line(what: str) -> str:
@@ -126,9 +137,12 @@ def run_supervised(command: str) -> int | None:
         if relay.memory and code not in (0, 2):  # a C library gave up on an allocation and exited
             print(_memory_line(""), file=sys.stderr)
             return 2
+        if not relay.said_memory:
+            relay.say_others()
         return code
     sig = os.WTERMSIG(status)
     if sig in FORWARDED:  # ended by the signal sent to kview: so does kview
+        relay.say_others()
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         return 128 + sig
@@ -138,6 +152,7 @@ def run_supervised(command: str) -> int | None:
     if relay.memory or (sig == signal.SIGABRT and address_space_limit() is not None):
         print(_memory_line("an allocation failed"), file=sys.stderr)
         return 2
+    relay.say_others()
     name = signal.Signals(sig).name
     why = f"a Rust library stopped kview with {name}" if relay.rust else f"kview ended on {name}"
     print(internal_error_line(command, RuntimeError(why)), file=sys.stderr)
