@@ -83,10 +83,10 @@ class KviewApp(App):
     def action_command_palette(self) -> None:
         from textual.command import CommandPalette
 
-        from kview.tui.commands import Palette
+        from kview.tui.commands import SafeCommandPalette
 
         if self.use_command_palette and not CommandPalette.is_open(self):
-            self.push_screen(Palette(id="--command-palette"))
+            self.push_screen(SafeCommandPalette(id="--command-palette"))
 
     def pop_screen(self) -> AwaitComplete:
         """Pop the screen in front, unless it is the last one: a dialog (the command palette too)

@@ -64,7 +64,7 @@ class KviewCommands(Provider):
             yield DiscoveryHit(text, callback)  # type: ignore[arg-type]
 
 
-class Palette(CommandPalette):
+class SafeCommandPalette(CommandPalette):
     """Textual's command palette, with page keys that do nothing while its list has no lines yet
     (Textual's OptionList looks up the line of option 0 there: `ctrl+p pageup` ended the app)."""
 
