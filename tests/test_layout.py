@@ -93,6 +93,7 @@ INDIRECT = {
     "pytest-xdist": "runs the tests one worker per core (-n auto in addopts)",
     "ruff": ".ci/run lints and format-checks the tree with it",
     "mypy": ".ci/run type-checks src/kview with it",
+    "HolisticTraceAnalysis": "its package is `hta`: test_launches compares kview's launch analysis with it",
 }
 
 
