@@ -4,15 +4,13 @@ and the GPU's peaks; `t` moves between them. The tables of `kview efficiency`.""
 
 from __future__ import annotations
 
-import polars as pl
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import EfficiencyReady
-from kview.tui.views.base import Shown, View
-from kview.tui.widgets.frame_table import FrameTable
+from kview.tui.views.table_cycle import TableCycleView
 
 TABLES = {
     "steps": "By step: MFU over the step's wall time",
@@ -24,7 +22,8 @@ TABLES = {
 }
 
 
-class EfficiencyView(View):
+class EfficiencyView(TableCycleView):
+    TABLES = TABLES
     view_id = "efficiency"
     title = "Efficiency"
     key = "9"
@@ -41,32 +40,4 @@ class EfficiencyView(View):
             self.show(Static("No GPU work in this trace: nothing to measure against a peak.", id="efficiency-gpu"))
             return
         self.gpu = Static(Text(m.caption), id="efficiency-gpu")
-        self.caption = Static("", id="efficiency-caption")
-        self.table = FrameTable(id="efficiency-table")
-        self.show(self.gpu, self.caption, self.table)
-        self.render_table()
-        self.focus_if_active(self.table)
-
-    def watch_table_name(self) -> None:
-        if self.data is not None and hasattr(self, "table"):
-            self.render_table()
-
-    def render_table(self) -> None:
-        assert self.data is not None
-        self.table.set_frame(self.data.tables[self.table_name])
-        names = list(TABLES)
-        following = names[(names.index(self.table_name) + 1) % len(names)]
-        self.caption.update(Text(f"{TABLES[self.table_name]} · t: {following}", style="bold"))
-
-    def action_cycle_table(self) -> None:
-        names = list(TABLES)
-        self.table_name = names[(names.index(self.table_name) + 1) % len(names)]
-
-    def action_sort(self, descending: bool) -> None:
-        if self.data is not None and hasattr(self, "table"):
-            self.table.sort_by_cursor(descending)
-
-    def shown(self) -> Shown:
-        if self.data is None or not hasattr(self, "table"):
-            return Shown(pl.DataFrame(), "efficiency")
-        return Shown(self.table.shown(), f"efficiency {self.table_name}")
+        self.show_tables(self.gpu)

@@ -6,15 +6,12 @@ The tables of `kview launches` and `kview critical-path`."""
 
 from __future__ import annotations
 
-import polars as pl
-from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import LaunchesReady
-from kview.tui.views.base import Shown, View
-from kview.tui.widgets.frame_table import FrameTable
+from kview.tui.views.table_cycle import TableCycleView
 
 TABLES = {
     "idle": "Idle time by stream and cause (host: launched late; sync: after a synchronization)",
@@ -27,7 +24,8 @@ TABLES = {
 }
 
 
-class LaunchesView(View):
+class LaunchesView(TableCycleView):
+    TABLES = TABLES
     view_id = "launches"
     title = "Launches"
     key = "0"
@@ -43,32 +41,4 @@ class LaunchesView(View):
         if all(f.height == 0 for f in m.tables.values()):
             self.show(Static("No GPU ops launched in this trace: nothing to analyse.", id="launches-caption"))
             return
-        self.caption = Static("", id="launches-caption")
-        self.table = FrameTable(id="launches-table")
-        self.show(self.caption, self.table)
-        self.render_table()
-        self.focus_if_active(self.table)
-
-    def watch_table_name(self) -> None:
-        if self.data is not None and hasattr(self, "table"):
-            self.render_table()
-
-    def render_table(self) -> None:
-        assert self.data is not None
-        self.table.set_frame(self.data.tables[self.table_name])
-        names = list(TABLES)
-        following = names[(names.index(self.table_name) + 1) % len(names)]
-        self.caption.update(Text(f"{TABLES[self.table_name]} · t: {following}", style="bold"))
-
-    def action_cycle_table(self) -> None:
-        names = list(TABLES)
-        self.table_name = names[(names.index(self.table_name) + 1) % len(names)]
-
-    def action_sort(self, descending: bool) -> None:
-        if self.data is not None and hasattr(self, "table"):
-            self.table.sort_by_cursor(descending)
-
-    def shown(self) -> Shown:
-        if self.data is None or not hasattr(self, "table"):
-            return Shown(pl.DataFrame(), "launches")
-        return Shown(self.table.shown(), f"launches {self.table_name}")
+        self.show_tables()
