@@ -100,7 +100,7 @@ def test_lm_layers_and_phases(lm):
     assert ph["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"]
     # autograd-thread kernels count in backward_pass: every kernel of the step is in some phase
     assert (
-        ph["Kernels"].sum()
+        ph["GPU ops"].sum()
         == a.filter(~pl.col("Kernel").str.starts_with("[CUDA mem")).height
         + a.filter(pl.col("Kernel").str.starts_with("[CUDA mem")).height
     )

@@ -81,10 +81,10 @@ def test_nvtx_tree_of_the_deep_trace(deep):
     con.close()
     root = p.filter(pl.col("Depth") == 0)
     assert root["Path"].to_list() == ["leak"] and root["GPU (ns)"].item() == total
-    assert root["Kernels"].item() == DEPTH
+    assert root["GPU ops"].item() == DEPTH
     deepest = p.filter(pl.col("Depth") == DEPTH)
     assert deepest["Path"].item() == expected_path(["leak"] * DEPTH + ["work"])
-    assert deepest["Kernels"].item() == 1
+    assert deepest["GPU ops"].item() == 1
 
 
 def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):

@@ -78,7 +78,7 @@ def test_nvtx_path_tree_counts_match_ranges_and_kernels():
         "r.correlationId = k.correlationId WHERE r.start BETWEEN ? AND ?",
         (s, e),
     ).fetchone()
-    assert (row["GPU (ns)"], row["Kernels"]) == (gpu, n)
+    assert (row["GPU (ns)"], row["GPU ops"]) == (gpu, n)
     # op markers are collapsed to their op name
     assert pt.filter(pl.col("Name") == "aten::linear").height > 0
     assert not pt["Name"].str.contains("op_id").any()
@@ -106,7 +106,7 @@ def test_autograd_ranges_hang_under_backward_pass_each_op_counted_once():
         "'autograd::engine::evaluate_function: MmBackward0,%' AND r.start BETWEEN v.start AND v.end)"
     ).fetchone()
     assert row["Instances"] == n_inst == 85
-    assert (row["GPU (ns)"], row["Kernels"]) == (gpu, n) == (13285557, 303)
+    assert (row["GPU (ns)"], row["GPU ops"]) == (gpu, n) == (13285557, 303)
     bwd = pt.filter(pl.col("Path") == "profiled_step > backward_pass").row(0, named=True)
     kids = pt.filter(pl.col("parent_id") == bwd["path_id"])
     assert kids.height > 20 and kids["GPU (ns)"].sum() <= bwd["GPU (ns)"]

@@ -19,6 +19,7 @@ from kview.analysis.attribution import attribute
 from kview.analysis.filters import regex_problem
 from kview.derived import derived
 from kview.errors import UsageError
+from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
@@ -158,7 +159,7 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
         "Forward (ns)": pl.Int64,
         "Backward (ns)": pl.Int64,
         "Total (ns)": pl.Int64,
-        "Kernels": pl.UInt32,
+        "GPU ops": pl.UInt32,
     }
     parts = kernel_layers(trace, pattern)
     if parts.height == 0:
@@ -171,7 +172,7 @@ def layer_times(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
             "Backward (ns)"
         ),
         dur.sum().alias("Total (ns)"),
-        pl.len().alias("Kernels"),
+        pl.len().alias("GPU ops"),
     )
     subs = _sublayer_kinds(parts.filter(pl.col("Sublayer").is_not_null()))
     if subs.height:
@@ -251,6 +252,14 @@ def phase_labels(trace: Trace) -> list[str]:
     if tree.height == 0:
         return []
     roots = tree.filter(pl.col("depth") == 0)
+    # a top range of one thread that lies inside a top range of another thread of its process
+    # (the autograd engine's own range inside the main thread's backward_pass) is part of that
+    # phase, not one of its own: counting its work twice put phases over 100%. A thread's own
+    # tops never overlap, so a range that started earlier and ends no sooner is another's.
+    pid = pl.col("global_tid") & PID_MASK
+    roots = roots.sort([pid, pl.col("start"), pl.col("end")], descending=[False, False, True]).filter(
+        ~(pl.col("end").cum_max().shift(1).over(pid) >= pl.col("end")).fill_null(False)
+    )
     phases = roots
     if roots["label"].str.replace(STEP_FAMILY, "").n_unique() == 1:
         kids = tree.filter(pl.col("parent").is_in(roots["id"].implode()))
@@ -266,7 +275,7 @@ PHASE_SCHEMA = pl.Schema(
     {
         "Phase": pl.String,
         "GPU Time (ns)": pl.Int64,
-        "Kernels": pl.Int64,
+        "GPU ops": pl.Int64,
         "Share (%)": pl.Float64,
         "CPU Time (ns)": pl.Int64,
     }
@@ -295,7 +304,7 @@ def phase_times(trace: Trace) -> pl.DataFrame:
         .select(
             pl.col("label").alias("Phase"),
             pl.col("gpu").alias("GPU Time (ns)"),
-            pl.col("ops").alias("Kernels"),
+            pl.col("ops").alias("GPU ops"),
             share.alias("Share (%)"),
             pl.col("cpu").alias("CPU Time (ns)"),
         )

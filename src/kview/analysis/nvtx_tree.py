@@ -35,7 +35,7 @@ SCHEMA = {
     "Instances": pl.UInt32,
     "CPU (ns)": pl.Int64,
     "GPU (ns)": pl.Int64,
-    "Kernels": pl.Int64,
+    "GPU ops": pl.Int64,
     "_first_start": pl.Int64,
     "_first_end": pl.Int64,
     "_first_tid": pl.Int64,
@@ -260,7 +260,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     g = g.join(per_path, on="pid", how="left").with_columns(
         pl.col("gpu").fill_null(0).cast(pl.Int64).alias("GPU (ns)"),
-        pl.col("kern").fill_null(0).cast(pl.Int64).alias("Kernels"),
+        pl.col("kern").fill_null(0).cast(pl.Int64).alias("GPU ops"),
     )
     g = g.join(codes.rename({"short": "Name"}), on="lc", how="left").sort("pid")
     # path strings for the (few) distinct paths, parents first (ids are in depth order); a deep
@@ -281,7 +281,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         "Instances",
         "CPU (ns)",
         "GPU (ns)",
-        "Kernels",
+        "GPU ops",
         "_first_start",
         "_first_end",
         "_first_tid",

@@ -24,7 +24,7 @@ BAR_COLOURS = {
     BAR: {SHADES[0]: DIRECTION_COLOURS["fprop"], SHADES[1]: DIRECTION_COLOURS["bprop"]},
     SUB_BAR: dict(zip(SHADES, ("cyan", "magenta", "bright_blue", "bright_red"))),
 }
-BASE = ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "Kernels")
+BASE = ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "GPU ops")
 
 
 class LayersView(View):

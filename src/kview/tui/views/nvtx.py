@@ -54,7 +54,7 @@ class NvtxView(View):
         )
         self.parents = self.by_parent["parent_id"].fill_null(-1).to_numpy()
         self.range_tree: Tree[dict] = Tree(
-            f"{m.trace_name}  (GPU time · CPU time · instances · kernels)", id="nvtx-tree"
+            f"{m.trace_name}  (GPU time · CPU time · instances · GPU ops)", id="nvtx-tree"
         )
         self.range_tree.auto_expand = False
         self.range_tree.root.expand()
@@ -71,10 +71,10 @@ class NvtxView(View):
     @staticmethod
     def _label(r: dict) -> Text:
         t = Text(f"{cut(r['Name'], NAME_WIDTH)}  ", style="bold" if r["Depth"] < 2 else "")
-        n = r["Kernels"]
+        n = r["GPU ops"]
         t.append(
             f"{fmt_ns(r['GPU (ns)'])}  {fmt_ns(r['CPU (ns)'])}  ×{r['Instances']:,}  "
-            f"{n:,} kernel{'' if n == 1 else 's'}  "
+            f"{n:,} GPU op{'' if n == 1 else 's'}  "
         )
         t.append(r["_bar"], style="cyan")
         return t
@@ -239,7 +239,7 @@ class NvtxView(View):
                         "GPU (ns)": r["GPU (ns)"],
                         "CPU (ns)": r["CPU (ns)"],
                         "Instances": r["Instances"],
-                        "Kernels": r["Kernels"],
+                        "GPU ops": r["GPU ops"],
                         "Path": r["Path"],
                     }
                 )
@@ -252,7 +252,7 @@ class NvtxView(View):
             "GPU (ns)": pl.Int64,
             "CPU (ns)": pl.Int64,
             "Instances": pl.Int64,
-            "Kernels": pl.Int64,
+            "GPU ops": pl.Int64,
             "Path": pl.String,
         }
         return Shown(pl.DataFrame(rows, schema=schema), "nvtx tree as shown")
