@@ -197,6 +197,24 @@ def test_timeline_command_text_md_csv_and_bad_arguments(capsys):
         assert rc == 2 and out == "" and err.count("\n") == 1 and words in err, (argv, err)
 
 
+def test_the_window_ends_in_the_header_agree_with_the_cells_and_the_span(capsys):
+    """The header's ends are the window's ends to within half a cell (the BERT trace's window
+    starts at 10.24 ms, which the 5 ms tick step alone printed as `10 ms`)."""
+    bert = SAMPLES / "bert-2l_seq128_train_nsys.sqlite"
+    assert main(["timeline", str(bert), "--width", "80", "--no-cache"]) == 0
+    head = capsys.readouterr().out.splitlines()
+    head = next(x for x in head if " .. " in x and "per cell" in x)
+    ends = head.split(" · ")[-1].split(" (span")[0].split(" .. ")
+    assert main(["timeline", str(bert), "--width", "80", "-f", "csv", "--no-cache"]) == 0
+    cells = pl.read_csv(capsys.readouterr().out.encode())
+    t0, t1 = cells["Start (ns)"].min(), cells["End (ns)"].max()
+    cell = (t1 - t0) / cells["Cell"].n_unique()
+    scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1}
+    for text, t in zip(ends, (t0, t1)):
+        value, unit = text.split()
+        assert abs(float(value.replace(",", "")) * scale[unit] - t) <= cell / 2, (head, t0, t1)
+
+
 # -- the TUI view ------------------------------------------------------------------------
 async def open_timeline(pilot):
     await loaded(pilot)

@@ -812,7 +812,9 @@ def text(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int
     cw = max(width - lw - 1, 10)
     labels, marks = axis(t0, t1, cw)
     step = nice_step(t1 - t0, cw)
-    ends = f"{tick_label(t0, step, t1)} .. {tick_label(t1, step, t1)}"
+    # an end off the tick grid gets the precision of a cell, so the ends agree with the span
+    cell = max(1, (t1 - t0) // cw)
+    ends = " .. ".join(tick_label(t, step if t % step == 0 else min(step, cell), t1) for t in (t0, t1))
     span = f"{ends} (span {fmt_ns(t1 - t0)}, {fmt_ns((t1 - t0) / cw)} per cell)"
     head = f"{title} · {span}" if title else span
     out = [
