@@ -89,6 +89,10 @@ def test_overview_leaves_impossible_rows_out_and_says_so(damaged):
     ), first
     assert sum(c["Ops"] for c in o["Time by category"]) == len(good)
     assert all(c["Time (ns)"] >= 0 for c in o["Time by category"])
+    # the phases leave them out too (they counted them while the finding said otherwise)
+    phases = o["Time by phase"]
+    assert phases and sum(p["GPU ops"] for p in phases) <= len(good)
+    assert all(p["GPU Time (ns)"] >= 0 for p in phases) and sum(p["Share (%)"] for p in phases) <= 100.05
 
 
 def test_stats_keeps_nsys_numbers_and_warns_on_stderr(damaged):

@@ -288,14 +288,23 @@ def phase_times(trace: Trace) -> pl.DataFrame:
     its share of all GPU time, and its CPU time (how long it was open). The same numbers
     `kview compare` gives for these ranges (one function computes both). Computed once per
     trace and kept in the frame cache: Overview, diff and `kview phases` all ask for it."""
+    return phase_table(trace)
+
+
+def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
+    """phase_times over the GPU ops whose Idx is in `ops` only (all of them when None): the
+    Overview's, which leaves out rows the trace cannot hold."""
     from kview.analysis.compare import user_ranges
     from kview.analysis.gpu_time import launch_timeline, range_times
 
     names = phase_labels(trace)
     if not names:
         return pl.DataFrame(schema=PHASE_SCHEMA)
-    t = range_times(trace, user_ranges(trace).filter(pl.col("label").is_in(names)))
-    total = int(launch_timeline(trace)["dur"].sum() or 0)
+    t = range_times(trace, user_ranges(trace).filter(pl.col("label").is_in(names)), ops)
+    tl = launch_timeline(trace)
+    if ops is not None:
+        tl = tl.filter(pl.col("Idx").is_in(ops.implode()))
+    total = int(tl["dur"].sum() or 0)
     order = pl.DataFrame({"label": names}).with_row_index("_o")
     share = (pl.col("gpu") * 100.0 / total).round(1) if total else pl.lit(None, dtype=pl.Float64)
     return (

@@ -12,7 +12,7 @@ from kview.analysis.attribution import attribute
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_totals
-from kview.analysis.layers import phase_times
+from kview.analysis.layers import phase_table, phase_times
 from kview.analysis.sanity import impossible, warning
 from kview.output.format import fmt_ns
 from kview.trace import Trace
@@ -180,7 +180,8 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     )
     if cats.height:
         cats = cats.with_columns((pl.col("Time (ns)") * 100.0 / pl.col("Time (ns)").sum()).round(1).alias("Share (%)"))
-    phases = phase_times(trace)
+    # the impossible rows are left out of the phases too, as the finding says
+    phases = phase_table(trace, a["Idx"].cast(pl.Int64)) if bad else phase_times(trace)
     top = (
         a.select("Kernel", "Duration (ns)", "Category")  # three columns filtered, not every one
         .filter(~pl.col("Category").is_in(["memcpy", "memset"]))
