@@ -230,6 +230,23 @@ def test_kview_memory_prints_the_timeline(unpacked, capsys):
     assert csv["Size"].to_list() == sorted(csv["Size"].to_list(), reverse=True)
 
 
+def test_a_trace_of_many_steps_names_each_phase_by_its_own_letter_within_the_width(capsys):
+    """The ResNet-50 trace's memory events span six ProfilerSteps: the letters were F B O S A B
+    (two Bs) and their names one line of 118 characters at --width 80."""
+    trace = FIXTURES / "kineto" / "resnet50_nw0_2021.pt.trace.json.gz"
+    assert main(["memory", str(trace), "--width", "80"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.lstrip().startswith("phases "))
+    end = at + 1 + next(i for i, x in enumerate(lines[at + 1 :]) if "█" in x)  # the glyphs' line
+    legend = " ".join(lines[at + 1 : end]).split()
+    names = legend[1::2]
+    letters = legend[0::2]
+    assert names == [f"ProfilerStep#{i}" for i in range(5, 11)]
+    assert len(set(letters)) == len(letters) == 6
+    assert set(lines[at].split(maxsplit=1)[1]) - {"·"} == set(letters)
+    assert max(len(x) for x in lines[: end + 1]) <= 80  # the plot (tables below fit only a terminal)
+
+
 def test_compressed_snapshots_open_as_they_are(unpacked, tmp_path, capsys):
     gz = tmp_path / "s.pickle.gz"
     with gzip.open(gz, "wb") as g:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
-LETTERS = "FBOSABCDEGHIJKLMNPQRTUVWXYZ"
+LETTERS = "FBOSACDEGHIJKLMNPQRTUVWXYZ"  # each once: a letter names one phase
 
 
 def columns(series: pl.DataFrame, width: int, t0: int | None = None, t1: int | None = None) -> pl.DataFrame:
@@ -116,7 +116,12 @@ def plot(
             for c in range(a, b + 1):
                 marks[c] = "·" if c > a else letter[p["Phase"]]
         rows.append(f"{'phases':>{label_w}} " + "".join(marks))
-        rows.append(" " * (label_w + 1) + "  ".join(f"{letter[n]} {n}" for n in names))
+        legend = [""]  # the phase names, wrapped between names to the plot's width
+        for entry in (f"{letter[n]} {n}" for n in names):
+            if legend[-1] and len(legend[-1]) + 2 + len(entry) > w:
+                legend.append("")
+            legend[-1] += ("  " if legend[-1] else "") + entry
+        rows += [" " * (label_w + 1) + x for x in legend]
     glyphs = f"█ {level}" + ("  ─ reserved" if max(res) > 0 else "") + ("  ▲ peak" if peak_col is not None else "")
     if compact and phases.height and len(rows[-1]) + 3 + len(glyphs) <= width:
         rows[-1] += "   " + glyphs
