@@ -39,7 +39,7 @@ def _gz_holds_sqlite(p: Path) -> bool:
     try:
         with gzip.open(p, "rb") as f:
             return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except (OSError, EOFError, lzma.LZMAError):
+    except (OSError, EOFError, lzma.LZMAError, zlib.error):
         return False  # not for this module: the JSON reader names what is wrong with it
 
 
