@@ -247,6 +247,15 @@ def test_a_trace_of_many_steps_names_each_phase_by_its_own_letter_within_the_wid
     assert max(len(x) for x in lines[: end + 1]) <= 80  # the plot (tables below fit only a terminal)
 
 
+def test_the_timeline_tables_times_are_whole_nanoseconds_in_ms(capsys):
+    """Time (ms) from integer ns, rounded to the ns: the ResNet-50 trace printed 68.98599999999999."""
+    trace = FIXTURES / "kineto" / "resnet50_nw0_2021.pt.trace.json.gz"
+    assert main(["memory", str(trace), "--table", "timeline", "-f", "csv"]) == 0
+    times = capsys.readouterr().out.splitlines()[1:]
+    times = [x.split(",")[1] for x in times]
+    assert times and all(len(t.partition(".")[2]) <= 6 for t in times), max(times, key=len)
+
+
 def test_compressed_snapshots_open_as_they_are(unpacked, tmp_path, capsys):
     gz = tmp_path / "s.pickle.gz"
     with gzip.open(gz, "wb") as g:

@@ -1057,7 +1057,7 @@ def cmd_memory(args) -> int:
         "summary": mt.summary_data(tl)
         if args.format in DATA_FORMATS
         else pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
-        "timeline": tl.series.select("idx", ((pl.col("t") - t0) / 1e6).alias("Time (ms)"), *levels).rename(
+        "timeline": tl.series.select("idx", ((pl.col("t") - t0) / 1e6).round(6).alias("Time (ms)"), *levels).rename(
             {"idx": "Event", **{c: c.capitalize() for c in levels}}
         ),
         "phases": mt.phase_peaks(tl),
