@@ -19,6 +19,7 @@ from test_one_clock import _allreduce_ends_on_timeline
 from kview.analysis import timeline as T
 from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
 from kview.analysis.iterations import iteration_table
+from kview.analysis.layers import phase_times
 from kview.analysis.ranks import make_run, open_run
 from kview.analysis.run_clock import run_clock
 from kview.trace import open_trace
@@ -196,3 +197,42 @@ async def test_the_explorer_shows_the_four_ranks_and_their_straggler(paths, runs
         assert "straggler: rank 1 in 2 of 3 iterations" in view.data.caption
         await pilot.press("t")
         assert view.lower == "stragglers" and view.table.frame["Straggler"].to_list()[1:] == [1, 1]
+
+
+def test_phases_of_the_four_process_export_add_up_to_at_most_the_gpu_time(paths):
+    """Rank 0's profiler window caught one more `DistributedDataParallel` call after its last
+    step, so that name is a phase; the calls inside the steps are the steps' work and count once:
+    the phase holds only the ops launched inside that lone call (a plain query), and the phases'
+    shares add up to 100 %."""
+    path = paths["llama_ddp_nsys_1file"]
+    phases = phase_times(open_trace(path, use_cache=False))
+    assert phases["Phase"].to_list() == ["step_3", "step_4", "step_5", "DistributedDataParallel"]
+    assert phases["Share (%)"].sum() <= 100.05
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    steps = con.execute(
+        "SELECT globalTid >> 24, min(start), max(end) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE 'step_%' "
+        "GROUP BY 1"
+    ).fetchall()
+    last = {pid: end for pid, _, end in steps}
+    lone = [
+        (tid >> 24, s, e)
+        for s, e, tid in con.execute(
+            "SELECT e.start, e.end, e.globalTid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE eventType = 59 AND coalesce(e.text, s.value) = 'DistributedDataParallel'"
+        )
+        if s > last[tid >> 24]
+    ]
+    assert len(lone) == 1
+    pid, s, e = lone[0]
+    ops = [
+        end - start
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        for start, end in con.execute(
+            f"SELECT o.start, o.end FROM {table} o JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = o.correlationId AND r.globalTid >> 24 = o.globalPid >> 24 "
+            "WHERE r.globalTid >> 24 = ? AND r.start >= ? AND r.start <= ?",
+            (pid, s, e),
+        )
+    ]
+    ddp = phases.row(3, named=True)
+    assert (ddp["GPU ops"], ddp["GPU Time (ns)"]) == (len(ops), sum(ops))

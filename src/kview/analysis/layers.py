@@ -243,14 +243,21 @@ def user_range_tree(trace: Trace) -> pl.DataFrame:
 
 @derived
 def phase_labels(trace: Trace) -> list[str]:
-    """The phase names, in order of first appearance: the user ranges at the top of their
+    """The phase names, in order of first appearance (`phase_instances`' labels)."""
+    phases = phase_instances(trace)
+    return phases.group_by("label").agg(pl.col("start").min()).sort(["start", "label"])["label"].to_list()
+
+
+@derived
+def phase_instances(trace: Trace) -> pl.DataFrame:
+    """The ranges that are phases (id, start, end, global_tid, label): the user ranges at the top of their
     thread's user-range nesting (op markers, library ranges such as NCCL's and the module calls
     of a torch.profiler trace never count);
     when those are all one step family (profiled_step, ProfilerStep#N) and the user ranges
     one level down fill at least half of the steps, those (forward_pass, backward_pass, ...)."""
     tree = user_range_tree(trace)
     if tree.height == 0:
-        return []
+        return tree.select("id", "start", "end", "global_tid", "label")
     roots = tree.filter(pl.col("depth") == 0)
     # a top range of one thread that lies inside a top range of another thread of its process
     # (the autograd engine's own range inside the main thread's backward_pass) is part of that
@@ -268,7 +275,7 @@ def phase_labels(trace: Trace) -> list[str]:
         # sliver of it (one compiled-graph call inside a serving step)
         if kids.height and kids.select(span).item() * 2 >= roots.select(span).item():
             phases = kids
-    return phases.group_by("label").agg(pl.col("start").min()).sort(["start", "label"])["label"].to_list()
+    return phases.select("id", "start", "end", "global_tid", "label")
 
 
 PHASE_SCHEMA = pl.Schema(
@@ -300,7 +307,11 @@ def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
     names = phase_labels(trace)
     if not names:
         return pl.DataFrame(schema=PHASE_SCHEMA)
-    t = range_times(trace, user_ranges(trace).filter(pl.col("label").is_in(names)), ops)
+    # the phase instances only: a range of a phase's name nested inside another phase (the
+    # DistributedDataParallel call of every step, where one more after the last step is a phase
+    # of its own) is that phase's work, and counting it again put phases over 100%
+    ids = phase_instances(trace)["id"].implode()
+    t = range_times(trace, user_ranges(trace).filter(pl.col("id").is_in(ids)), ops)
     tl = launch_timeline(trace)
     if ops is not None:
         tl = tl.filter(pl.col("Idx").is_in(ops.implode()))

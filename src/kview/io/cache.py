@@ -36,7 +36,7 @@ import polars as pl
 from kview import __version__, atomic_write
 from kview.errors import warn_once
 
-FORMAT_VERSION = "11"  # 3: torch.profiler frames with exact ns, every era's categories, host processes only;
+FORMAT_VERSION = "12"  # 3: torch.profiler frames with exact ns, every era's categories, host processes only;
 # 4: torch.profiler module calls (python_function `nn.Module: X`) as ranges of the nn.Module domain;
 # 5: torch.profiler kernels with collective bytes, distributedInfo (rank, world size, backend);
 # 6: the attributed table and the nsys reports' results kept; 7: process ids Int64, not Int128;
@@ -44,6 +44,7 @@ FORMAT_VERSION = "11"  # 3: torch.profiler frames with exact ns, every era's cat
 # 9: derived tables of torch.profiler traces count from the trace's zero, Kineto base time kept;
 # 10: a checksum after the Parquet bytes;
 # 11: bprop from the autograd engine's thread and ranges named like backward; rank ops carry their launch
+# 12: phase times over the phase instances only (a phase's name nested in another phase not counted twice)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SAMPLES = 8  # pages hashed between the first and the last
 JSON_EDGE = 1 << 16
