@@ -58,7 +58,11 @@ def _walk(ops, calls, w0, w1, thread):
         x = None if x is not None and x["start"] >= k["start"] else x
         dep = x if x is not None and (p is None or x["end"] > p["end"]) else p
         if dep is not None and dep["end"] >= k["L"]["start"]:
-            gpu += k["end"] - dep["end"]
+            if dep["end"] < k["L"]["end"]:  # the launch call still ran: k waited for its launch
+                gpu += k["end"] - k["start"]
+                lau += k["start"] - dep["end"]
+            else:
+                gpu += k["end"] - dep["end"]
             k = dep
             continue
         b = waited(k["L"]["tid"], k["L"]["start"])

@@ -147,6 +147,10 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         check_sortedness=False,
     )
     gpu_edge = pl.col("dep_end").is_not_null() & (pl.col("dep_end") >= pl.col("r_start"))
+    # the dependency ended while the launch call still ran: the op then waited for its launch
+    # (the call's rest and the launch delay), not for the GPU, so that gap is launch time
+    waited_launch = gpu_edge & (pl.col("dep_end") < pl.col("r_end"))
+    gap = pl.col("start") - pl.col("dep_end")
     cpu_from = pl.coalesce("b_end", "w_start")
     nodes = ops.select(
         "node",
@@ -157,16 +161,19 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         "start",
         "end",
         pl.when(gpu_edge).then(pl.col("dep_node")).otherwise(pl.col("b_node")).alias("pred"),
-        (
-            pl.col("end") - pl.col("start") + pl.when(gpu_edge).then(pl.col("start") - pl.col("dep_end")).otherwise(0)
-        ).alias("gpu"),
+        (pl.col("end") - pl.col("start") + pl.when(gpu_edge & ~waited_launch).then(gap).otherwise(0)).alias("gpu"),
         # the launching thread's time from where it was blocked (or the step's start) to the launch,
         # plus the synchronization's return after the op it waited for ended
         pl.when(gpu_edge)
         .then(0)
         .otherwise(pl.col("r_start") - cpu_from + (pl.col("b_end") - pl.col("b_gpu_end")).fill_null(0))
         .alias("cpu"),
-        pl.when(gpu_edge).then(0).otherwise(pl.col("start") - pl.col("r_start")).alias("launch"),
+        pl.when(waited_launch)
+        .then(gap)
+        .when(gpu_edge)
+        .then(0)
+        .otherwise(pl.col("start") - pl.col("r_start"))
+        .alias("launch"),
     ).sort("node")
     steps = _ends(trace, w, nodes, ops)
     return _mark(nodes, steps), steps

@@ -47,7 +47,8 @@ from kview.io.cache import FORMAT_VERSION
 
 # the tables' own version: changes whenever what `summarize` writes changes (columns, rules);
 # the iteration rules' version is that of their persisted steps (iterations.steps1)
-SUMMARY_VERSION = "3"  # 2: the iterations with their critical path verdict; 3: a step owns the GPU work it launched
+SUMMARY_VERSION = "4"  # 2: the iterations with their critical path verdict; 3: a step owns the GPU work it launched;
+# 4: an op that waited for its launch call, not the GPU, adds launch time to the critical path
 TABLE_VERSIONS = f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMARY_VERSION}, steps1"
 TABLES = ("units", "iterations", "collective_ops")
 META_KEY = "kview.rank_file"
