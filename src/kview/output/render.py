@@ -532,7 +532,8 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
         lines.append("  ".join(cells).rstrip())
     left_out = [c for i, c in enumerate(columns) if i not in kept]
     if left_out:
-        note = f"({len(left_out)} more columns at a wider terminal or with -f csv/json: {', '.join(left_out)})"
+        # -f json holds every table of every command; csv/tsv one table (--table NAME where there are several)
+        note = f"({len(left_out)} more columns at a wider terminal or with -f json: {', '.join(left_out)})"
         lines += wrap_text(note, width)
     return "\n".join(lines) + "\n"
 
