@@ -4,6 +4,7 @@ run's clock. Checked against what the files record, read with sqlite3 and json (
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import lzma
 import sqlite3
@@ -175,3 +176,22 @@ def test_torch_backend_captures_show_no_absolute_times(unpacked, capsys):
     tl = T.build(trace, cpu=False)
     assert 0 <= tl.span[0] < tl.span[1] == max(int(r.end.max()) for r in tl.rows if len(r)) <= length
     assert np.all(np.concatenate([r.start for r in tl.rows]) >= 0)
+
+
+def test_absolute_time_is_a_column_for_whoever_needs_it(unpacked, capsys):
+    """`kview kernels --absolute`: beside Start (ns) from the trace's zero, each op's start on the
+    clock the file records: UTC for an nsys export (the session's utcEpochNs plus Start), the
+    profiler's own microseconds, in ns, for a torch.profiler trace."""
+    f = unpacked / "ddp_nsys.rank0.sqlite"
+    assert main(["kernels", str(f), "--absolute", "-f", "csv", "--no-cache"]) == 0
+    k = pl.read_csv(io.StringIO(capsys.readouterr().out))
+    utc = _query(f, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+    assert k.height > 0 and ((k["Start (UTC, ns)"] - k["Start (ns)"]) == utc).all()
+    assert main(["kernels", str(B200), "--absolute", "-f", "csv", "--no-cache"]) == 0
+    k = pl.read_csv(io.StringIO(capsys.readouterr().out))
+    recorded = sorted(
+        int((Decimal(str(e["ts"])) * 1000).to_integral_value())
+        for e in kineto_events(B200, ("kernel", "gpu_memcpy", "gpu_memset"))
+        if e.get("ph") == "X"
+    )
+    assert sorted(k["Start (as recorded, ns)"].to_list()) == recorded

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kview.errors import (
     KviewError,
@@ -31,6 +32,9 @@ from kview.errors import (
     shown,
 )
 from kview.io.paths import named
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def _trace_flags(defaults: bool) -> argparse.ArgumentParser:
@@ -109,6 +113,12 @@ def _stats_options(p: argparse.ArgumentParser) -> None:
 def _kernels_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace")
     p.add_argument("--filter", default="", help='e.g. "dir:bprop layer:Enc_0 gemm dur>10us"')
+    p.add_argument(
+        "--absolute",
+        action="store_true",
+        help="add each op's start on the clock the file records (UTC for nsys exports) beside Start (ns), "
+        "which counts from the trace's zero",
+    )
 
 
 def _layers_options(p: argparse.ArgumentParser) -> None:
@@ -539,7 +549,20 @@ def cmd_kernels(args) -> int:
         return _emit(args, ops if ops.height else shown(table))
     if pred is not None:
         table = table.filter(pred)
-    return _emit(args, shown(table))
+    out = shown(table)
+    if args.absolute:
+        out = out.with_columns(absolute_start(trace, out["Start (ns)"]))
+    return _emit(args, out)
+
+
+def absolute_start(trace, start: pl.Series) -> pl.Series:
+    """`start` (from the trace's zero) on the clock the file records: UTC for an nsys export (its
+    session start plus the time), else the time as the file holds it (a torch.profiler trace's
+    own clock)."""
+    clock = trace.clock
+    if clock is not None and clock[0] == "UTC":
+        return (start + clock[1]).alias("Start (UTC, ns)")
+    return (start + trace.origin).alias("Start (as recorded, ns)")
 
 
 def _note(trace, text: str) -> None:
