@@ -51,7 +51,14 @@ class StdoutGuard:
 
     @property
     def buffer(self):
-        return _Binary(self, None if self.stream is None else getattr(self.stream, "buffer", None) or self.stream)
+        """The stream's bytes, guarded; none where the stream is text only (a StringIO that a caller
+        put in place of stdout): writers then take the text path, as they do without the guard."""
+        if self.stream is None:
+            return _Binary(self, None)
+        raw = getattr(self.stream, "buffer", None)
+        if raw is None:
+            raise AttributeError("buffer")
+        return _Binary(self, raw)
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
