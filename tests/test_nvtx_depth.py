@@ -107,7 +107,9 @@ def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):
     limit = (4 << 20) // nv.PAIR_BYTES
     assert (
         r.returncode == 0
-        and " ".join(r.stdout.split()).count(f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows (--max-memory)")
+        and " ".join(r.stdout.split()).count(
+            f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows (--max-memory)"
+        )
         == 2
     )
 

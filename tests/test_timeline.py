@@ -304,7 +304,7 @@ async def test_timeline_jumps_from_kernels_and_enter_opens_the_kernel(lm_trace):
         # enter opens it in Kernels
         await pilot.press("enter")
         await pilot.pause()
-        assert app.query_one("#tabs").active == "kernels" and kv.filter_text == f"idx={idx}"
+        assert app.query_one("#tabs").active == "kernels" and kv.filter_text == f"idx=={idx}"
         assert kv.table.frame["Idx"].to_list() == [idx]
         # a group's row: its longest instance
         await pilot.press("escape", "escape", "home", "J")
@@ -603,4 +603,6 @@ async def test_the_explorer_shows_a_run_of_rank_files_on_one_timeline(ddp_per_ra
         await pilot.pause()
         kv = app.view("kernels")
         assert app.current == 0 and app.query_one("#tabs").active == "kernels"
-        assert kv.filter_text == f"idx={int(gpu0.ident[0])}" and kv.table.frame["Idx"].to_list() == [int(gpu0.ident[0])]
+        assert kv.filter_text == f"idx=={int(gpu0.ident[0])}" and kv.table.frame["Idx"].to_list() == [
+            int(gpu0.ident[0])
+        ]

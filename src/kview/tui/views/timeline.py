@@ -624,7 +624,7 @@ class TimelineView(View):
         if (row.ident is not None or row.kind == "nvtx") and not self.of_trace_in_front(row):
             self.app.switch_trace(row.trace)  # type: ignore[attr-defined]
         if row.ident is not None:
-            self.post_message(OpenKernels(f"idx={int(row.ident[i])}"))
+            self.post_message(OpenKernels(f"idx=={int(row.ident[i])}"))
         elif row.kind == "nvtx" and row.cls[i] == self.timeline.class_code("nvtx:user"):
             name = self.timeline.names[row.names_key][int(row.code[i])]
             self.post_message(OpenKernels(f'range:"(^| > ){re.escape(name)}( > |$)"'))
