@@ -318,6 +318,20 @@ def idle_by_stream(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.Dat
     )
 
 
+def _call_around(g: pl.DataFrame, calls: pl.DataFrame, strategy: str, inside: pl.Expr) -> pl.DataFrame:
+    """Each gap with the API call of its thread that starts nearest before (`backward`) or after
+    (`forward`) the gap's start, kept only where `inside` holds (the call overlaps the gap)."""
+    found = g.sort("gap_start").join_asof(
+        calls.sort("c_start"),
+        left_on="gap_start",
+        right_on="c_start",
+        by="global_tid",
+        strategy=strategy,  # type: ignore[arg-type]
+        check_sortedness=False,
+    )
+    return found.with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api"))
+
+
 def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
     """The `top` longest idle gaps (0: every one), each with its cause, the op after it (and the
     CPU op that launched it), and the CPU call around it on the launching thread: the API call in
@@ -328,28 +342,12 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
         g = g.head(top)
     calls = api_calls(trace).rename({"start": "c_start", "end": "c_end", "api": "c_api"})
     g = g.with_columns(pl.col("global_tid").cast(pl.Int64))
-    before = g.sort("gap_start").join_asof(
-        calls.sort("c_start"),
-        left_on="gap_start",
-        right_on="c_start",
-        by="global_tid",
-        strategy="backward",
-        check_sortedness=False,
-    )
-    before = before.with_columns(
-        [pl.when(pl.col("c_end") > pl.col("gap_start")).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")]
-    )
-    after = before.filter(pl.col("c_api").is_null()).drop("c_start", "c_end", "c_api")
-    after = after.sort("gap_start").join_asof(
-        calls.sort("c_start"),
-        left_on="gap_start",
-        right_on="c_start",
-        by="global_tid",
-        strategy="forward",
-        check_sortedness=False,
-    )
-    after = after.with_columns(
-        [pl.when(pl.col("c_start") < pl.col("gap_end")).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")]
+    before = _call_around(g, calls, "backward", pl.col("c_end") > pl.col("gap_start"))
+    after = _call_around(
+        before.filter(pl.col("c_api").is_null()).drop("c_start", "c_end", "c_api"),
+        calls,
+        "forward",
+        pl.col("c_start") < pl.col("gap_end"),
     )
     both = pl.concat([before.filter(pl.col("c_api").is_not_null()), after], how="vertical_relaxed")
     return both.sort(["idle", "gap_start"], descending=[True, False]).select(
