@@ -140,3 +140,17 @@ def test_a_command_the_system_kills_is_one_line_about_memory():
     _, err = p.communicate(timeout=120)
     assert p.returncode == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("kview: out of memory") and "SIGKILL" in err
+
+
+def test_a_reader_connection_that_cannot_be_made_is_memory_only_under_a_limit():
+    """connectorx's pool gives up on a connection after 30 s ("timed out waiting for connection"): under an
+    address-space limit that is the threads' stacks running out (the stdlib opened the file just before);
+    without a limit it is the file's problem."""
+    code = (
+        "import resource, sys; from kview.errors import is_out_of_memory as m;"
+        "e = RuntimeError('timed out waiting for connection: unable to open database file: x');"
+        "before = m(e); resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30));"
+        "print(before, m(e), m(RuntimeError('no such table: StringIds')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "False"]

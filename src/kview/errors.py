@@ -158,8 +158,11 @@ def is_out_of_memory(e: BaseException) -> bool:
     text = f"{type(e).__name__}: {e}".lower()
     if any(w in text for w in _MEMORY_WORDS):
         return True
-    # a library kview ships with that cannot be loaded under an address-space limit: its memory
-    return isinstance(e, ImportError) and address_space_limit() is not None
+    if address_space_limit() is None:
+        return False
+    # Under an address-space limit: a library kview ships with that cannot be loaded, or a reader
+    # connection to a file that the stdlib already opened that cannot be made (its threads' stacks).
+    return isinstance(e, ImportError) or "timed out waiting for connection" in text
 
 
 def address_space_limit() -> int | None:

@@ -216,6 +216,9 @@ class SqliteSource:
         return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df
 
     def query(self, sql: str | list[str], **kw) -> pl.DataFrame:
+        # connectorx's connection pool logs each failed attempt to stderr (Rust's env_logger, read
+        # at first use): the one line kview prints says it instead
+        os.environ["RUST_LOG"] = "off"
         import connectorx as cx
 
         try:
