@@ -190,11 +190,23 @@ def build(
 def _package_link(tmp: Path) -> Path:
     """A folder holding only a link to this kview package, put first on the program's
     PYTHONPATH so its interpreter finds the launcher without seeing kview's other dependencies."""
+    import importlib.util
+
     import kview
 
     d = tmp / "py"
-    d.mkdir()
-    (d / "kview").symlink_to(Path(kview.__file__).resolve().parent, target_is_directory=True)
+    pkg = d / "kview"
+    pkg.mkdir(parents=True)
+    # From a checkout the subpackages live beside the core package (a package-dir mapping that
+    # only the installed finder knows): the link folder puts them back under one kview/.
+    core = Path(kview.__file__).resolve().parent
+    for entry in core.iterdir():
+        if entry.name != "__pycache__":
+            (pkg / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    for sub in ("capture", "models", "tui"):
+        spec = importlib.util.find_spec(f"kview.{sub}")
+        if spec and spec.submodule_search_locations and not (pkg / sub).exists():
+            (pkg / sub).symlink_to(Path(spec.submodule_search_locations[0]).resolve(), target_is_directory=True)
     return d
 
 

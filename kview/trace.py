@@ -243,7 +243,7 @@ def bundled_sample() -> Path | None:
     """The sample trace `kview` opens with no argument: from a checkout, or installed data."""
     here = Path(__file__).resolve().parent
     for cand in (
-        here.parents[1] / "sample_traces" / SAMPLE,
+        here.parent / "sample_traces" / SAMPLE,
         Path(sys.prefix) / "share" / "kview" / "sample_traces" / SAMPLE,
     ):
         if cand.exists():
