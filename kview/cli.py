@@ -64,7 +64,7 @@ def _document_flags(defaults: bool) -> argparse.ArgumentParser:
     def d(value):
         return value if defaults else argparse.SUPPRESS
 
-    from kview.output.render import FORMATS
+    from kview.output.formats import FORMATS
 
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("output")

@@ -41,6 +41,20 @@ def test_stats_command_does_not_load_textual_or_torch():
     assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
 
 
+def test_help_loads_no_table_library():
+    """`kview --help` and a command's --help are argparse only: no polars, numpy or reader."""
+    code = (
+        "import sys, contextlib, io; from kview.cli import main\n"
+        "for argv in (['--help'], ['stats', '--help'], ['kernels', '--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try: main(argv)\n"
+        "        except SystemExit: pass\n"
+        "print('LOADED', [m for m in ('polars', 'numpy', 'pyarrow', 'connectorx') if m in sys.modules])"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
+
+
 def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):
     r = subprocess.run(
         [

@@ -27,10 +27,9 @@ from kview.output.format import (
     header_lines,
     longest_word,
 )
+from kview.output.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
+from kview.output.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
 from kview.output.visible import VisibleStream, json_visible, visible
-
-FORMATS = ("table", "csv", "tsv", "md", "json")
-EXTENSIONS = {"table": "txt", "csv": "csv", "tsv": "tsv", "md": "md", "json": "json"}
 
 
 def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
@@ -316,7 +315,6 @@ def write_json_object(tables: dict[str, pl.DataFrame], out: BinaryIO) -> None:
 # kview's tables write `-` where a text value is missing (no layer, no op markers, no launch
 # dimensions); the data formats carry it as missing instead: null in JSON, an empty cell in CSV/TSV
 MISSING = "-"
-DATA_FORMATS = ("csv", "tsv", "json")
 
 
 def as_data(frame: pl.DataFrame) -> pl.DataFrame:
@@ -546,10 +544,6 @@ def wrap_text(text: str, width: int, indent: str = "") -> list[str]:
     if not width:
         return [text]
     return textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False) or [""]
-
-
-# Formats that hold several titled tables in one document; CSV and TSV hold exactly one table.
-MULTI_TABLE_FORMATS = ("table", "md", "json")
 
 
 def render_sections(
