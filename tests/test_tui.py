@@ -168,7 +168,7 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"View: Layers")
-        await pilot.pause(0.3)
+        await loaded(pilot)  # the palette's search, the input's suggester: workers
         await pilot.press("enter")
         await pilot.pause()
         assert app.query_one("#tabs").active == "layers"

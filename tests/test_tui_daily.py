@@ -119,13 +119,13 @@ async def test_filter_history_grouping_spaces_completion_and_errors():
         await pilot.press("slash")
         line.value = ""
         await pilot.press(*"dir:bprop cat:gem")
-        await pilot.pause(0.2)
+        await loaded(pilot)  # the palette's search, the input's suggester: workers
         assert line._suggestion == "dir:bprop cat:gemm"
         await pilot.press("right")  # accept
         assert line.value == "dir:bprop cat:gemm"
         line.value = ""
         await pilot.press(*"dir:fprop layer:layer_1")
-        await pilot.pause(0.2)
+        await loaded(pilot)  # the palette's search, the input's suggester: workers
         assert line._suggestion.startswith("dir:fprop layer:layer_1")
         # a refused filter says why on the line above, the line stays open, no toast
         line.value = ""
@@ -312,9 +312,9 @@ async def test_columns_never_cut_numbers_units_column_keys_footer_help_and_palet
         ):
             assert want in names, want
         await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
+        await loaded(pilot)  # the palette's search, the input's suggester: workers
         await pilot.press(*"Durations")
-        await pilot.pause(0.3)
+        await loaded(pilot)  # the palette's search, the input's suggester: workers
         await pilot.press("enter")
         await pilot.pause()
         assert FrameTableUnit() == "µs"
