@@ -589,35 +589,13 @@ def cmd_layers(args) -> int:
 
 
 def cmd_overview(args) -> int:
-    from kview.analysis.overview import build
+    from kview.documents.overview import overview
     from kview.output import render
 
     _one_table_per_document(
         args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
     )
-    o = build(_open(args, args.trace))
-    import polars as pl
-
-    sections = {
-        "Trace": pl.DataFrame({"": [k for k, _ in o.facts], "value": [v for _, v in o.facts]}),
-        "GPU busy": o.busy,
-        "Largest idle gaps": o.gaps,
-        "Time by category": o.categories,
-        "Time by phase": o.phases,
-        "Top kernels": o.top_kernels,
-        "Top CPU ops": o.cpu_ops,
-        "Ranks": o.ranks,
-        "Critical path by step": o.critical_path,
-        "Findings": pl.DataFrame({"Finding": o.findings}),
-    }
-    # findings are sentences: bullets in a terminal rather than a truncated table cell
-    bullets = None
-    if args.format == "table":
-        width = render.terminal_columns()
-        bullets = {
-            "Findings": "".join(line + "\n" for f in o.findings for line in render.wrap_text(f"- {f}", width, "  "))
-        }
-    return _write(args, render.render_sections(sections, args.format, texts=bullets))
+    return _write(args, render.render_document(overview(_open(args, args.trace)), args.format))
 
 
 def cmd_phases(args) -> int:

@@ -152,7 +152,10 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
         await pilot.press("1")
         shot = screen_text(app)
         assert "GPU busy" in shot and "Time by category" in shot and "NVIDIA H200" in shot
-        assert any(f.startswith("Launch-bound") for f in app.view("overview").data.overview.findings)
+        assert any(
+            f.startswith("Launch-bound")
+            for f in app.view("overview").data.document.frame("findings")["Finding"].to_list()
+        )
         await pilot.press("question_mark")
         assert type(app.screen).__name__ == "HelpScreen"
         help_text = str(app.screen.query_one("#help-text").render())

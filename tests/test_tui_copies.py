@@ -60,8 +60,8 @@ async def test_copies_equal_exports_full_names_and_the_timeline_picture(tmp_path
             await pilot.pause()
         assert app.focused.title == "Top kernels"
         md, exported = await _copy_and_export(pilot, app, tmp_path, "y", "md")
-        assert md == exported == render.to_markdown(ov.data.overview.top_kernels)
-        assert all(render.md_escape(k) in md for k in ov.data.overview.top_kernels["Kernel"].to_list())
+        assert md == exported == render.to_markdown(ov.data.document.frame("kernels"))
+        assert all(render.md_escape(k) in md for k in ov.data.document.frame("kernels")["Kernel"].to_list())
         # Timeline: y copies the picture, as `kview timeline -f md` draws that window at that width
         await pilot.press("6")
         await pilot.pause()

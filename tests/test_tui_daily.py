@@ -187,7 +187,7 @@ async def test_overview_scrolls_by_keyboard_copies_the_focused_section_and_searc
         await pilot.press("end")
         await pilot.pause()
         # the bottom: the last section (Findings) ends on screen
-        last = ov.data.overview.findings[-1][:30]
+        last = ov.data.document.frame("findings")["Finding"].to_list()[-1][:30]
         assert scroll.scroll_y == scroll.max_scroll_y and last in "\n".join(lines(app))
         await pilot.press("home")
         await pilot.pause()
@@ -201,7 +201,7 @@ async def test_overview_scrolls_by_keyboard_copies_the_focused_section_and_searc
         while getattr(app.focused, "title", None) != "Top kernels":
             await pilot.press("shift+tab")
         await pilot.press("y")
-        top = ov.data.overview.top_kernels
+        top = ov.data.document.frame("kernels")
         md = app.clipboard.splitlines()
         assert len(md) == 2 + top.height and md[0].startswith("| " + top.columns[0])
         assert "overview top kernels" in notes(app)

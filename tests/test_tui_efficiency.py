@@ -30,7 +30,7 @@ async def test_efficiency_view_cycles_the_tables_of_kview_efficiency():
         await pilot.press("t", "t", "t")
         assert table.frame.equals(eff.tensor_core_candidates(trace))
         assert "FP32 GEMMs that ran on CUDA cores" in screen_text(app)
-        findings = app.view("overview").data.overview.findings
+        findings = app.view("overview").data.document.frame("findings")["Finding"].to_list()
         assert eff.finding(trace) in findings and "key 9" in eff.finding(trace)
 
 

@@ -34,9 +34,9 @@ async def test_launches_view_cycles_the_tables_of_kview_launches():
         assert table.frame.equals(cp.step_table(trace))
         await pilot.press("t")
         assert table.frame.equals(cp.top_ops(trace))
-        shown = app.view("overview").data.overview.critical_path
+        shown = app.view("overview").data.document.frame("critical-path")
         assert shown["Bound by"].to_list() == cp.step_table(trace)["Bound by"].to_list() == ["CPU-bound"] * 2
-        findings = app.view("overview").data.overview.findings
+        findings = app.view("overview").data.document.frame("findings")["Finding"].to_list()
         assert [f for f in findings if f.startswith("Host-bound")] == launch_findings(trace)
         assert launch_findings(trace) and "key 0" in launch_findings(trace)[0]
 

@@ -50,7 +50,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     from kview.analysis.gpu_time import launch_timeline
     from kview.analysis.layers import backward_unplaced, layer_times, phase_times
     from kview.analysis.nvtx_tree import path_table, path_windows
-    from kview.analysis.overview import build
+    from kview.documents.overview import overview
     from kview.io.snapshot_pickle import is_snapshot_file
     from kview.output.format import distinct_short_names, short_names
     from kview.reports import cuda_gpu_kern_sum
@@ -116,7 +116,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     full = timeline.recolour(timeline.with_cpu_rows(trace, gpu_timeline), att.select("Idx", "Category"))
     yield TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
     yield Stage("overview")
-    yield OverviewReady(build(trace))
+    yield OverviewReady(overview(trace))
     yield Stage("launches")
     yield launches(trace)
     yield Stage("efficiency")

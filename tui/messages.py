@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from kview.analysis.memory_timeline import MemoryTimeline
-    from kview.analysis.overview import Overview
     from kview.analysis.timeline import Timeline
+    from kview.documents import Document
     from kview.trace import Trace
 
 _TEXTUAL_SLOTS = frozenset(Message.__slots__)
@@ -89,8 +89,10 @@ class AttributedKernels(ViewMessage):
 
 @frozen_message
 class OverviewReady(ViewMessage):
+    """The document of `kview overview` (kview.documents.overview)."""
+
     view: ClassVar[str] = "overview"
-    overview: Overview
+    document: Document
 
 
 @frozen_message

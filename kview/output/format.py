@@ -329,3 +329,12 @@ def distinct_short_names(names: pl.Series, keep: int = 3) -> pl.Series:
         .join(table, on="full", how="left", maintain_order="left")["short"]
         .alias(names.name)
     )
+
+
+def shown_kernel_names(frame: pl.DataFrame, column: str, width: int) -> pl.DataFrame:
+    """`frame` with the kernel names of `column` as a table `width` wide shows them: template
+    arguments elided (distinct_short_names), then cut to `width` (distinct_cuts), two different
+    kernels never reading the same."""
+    short = distinct_short_names(frame[column])
+    cuts = distinct_cuts(short.drop_nulls().to_list(), width)
+    return frame.with_columns(short.replace_strict(cuts, default=short).alias(column))

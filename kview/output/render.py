@@ -13,7 +13,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
-from typing import BinaryIO, Literal, cast
+from typing import TYPE_CHECKING, BinaryIO, Literal, cast
 
 import polars as pl
 
@@ -30,6 +30,9 @@ from kview.output.format import (
 from kview.output.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
 from kview.output.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
 from kview.output.visible import VisibleStream, json_visible, visible
+
+if TYPE_CHECKING:
+    from kview.documents import Document
 
 
 def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
@@ -604,3 +607,27 @@ def _to_stdout(writer) -> None:
     stream.flush()
     writer(binary)
     binary.flush()
+
+
+def render_document(
+    doc: Document, fmt: str, table: str | None = None, texts: dict[str, str] | None = None, suffix: str = ""
+) -> str:
+    """A Document in `fmt`: its one section `table` (by name), or every section its whole
+    document holds in `fmt` (render_sections). A terminal table shows a list of sentences as
+    wrapped bullets; `texts` (by title) replaces a section's body in a terminal table or
+    Markdown (a plot drawn for the terminal's width)."""
+    if table is not None:
+        return render(doc.section(table).frame_for(fmt), fmt)
+    shown = [s for s in doc.sections if s.in_whole(fmt)]
+    bodies = dict(texts or {})
+    if fmt == "table":
+        width = terminal_columns()
+        for s in shown:
+            if s.bullets and s.title not in bodies:
+                column = s.frame.columns[0]
+                bodies[s.title] = "".join(
+                    line + "\n" for f in s.frame[column].to_list() for line in wrap_text(f"- {f}", width, "  ")
+                )
+    return render_sections(
+        {s.title: s.frame_for(fmt) for s in shown}, fmt, suffix=suffix, empty=doc.empty, texts=bodies or None
+    )

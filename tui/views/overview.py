@@ -18,7 +18,7 @@ from textual.geometry import Region
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kview.output.format import distinct_cuts, distinct_short_names
+from kview.output.format import shown_kernel_names
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import OverviewReady
 from kview.tui.views.base import Shown, View
@@ -26,6 +26,7 @@ from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, fmt_cell
 
 NAME_WIDTH = 70  # the widest a column of a section gets
+TRACE = "Trace"  # the facts: a grid without header
 # lines of a titled rich Table above its first row: title, top rule, header, header rule
 ROWS_FROM = 4
 
@@ -54,7 +55,7 @@ class Section(Static, can_focus=True):
             for i, line in enumerate(self.frame[self.frame.columns[0]].to_list()):
                 t.append("• " + line + "\n", style="reverse" if i == self.marked else "")
             return t
-        grid = self.title == "Trace"
+        grid = self.title == TRACE
         table = (
             Table.grid(padding=(0, 2))
             if grid
@@ -86,7 +87,7 @@ class Section(Static, can_focus=True):
 
     def row_offset(self, row: int) -> int:
         """Lines from the section's top to `row`."""
-        return row + 1 if not self.table else row if self.title == "Trace" else row + ROWS_FROM
+        return row + 1 if not self.table else row if self.title == TRACE else row + ROWS_FROM
 
     def matches(self, pattern: re.Pattern[str]) -> list[int]:
         """Rows holding `pattern` in any cell (the title counts as row 0's)."""
@@ -97,14 +98,6 @@ class Section(Static, can_focus=True):
         )["t"].to_list()
         rows = [i for i, line in enumerate(text) if pattern.search(line)]
         return rows or ([0] if pattern.search(self.title) and self.frame.height else [])
-
-
-def _short(frame: pl.DataFrame, column: str) -> pl.DataFrame:
-    """`frame` with the kernel names of `column` as the tables show them: template arguments
-    elided, then cut to the section's width, two different kernels never reading the same."""
-    short = distinct_short_names(frame[column])
-    cuts = distinct_cuts(short.drop_nulls().to_list(), NAME_WIDTH)
-    return frame.with_columns(short.replace_strict(cuts, default=short).alias(column))
 
 
 class OverviewView(View):
@@ -124,42 +117,25 @@ class OverviewView(View):
         self.data = m
 
     def watch_data(self, m: OverviewReady) -> None:
-        o = m.overview
-        parts = [
-            Section(
-                "Trace",
-                pl.DataFrame(
-                    {"Fact": [k for k, _ in o.facts], "Value": [v for _, v in o.facts]},
-                    schema={"Fact": pl.String, "Value": pl.String},
-                ),
-            )
-        ]
-        if o.busy.height:
-            parts.append(Section("GPU busy", o.busy))
-        if o.gaps.height:
-            parts.append(Section("Largest idle gaps", o.gaps, on_screen=_short(o.gaps, "Next kernel")))
-        if o.categories.height:
-            parts.append(Section("Time by category", o.categories, colour="Category"))
-        if o.phases.height:
-            parts.append(Section("Time by phase", o.phases))
-        if o.top_kernels.height:
-            parts.append(
-                Section(
-                    "Top kernels",
-                    o.top_kernels,
-                    colour="Category",
-                    on_screen=_short(o.top_kernels, "Kernel"),
+        # the document `kview overview` prints, section by section; empty ones are left out
+        parts = []
+        for sec in m.document.sections:
+            frame = sec.frame
+            if sec.name == "trace":
+                parts.append(Section(sec.title, frame))
+            elif sec.bullets:
+                parts.append(Section(sec.title, frame, table=False))
+            elif frame.height:
+                colour = "Category" if "Category" in frame.columns else None
+                name = next((c for c in ("Kernel", "Next kernel") if c in frame.columns), None)
+                parts.append(
+                    Section(
+                        sec.title,
+                        frame,
+                        colour,
+                        on_screen=shown_kernel_names(frame, name, NAME_WIDTH) if name else None,
+                    )
                 )
-            )
-        if o.ranks.height:  # several processes or GPUs: the ranks of one run (the Ranks view has more)
-            parts.append(Section("Ranks", o.ranks))
-        if o.critical_path.height:  # per step: CPU- or GPU-bound (the Launches view, key 0, has the ops on it)
-            parts.append(Section("Critical path by step", o.critical_path))
-        if o.cpu_ops.height:  # a trace without GPU kernels: where its CPU time went
-            parts.append(Section("Top CPU ops (self time)", o.cpu_ops))
-        parts.append(
-            Section("Findings", pl.DataFrame({"Finding": o.findings}, schema={"Finding": pl.String}), table=False)
-        )
         self.sections = parts
         self.search_line = FilterInput(self.history, placeholder="search the overview (a word or a regex)", id="search")
         self.search_line.display = False
