@@ -90,7 +90,7 @@ def test_each_step_against_a_walk_back_from_its_end(path, truth):
     for row, st in zip(table.iter_rows(named=True), steps.iter_rows(named=True)):
         thread = None
         if row["Step"] != "(whole trace)":
-            from kview.analysis.iterations import step_instances
+            from kview.analysis.steps import step_instances
 
             s = step_instances(trace).filter(pl.col("start") == st["w_start"])
             thread = s["global_tid"][0]

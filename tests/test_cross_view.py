@@ -17,10 +17,11 @@ import pytest
 from kview.analysis import nvtx_tree
 from kview.analysis import timeline as T
 from kview.analysis.attribution import attribute
-from kview.analysis.compare import phase_windows, root_window, side_by_side, user_ranges
+from kview.analysis.compare import phase_windows, root_window, side_by_side
 from kview.analysis.gpu_time import range_times
 from kview.analysis.iterations import iteration_table
 from kview.analysis.layers import layer_times, phase_times
+from kview.analysis.nvtx_ranges import user_ranges
 from kview.analysis.overview import build as overview
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run

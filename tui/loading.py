@@ -251,7 +251,8 @@ def compare(
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
     one trace holds several), by range, layer, category or kernel: exactly `kview compare`
     (`side_by_side`), whose command line the caption gives."""
-    from kview.analysis.compare import distinct_labels, root_window, side_by_side, user_ranges
+    from kview.analysis.compare import distinct_labels, root_window, side_by_side
+    from kview.analysis.nvtx_ranges import user_ranges
     from kview.analysis.ranks import make_run
 
     first = traces[0]
@@ -313,8 +314,7 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
 def _phase_windows(loaded: TraceLoaded) -> list:
     """The windows of the phases `loaded` names (`compare.phase_windows`), from the frame cache
     when the trace's phases are the ones kept there."""
-    from kview.analysis.compare import Window, phase_windows
-    from kview.analysis.layers import phase_spans
+    from kview.analysis.compare import Window, phase_spans, phase_windows
 
     spans = phase_spans(loaded.trace)
     if tuple(spans["Phase"].to_list()) != tuple(loaded.phase_names):

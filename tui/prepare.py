@@ -34,11 +34,12 @@ def tables() -> dict[str, Callable[[Trace], Any]]:
     """The derived tables the worker makes, by file name, in the order it makes them
     (attribution first: the rest reuse its nesting and labels)."""
     from kview.analysis.attribution import attribute
+    from kview.analysis.compare import phase_spans
     from kview.analysis.cpu_ops import holdings_table
     from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.iterations import step_instances
-    from kview.analysis.layers import phase_spans, phase_times
+    from kview.analysis.layers import phase_times
     from kview.analysis.nvtx_tree import paths_and_windows
+    from kview.analysis.steps import step_instances
     from kview.analysis.timeline import nvtx_row_table
 
     return {

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.gpu_time import launch_timeline, range_times
-from kview.analysis.ranks import owned_ops
+from kview.analysis.layers import kernel_layers, phase_times
+from kview.analysis.ranks import Run, owned_ops
 from kview.derived import derived
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
-
-if TYPE_CHECKING:
-    from kview.analysis.ranks import Run
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
 
@@ -41,20 +38,6 @@ class Window:
     end: int | None = None
     # one rank of a trace holding several: its (global_pid, device); None: every process
     unit: tuple[int | None, int | None] | None = None
-
-
-def user_ranges(trace: Trace) -> pl.DataFrame:
-    """Instances of user ranges (op markers excluded): id, label, start, end, global_tid."""
-    if not trace.has("NVTX_EVENTS"):
-        return pl.DataFrame(
-            schema={"id": pl.Int64, "label": pl.String, "start": pl.Int64, "end": pl.Int64, "global_tid": pl.Int64}
-        )
-    users = nv.labels(trace).filter(~pl.col("marker")).select("name_code", "label")
-    return (
-        nv.projection_ranges(trace)
-        .join(users, on="name_code", how="inner")
-        .select("id", "label", "start", "end", "global_tid")
-    )
 
 
 def distinct_labels(names: list[str]) -> list[str]:
@@ -80,7 +63,7 @@ def root_window(
     label = label or trace.stem
     if not root:
         return Window(trace, label, unit=unit)
-    r = _of_unit(user_ranges(trace), unit).filter(pl.col("label") == root).sort("start")
+    r = _of_unit(nv.user_ranges(trace), unit).filter(pl.col("label") == root).sort("start")
     if r.height == 0:
         raise UsageError(f"{trace.name}: no range named {root!r}" + (f" in {label}" if unit else ""))
     last = r.row(-1, named=True)
@@ -121,7 +104,7 @@ def _unit_ops(w: Window) -> pl.Series | None:
 
 def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> list[Window]:
     base = root_window(trace, root)
-    r = user_ranges(trace)
+    r = nv.user_ranges(trace)
     if base.start is not None:
         r = r.filter((pl.col("start") >= base.start) & (pl.col("end") <= base.end))
     out = []
@@ -132,6 +115,18 @@ def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> li
         row = inst.row(-1, named=True)
         out.append(Window(trace, n, row["start"], row["end"]))
     return out
+
+
+@derived(persist="layers.phase_spans")
+def phase_spans(trace: Trace) -> pl.DataFrame:
+    """Phase, start, end: the instance of each phase (`phase_times`' rows, in order) that
+    Compare gives the phase's column (`compare.phase_windows`: its last), kept in the frame
+    cache, so a reopened trace compares its phases without reading every range's label."""
+    windows = phase_windows(trace, phase_times(trace)["Phase"].to_list())
+    return pl.DataFrame(
+        {"Phase": [w.label for w in windows], "start": [w.start for w in windows], "end": [w.end for w in windows]},
+        schema={"Phase": pl.String, "start": pl.Int64, "end": pl.Int64},
+    )
 
 
 def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.DataFrame:
@@ -149,7 +144,7 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
     """item -> value (ns) for one window."""
     ops = _unit_ops(w)
     if by == "range":
-        t = range_times(w.trace, _in_window(_of_unit(user_ranges(w.trace), w.unit), w), ops)
+        t = range_times(w.trace, _in_window(_of_unit(nv.user_ranges(w.trace), w.unit), w), ops)
         return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
     check_metric(by, metric)
     a = ops_by_launch(w.trace, by)
@@ -171,8 +166,6 @@ def ops_by_launch(trace: Trace, by: str) -> pl.DataFrame:
     launched = launch_timeline(trace).select("Idx", "t")
     a = attribute(trace).select("Idx", "Duration (ns)", key).join(launched, on="Idx", how="left")
     if by == "layer":
-        from kview.analysis.layers import kernel_layers
-
         layer = kernel_layers(trace).select("Idx", pl.col("Layer").alias("_layer"))
         a = a.join(layer, on=pl.col("Idx").cast(pl.Int64), how="left").with_columns(
             pl.coalesce("_layer", pl.col("Layer").str.split(":").list.first()).alias("Layer")
@@ -285,8 +278,6 @@ def diff(a: Trace, b: Trace, top: int = 15) -> dict[str, pl.DataFrame]:
     by_time = both.sort([pl.col("Δ (ns)").abs(), pl.col("Kernel")], descending=desc).head(top).select(cols)
     changed = both.filter(pl.col("Δ count") != 0)
     by_count = changed.sort([pl.col("Δ count").abs(), pl.col("Kernel")], descending=desc).head(top).select(cols)
-    from kview.analysis.layers import phase_times
-
     pa, pb = phase_times(a), phase_times(b)
     phases = (
         pa.select("Phase", pl.col("GPU Time (ns)").alias("A (ns)"))

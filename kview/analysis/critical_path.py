@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kview.analysis.iterations import step_instances
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
 from kview.analysis.ranks import Run
+from kview.analysis.steps import step_instances
 from kview.derived import derived
 from kview.io.schema import PID_MASK, pid_of
 from kview.trace import Trace

@@ -302,7 +302,7 @@ def by_group(trace: Trace, key: str, override: str | None = None) -> pl.DataFram
 def by_step(trace: Trace, override: str | None = None) -> pl.DataFrame:
     """One row per step (iterations.step_instances; the whole trace's GPU span without steps):
     wall time, GPU time, MFU over the wall time of the GPUs that worked in it."""
-    from kview.analysis.iterations import step_instances
+    from kview.analysis.steps import step_instances
 
     k = kernel_efficiency(trace, override).sort("t")
     steps = (

@@ -76,7 +76,7 @@ class Measured:
 
 def _steps(trace: Trace) -> pl.DataFrame:
     """number, start, end of each step (the ranks' instances of one number merged)."""
-    from kview.analysis.iterations import step_instances
+    from kview.analysis.steps import step_instances
 
     s = step_instances(trace)
     return s.group_by("number").agg(pl.col("start").min(), pl.col("end").max()).sort("start")
@@ -99,8 +99,8 @@ def _op_items(trace: Trace) -> pl.DataFrame:
 
 
 def _phase_ranges(trace: Trace) -> pl.DataFrame:
-    from kview.analysis.compare import user_ranges
     from kview.analysis.layers import phase_labels
+    from kview.analysis.nvtx_ranges import user_ranges
 
     names = phase_labels(trace)
     return user_ranges(trace).filter(pl.col("label").is_in(names))
@@ -125,8 +125,8 @@ def _step_time(steps: pl.DataFrame) -> pl.DataFrame:
 def measure(trace: Trace, per_step: bool) -> Measured:
     """The trace's items of every scope: medians over its steps, or whole-trace sums."""
     from kview.analysis.gpu_time import range_times
-    from kview.analysis.iterations import step_instances
     from kview.analysis.layers import phase_times
+    from kview.analysis.steps import step_instances
 
     ops = _op_items(trace)
     steps = _steps(trace)

@@ -17,6 +17,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute
 from kview.analysis.filters import regex_problem
+from kview.analysis.gpu_time import launch_timeline, range_times
 from kview.derived import derived
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
@@ -301,9 +302,6 @@ def phase_times(trace: Trace) -> pl.DataFrame:
 def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
     """phase_times over the GPU ops whose Idx is in `ops` only (all of them when None): the
     Overview's, which leaves out rows the trace cannot hold."""
-    from kview.analysis.compare import user_ranges
-    from kview.analysis.gpu_time import launch_timeline, range_times
-
     names = phase_labels(trace)
     if not names:
         return pl.DataFrame(schema=PHASE_SCHEMA)
@@ -311,7 +309,7 @@ def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
     # DistributedDataParallel call of every step, where one more after the last step is a phase
     # of its own) is that phase's work, and counting it again put phases over 100%
     ids = phase_instances(trace)["id"].implode()
-    t = range_times(trace, user_ranges(trace).filter(pl.col("id").is_in(ids)), ops)
+    t = range_times(trace, nv.user_ranges(trace).filter(pl.col("id").is_in(ids)), ops)
     tl = launch_timeline(trace)
     if ops is not None:
         tl = tl.filter(pl.col("Idx").is_in(ops.implode()))
@@ -329,18 +327,4 @@ def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
             pl.col("cpu").alias("CPU Time (ns)"),
         )
         .cast(PHASE_SCHEMA)
-    )
-
-
-@derived(persist="layers.phase_spans")
-def phase_spans(trace: Trace) -> pl.DataFrame:
-    """Phase, start, end: the instance of each phase (`phase_times`' rows, in order) that
-    Compare gives the phase's column (`compare.phase_windows`: its last), kept in the frame
-    cache, so a reopened trace compares its phases without reading every range's label."""
-    from kview.analysis.compare import phase_windows
-
-    windows = phase_windows(trace, phase_times(trace)["Phase"].to_list())
-    return pl.DataFrame(
-        {"Phase": [w.label for w in windows], "start": [w.start for w in windows], "end": [w.end for w in windows]},
-        schema={"Phase": pl.String, "start": pl.Int64, "end": pl.Int64},
     )

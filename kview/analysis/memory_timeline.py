@@ -403,8 +403,8 @@ def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: b
 
 def trace_phases(trace: Trace) -> pl.DataFrame:
     """Every instance of the trace's phases (kview's phase names: forward_pass, backward_pass, ...)."""
-    from kview.analysis.compare import user_ranges
     from kview.analysis.layers import phase_labels
+    from kview.analysis.nvtx_ranges import user_ranges
 
     names = phase_labels(trace)
     return (

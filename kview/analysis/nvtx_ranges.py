@@ -291,6 +291,20 @@ def projection_ranges(trace: Trace) -> pl.DataFrame:
     return r.drop("end_global_tid")
 
 
+def user_ranges(trace: Trace) -> pl.DataFrame:
+    """Instances of user ranges (op markers excluded): id, label, start, end, global_tid."""
+    if not trace.has("NVTX_EVENTS"):
+        return pl.DataFrame(
+            schema={"id": pl.Int64, "label": pl.String, "start": pl.Int64, "end": pl.Int64, "global_tid": pl.Int64}
+        )
+    users = labels(trace).filter(~pl.col("marker")).select("name_code", "label")
+    return (
+        projection_ranges(trace)
+        .join(users, on="name_code", how="inner")
+        .select("id", "label", "start", "end", "global_tid")
+    )
+
+
 @derived
 def projection_tree(trace: Trace) -> pl.DataFrame:
     """nest() of the push/pop projection ranges, computed once per trace."""

@@ -22,6 +22,7 @@ import polars as pl
 
 from kview.analysis.attribution import gpu_ops
 from kview.analysis.categories import name_categories
+from kview.analysis.steps import step_instances
 from kview.derived import derived
 from kview.errors import TraceError
 from kview.trace import Trace, open_trace
@@ -167,8 +168,6 @@ def _end_workers(pool) -> None:
 
 def warm(path: str) -> None:
     """Read what a run needs from one trace into the frame cache (in a worker process)."""
-    from kview.analysis.iterations import step_instances
-
     try:
         trace = open_trace(path, use_cache=True)
         gpu_ops(trace)

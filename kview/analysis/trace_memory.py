@@ -289,7 +289,7 @@ def _static_bytes(trace: Trace, device: int) -> int:
 
 def steps(trace: Trace) -> pl.DataFrame:
     """The trace's steps (ProfilerStep#N, step_N, ...) as Phase, start, end."""
-    from kview.analysis.iterations import step_instances
+    from kview.analysis.steps import step_instances
 
     s = step_instances(trace)
     return s.sort("start").select(pl.col("label").alias("Phase"), "start", "end")
