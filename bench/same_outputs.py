@@ -60,6 +60,7 @@ FORMATS = ("json", "table", "md", "csv", "tsv")
 # a table picked with --table or -r: its table, md and json are part of the whole command's
 # output, so only CSV (which needs one table) is new (the machine has 2 cores shared by many)
 ONE = ("csv",)
+MAIN = (*FORMATS, "o:out.txt")  # a whole command: every format, and the table not fitted in a file
 STATS_REPORTS = (
     "nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_api_sum cuda_gpu_kern_sum "
     "cuda_gpu_kern_gb_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum nvtx_kern_sum "
@@ -72,7 +73,7 @@ class Case:
     name: str  # TRACE.command.variant, also the folder of its outputs
     args: tuple[str, ...]  # after `python -m kview.cli`; {S} {K} {D0} {D1} {M} {DDP} are trace paths
     # the variants: formats on stdout, "o:NAME" for -o NAME; the first one also runs cold
-    outputs: tuple[str, ...] = ("json", "table", "md", "csv", "tsv", "o:out.txt")
+    outputs: tuple[str, ...] = MAIN
 
 
 def _cases() -> list[Case]:
@@ -82,45 +83,60 @@ def _cases() -> list[Case]:
         args = tuple(shlex.split(line))
         cases.append(Case(name, args) if outputs is None else Case(name, args, outputs))
 
+    # every command in every format on the sample; the other two traces (other readers, other
+    # shapes: torch.profiler JSON, two streams with NCCL) in fewer formats and without the single
+    # tables: about 450 runs, 20-40 minutes on the 2 busy cores this has to share
+    main_outputs = {"S": MAIN, "K": ("json", "table", "md", "csv", "o:out.txt"), "D0": ("json", "table", "csv")}
     for t in ("S", "K", "D0"):
-        tr = "{" + t + "}"
+        tr, main = "{" + t + "}", main_outputs[t]
+        every = t == "S"  # the single tables (--table, -r, options) on the sample only
 
-        add(f"{t}.stats", f"stats {tr}")
-        # -r all -o P.csv: one file per report
-        add(f"{t}.stats.all", f"stats {tr} -r all", (*FORMATS, "o:out.txt", "o:out.json", "o:out.csv"))
-        add(f"{t}.stats.two", f"stats {tr} -r cuda_gpu_kern_sum,nvtx_sum", ("md", "o:out.csv"))
-        for r in STATS_REPORTS if t == "S" else ():  # every report's CSV once, on the nsys sample
-            add(f"{t}.stats.{r}", f"stats {tr} -r {r}", ONE)
-        add(f"{t}.kernels", f"kernels {tr}")
-        add(f"{t}.kernels.absolute", f"kernels {tr} --absolute", ONE)
-        add(f"{t}.kernels.filter", f"kernels {tr} --filter 'gemm dur>10us'", ("table", "csv"))
-        add(f"{t}.kernels.bprop", f"kernels {tr} --filter 'dir:bprop -cat:elementwise'", ONE)
-        add(f"{t}.layers", f"layers {tr}")
-        add(f"{t}.overview", f"overview {tr}")
-        add(f"{t}.phases", f"phases {tr}")
-        add(f"{t}.compare", f"compare {tr}")
-        for by in ("category", "kernel", "layer"):
-            add(f"{t}.compare.by-{by}", f"compare {tr} --by {by}", ONE)
-        add(f"{t}.compare.cpu", f"compare {tr} --metric cpu", ONE)
-        add(f"{t}.efficiency", f"efficiency {tr}")
-        for table in ("gpus", "steps", "layers", "categories", "kernels", "tensor-cores", "peaks"):
-            add(f"{t}.efficiency.{table}", f"efficiency {tr} --table {table}", ONE)
-        add(f"{t}.efficiency.gpu", f"efficiency {tr} --gpu H100-SXM --table kernels", ONE)
-        add(f"{t}.memory", f"memory {tr}", ("table", "json"))  # refused: no memory events
-        add(f"{t}.ranks", f"ranks {tr}")
-        add(f"{t}.iterations", f"iterations {tr}")
-        add(f"{t}.launches", f"launches {tr}")
-        for table in ("kernels", "ops", "queue", "idle", "gaps", "queue-series"):
-            add(f"{t}.launches.{table}", f"launches {tr} --table {table}", ONE)
-        add(f"{t}.launches.gaps-all", f"launches {tr} --table gaps --top 0 --kernel-wait 1000", ONE)
-        add(f"{t}.critical-path", f"critical-path {tr}")
-        add(f"{t}.critical-path.steps", f"critical-path {tr} --table steps", ONE)
-        add(f"{t}.critical-path.ops", f"critical-path {tr} --table ops --top 0", ONE)
-        add(f"{t}.timeline", f"timeline {tr}")
-        window = "--from 20ms --to 40ms --width 100 --rows gpu,nvtx --depth 2"
-        add(f"{t}.timeline.window", f"timeline {tr} {window}", ("table", "csv"))
-        add(f"{t}.export", f"export {tr}", ("o:out.json",))
-        add(f"{t}.export.window", f"export {tr} --from 10ms --to 30ms --filter gemm", ("o:out.json.gz",))
+        add(f"{t}.stats", f"stats {tr}", main)
+        if every:  # -r all -o P.csv: one file per report
+            add(f"{t}.stats.all", f"stats {tr} -r all", (*FORMATS, "o:out.txt", "o:out.json", "o:out.csv"))
+            add(f"{t}.stats.two", f"stats {tr} -r cuda_gpu_kern_sum,nvtx_sum", ("md", "o:out.csv"))
+            for r in STATS_REPORTS:
+                add(f"{t}.stats.{r}", f"stats {tr} -r {r}", ONE)
+        else:
+            add(f"{t}.stats.all", f"stats {tr} -r all", main)
+        add(f"{t}.kernels", f"kernels {tr}", main)
+        if t != "D0":
+            add(f"{t}.kernels.absolute", f"kernels {tr} --absolute", ONE)  # the file's own clock
+        if every:
+            add(f"{t}.kernels.filter", f"kernels {tr} --filter 'gemm dur>10us'", ("table", "csv"))
+            add(f"{t}.kernels.bprop", f"kernels {tr} --filter 'dir:bprop -cat:elementwise'", ONE)
+        add(f"{t}.layers", f"layers {tr}", main)
+        add(f"{t}.overview", f"overview {tr}", main)
+        add(f"{t}.phases", f"phases {tr}", main)
+        add(f"{t}.compare", f"compare {tr}", main)
+        if every:
+            for by in ("category", "kernel", "layer"):
+                add(f"{t}.compare.by-{by}", f"compare {tr} --by {by}", ONE)
+            add(f"{t}.compare.cpu", f"compare {tr} --metric cpu", ONE)
+        add(f"{t}.efficiency", f"efficiency {tr}", main)
+        if every:
+            for table in ("gpus", "steps", "layers", "categories", "kernels", "tensor-cores", "peaks"):
+                add(f"{t}.efficiency.{table}", f"efficiency {tr} --table {table}", ONE)
+            add(f"{t}.efficiency.gpu", f"efficiency {tr} --gpu H100-SXM --table kernels", ONE)
+            add(f"{t}.memory", f"memory {tr}", ("table", "json"))  # refused: no memory events
+        add(f"{t}.ranks", f"ranks {tr}", main)
+        add(f"{t}.iterations", f"iterations {tr}", main)
+        add(f"{t}.launches", f"launches {tr}", main)
+        if every:
+            for table in ("kernels", "ops", "queue", "idle", "gaps", "queue-series"):
+                add(f"{t}.launches.{table}", f"launches {tr} --table {table}", ONE)
+            add(f"{t}.launches.gaps-all", f"launches {tr} --table gaps --top 0 --kernel-wait 1000", ONE)
+        add(f"{t}.critical-path", f"critical-path {tr}", main)
+        if every:
+            add(f"{t}.critical-path.steps", f"critical-path {tr} --table steps", ONE)
+            add(f"{t}.critical-path.ops", f"critical-path {tr} --table ops --top 0", ONE)
+        add(f"{t}.timeline", f"timeline {tr}", main)
+        if t != "D0":
+            window = "--from 20ms --to 40ms --width 100 --rows gpu,nvtx --depth 2"
+            add(f"{t}.timeline.window", f"timeline {tr} {window}", ("table", "csv"))
+            add(f"{t}.export", f"export {tr}", ("o:out.json",))
+        if every:
+            add(f"{t}.export.window", f"export {tr} --from 10ms --to 30ms --filter gemm", ("o:out.json.gz",))
     add("S.compare.ranges", "compare {S} --ranges forward_pass,backward_pass,optimizer_step")
     add("S.layers.pattern", r"layers {S} --pattern '^layer_\d+$'", ("table",))
     add("S.compare.root", "compare {S} {K} --root forward_pass", ("table", "json"))
