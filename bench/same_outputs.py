@@ -266,7 +266,11 @@ def _run_case(case: Case, python: str, out: Path) -> list[str]:
 
 
 def _code_facts(python: str) -> dict[str, str]:
-    probe = "import kview, kview.cli, kview.tui; print(kview.__file__); print(kview.tui.__file__)"
+    probe = (
+        "import kview, kview.cli; print(kview.__file__)\n"
+        "try:\n import kview.tui; print(kview.tui.__file__)\n"
+        "except ImportError as e:\n print('not-importable:' + type(e).__name__)"
+    )
     res = subprocess.run(
         [python, "-c", probe], cwd="/", env=_env(ROOT / "cache" / "_probe"), capture_output=True, text=True, check=True
     )
