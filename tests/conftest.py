@@ -52,6 +52,12 @@ KINETO_NAMES = _listed(KINETO / "SOURCES.txt")
 KINETO_TRACES = [KINETO / n for n in KINETO_NAMES]
 
 
+def nightly_beyond(paths: list[Path], keep: set[str]) -> list:
+    """`paths` as parameters where only those named in `keep` run by default; the others join the
+    nightly set (`pytest -m nightly`): the default run keeps one trace of each shape."""
+    return [p if p.name in keep else pytest.param(p, marks=pytest.mark.nightly) for p in paths]
+
+
 def kineto_events(path: Path, cats: tuple[str, ...] | None = None):
     """The events of a torch.profiler trace one at a time (floats kept as Decimal, exact), for
     counting independently of kview; only the events of categories `cats` (lower-cased) when

@@ -104,6 +104,7 @@ def _tile():
     return module.tile
 
 
+@pytest.mark.nightly  # the DDP pair and the public multi-rank fixtures check the same by default
 def test_64_tiled_rank_files_on_a_cluster_equal_the_process_pool(client, ddp, tmp_path):
     """64 rank files: the two DDP ranks as captured and tiled twice along time (their steps
     numbered on), hard-linked under 64 names. Every file says RANK 0 or 1, so the run numbers

@@ -18,7 +18,7 @@ from kview.reports import cuda_gpu_kern_sum  # noqa: E402
 from kview.trace import open_trace  # noqa: E402
 from kview.tui.app import KviewApp  # noqa: E402
 
-from conftest import KINETO_TRACES, PUBLIC, PUBLIC_TRACES, ROOT, SAMPLES  # noqa: E402
+from conftest import KINETO_TRACES, PUBLIC, PUBLIC_TRACES, ROOT, SAMPLES, nightly_beyond  # noqa: E402
 
 LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
 LM_FWD = str(SAMPLES / "lm-small_ctx256_forward_nsys.sqlite")
@@ -180,9 +180,20 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
 
 
 OPENABLE = [p for p in [*PUBLIC_TRACES, *KINETO_TRACES] if not p.name.startswith("rocprof")]
+# one trace of each shape by default (the CLI runs every command on all of them in test_first_contact)
+OPEN_BY_DEFAULT = {
+    "dlprof_lenet_nsys2022.1.sqlite",  # the oldest nsys schema
+    "nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite",  # the newest, two GPUs, NCCL
+    "vecadd_nsys2025.5.sqlite",  # no NVTX
+    "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # AMD
+    "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",  # no GPU work
+    "resnet50_plugin_oldest.pt.trace.json.gz",  # the oldest torch.profiler
+    "traces__b200__eager_trace.json.gz",  # Blackwell, a recent torch
+    "traces__inference__vllm_decode_full__graph_execution.json.gz",  # CUDA graphs
+}
 
 
-@pytest.mark.parametrize("path", OPENABLE, ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", nightly_beyond(OPENABLE, OPEN_BY_DEFAULT), ids=lambda p: p.name.split(".")[0])
 async def test_public_fixtures_open_in_every_view(path):
     """Every public trace opens and every view shows, kernels or not (the rocprof file is
     refused before the TUI starts: test_kineto_eras)."""
