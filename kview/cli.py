@@ -540,7 +540,7 @@ def cmd_kernels(args) -> int:
         raise UsageError(str(e), what="--filter") from None
     trace = _open(args, args.trace)
     table = attribute(trace)
-    trace.forget_derived()  # only the table is written from here on
+    trace.store.drop()  # only the table is written from here on
     if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
         from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
 

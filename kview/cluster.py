@@ -64,9 +64,9 @@ def connected(address: str, quiet: bool = False):
             Client(cluster) as client,
         ):
             if quiet:
-                from kview.analysis.ranks import _silent
+                from kview.trace import silent
 
-                client.run(_silent)  # the workers' processes (a local cluster's nannies are this one)
+                client.run(silent)  # the workers' processes (a local cluster's nannies are this one)
             yield client
         return
     try:

@@ -1,39 +1,128 @@
-"""A trace's derived tables: each declared once, computed once per open trace, one cache path.
+"""Derived tables: each declared once, kept in one store per trace and per run.
 
-A derived table is a function of a Trace (and of hashable arguments) decorated with `@derived`:
+A derived table is a function of a Trace or a Run (and of hashable arguments) decorated with
+`@derived`:
 
     @derived
     def gpu_ops(trace: Trace) -> pl.DataFrame:
         ...the work, here and nowhere else...
 
-Calling `gpu_ops(trace)` computes the table on the first call for that trace and keeps it on
-the trace, keyed by the function and its arguments (never by a string), so every view and
-command asks for it by the same name and gets the same frame. Its dependencies are the derived
-tables it calls. `@derived(persist=KEY)` also keeps the result in the disk cache under KEY (a
-tuple of keys for a function returning a tuple of frames), for the tables worth keeping across
-runs, through `Trace.persisted`; `restore` is applied to what the cache returns, and `keep` can
-refuse to keep a result (one that depends on more than the trace).
+    @derived(key="attribution", version="1", persist=True)
+    def attribute(trace: Trace) -> pl.DataFrame: ...
+
+Calling `gpu_ops(trace)` asks the owner's Store, which computes the table on the first call and
+keeps it in memory, keyed by the table and its arguments (never by a string), so every view and
+command asks for it by the same name and gets the same frame. A persisted table is also kept in
+the disk cache (the owner's disk tier), as the frames its codec makes of it, under `key`; its
+value is always what the codec decodes, whether it was computed here, read from the disk or made
+in a worker process, so the three agree.
+
+A table's dependencies are the tables its code calls, found in its bytecode (through the plain
+kview functions it calls, to any depth): nobody keeps them by hand. Its version (`digest`) is a
+hash of its declared version, its codec and its dependencies' versions, written in every cache
+file it makes and checked when read, so a change of rules in one table invalidates it and what
+is made from it, and nothing else. `TABLES` names every declared table by key, for a worker
+process told which tables to make (kview.trace.make_tables).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib
+import sys
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-if TYPE_CHECKING:
-    from kview.trace import Trace
+import polars as pl
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# every derived table declared, in import order (module.function): the graph's nodes
-DECLARED: list[str] = []
-# table -> the derived tables its computation asked for: the graph's edges, recorded as
-# traces are used (`python -c "..."` after a command shows them)
+
+@dataclass(frozen=True)
+class Codec:
+    """How a persisted table's value becomes frames (one Parquet file each) and back.
+    `parts`: the suffix of each frame's cache key ("" for the table's key alone)."""
+
+    name: str
+    parts: tuple[str, ...]
+    encode: Callable[[Any], tuple[pl.DataFrame, ...]]
+    decode: Callable[[tuple[pl.DataFrame, ...]], Any]
+
+
+FRAME = Codec("frame", ("",), lambda v: (v,), lambda f: f[0])
+
+
+def frames(*parts: str) -> Codec:
+    """A tuple of frames, one part each."""
+    return Codec("frames:" + ",".join(parts), parts, tuple, tuple)
+
+
+def _int_row(value: dict[str, int]) -> tuple[pl.DataFrame]:
+    return (pl.DataFrame([value], schema={k: pl.Int64 for k in value}),)
+
+
+INT_ROW = Codec("int-row", ("",), _int_row, lambda f: f[0].row(0, named=True))
+
+
+class Table:
+    """One declared table: its function, key, version, whether it is persisted, its codec."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        key: str,
+        version: str,
+        persist: bool,
+        codec: Codec | None,
+        keep: Callable[[Any], bool] | None,
+    ):
+        self.fn, self.key, self.version, self.persist = fn, key, version, persist
+        self.codec = codec if codec is not None else (FRAME if persist else None)
+        self.keep = keep  # a persisted value that depends on more than the trace is not kept
+
+    def __repr__(self) -> str:
+        return f"Table({self.key})"
+
+    def cache_keys(self) -> tuple[str, ...]:
+        assert self.codec is not None
+        return tuple(f"{self.key}.{p}" if p else self.key for p in self.codec.parts)
+
+    @functools.cached_property
+    def deps(self) -> frozenset[Table]:
+        """The tables this one's computation may ask for (read from its code)."""
+        return frozenset(_tables_used(self.fn, include_self=False))
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """This table's version with those of every table it is made from."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update(f"{self.key}\0{self.version}\0{self.codec.name if self.codec else ''}".encode())
+        for d in sorted(self.deps, key=lambda t: t.key):
+            h.update(d.digest.encode())
+        return h.hexdigest()
+
+
+# every declared table by key
+TABLES: dict[str, Table] = {}
+# table key -> the keys of the tables its computation asked for, as traces are used (the graph's
+# edges seen at run time; tests check they are among those read from the code)
 DEPENDS: dict[str, set[str]] = {}
 _computing = threading.local()  # per thread: the tables being computed, innermost last
+
+
+def table_of(fn: Callable[..., Any]) -> Table:
+    """The declaration of a derived table function."""
+    t = getattr(fn, "__table__", None)
+    if not isinstance(t, Table):
+        raise TypeError(f"{fn!r} is no derived table")
+    return t
 
 
 @overload
@@ -43,8 +132,10 @@ def derived(fn: Callable[P, R]) -> Callable[P, R]: ...
 @overload
 def derived(
     *,
-    persist: str | tuple[str, ...] | None = None,
-    restore: Callable[[Any], Any] | None = None,
+    key: str | None = None,
+    version: str = "1",
+    persist: bool = False,
+    codec: Codec | None = None,
     keep: Callable[[Any], bool] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
@@ -52,45 +143,274 @@ def derived(
 def derived(
     fn: Callable[P, R] | None = None,
     *,
-    persist: str | tuple[str, ...] | None = None,
-    restore: Callable[[Any], Any] | None = None,
+    key: str | None = None,
+    version: str = "1",
+    persist: bool = False,
+    codec: Codec | None = None,
     keep: Callable[[Any], bool] | None = None,
 ) -> Any:
-    def declare(fn: Callable[P, R]) -> Callable[P, R]:
-        keys = (persist,) if isinstance(persist, str) else persist
+    """Declare a derived table: `key` (default module.function) names it in the cache and to
+    workers; `version` changes with its rules; `persist` keeps it in the disk cache through
+    `codec` (one frame by default); `keep` can refuse to persist a value."""
 
-        name = f"{fn.__module__}.{fn.__qualname__}"
+    def declare(fn: Callable[P, R]) -> Callable[P, R]:
+        name = key or f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__qualname__}"
+        t = Table(fn, name, version, persist, codec, keep)
+        old = TABLES.get(name)
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"two derived tables named {name}")
+        TABLES[name] = t
 
         @functools.wraps(fn)
         def table(*args: P.args, **kwargs: P.kwargs) -> R:
-            trace: Trace = args[0]  # type: ignore[assignment]
-            store = trace.derived_tables
-            key = (table, *args[1:], *sorted(kwargs.items()))
-            stack = _computing.__dict__.setdefault("stack", [])
-            if stack:
-                DEPENDS.setdefault(stack[-1], set()).add(name)
-            if key not in store:
-                stack.append(name)
-                try:
-                    if keys is None:
-                        store[key] = fn(*args, **kwargs)
-                    else:
-                        value = trace.persisted(
-                            keys, lambda: fn(*args, **kwargs), single=isinstance(persist, str), keep=keep
-                        )
-                        store[key] = value if restore is None else restore(value)
-                finally:
-                    stack.pop()
-            return store[key]
+            owner: HasStore = args[0]  # type: ignore[assignment]
+            return owner.store.get(table, *args[1:], **kwargs)
 
-        DECLARED.append(name)
+        table.__table__ = t  # type: ignore[attr-defined]
         return table
 
     return declare if fn is None else declare(fn)
 
 
-def derived_if_computed(trace: Trace, table: Callable[..., R], *args: Any) -> R | None:
-    """`table(trace, *args)` if it was already computed for this trace, else None (nothing is
-    computed): for a consumer that can reuse a table another view built, and has a cheaper way
-    of its own otherwise."""
-    return trace.derived_tables.get((table, *args))
+class DiskTier(Protocol):
+    def has(self, table: Table) -> bool: ...
+
+    def load(self, table: Table) -> tuple[pl.DataFrame, ...] | None: ...
+
+    def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None: ...
+
+
+class HasStore(Protocol):
+    store: Store
+
+
+class Store:
+    """The derived tables of one owner (a Trace or a Run): memory, and for persisted tables a
+    disk tier (a trace's frame cache; none for a run or without the cache)."""
+
+    def __init__(self, owner: Any, disk: DiskTier | None = None):
+        # weak: the owner holds its store, and is freed when its last user lets go (no cycle)
+        self._owner = weakref.ref(owner)
+        self.disk = disk
+        self._memory: dict[tuple, Any] = {}
+
+    def get(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Table `fn` of the owner (with `args`): from memory, else the disk, else computed."""
+        return self._get(table_of(fn), args, kwargs)
+
+    def _get(self, t: Table, args: tuple, kwargs: dict) -> Any:
+        key = (t, *args, *sorted(kwargs.items()))
+        stack = _computing.__dict__.setdefault("stack", [])
+        if stack:
+            DEPENDS.setdefault(stack[-1], set()).add(t.key)
+        if key not in self._memory:
+            stack.append(t.key)
+            try:
+                self._memory[key] = self._make(t, args, kwargs)
+            finally:
+                stack.pop()
+        return self._memory[key]
+
+    def _make(self, t: Table, args: tuple, kwargs: dict) -> Any:
+        owner = self._owner()
+        if not t.persist:
+            return t.fn(owner, *args, **kwargs)
+        assert t.codec is not None and not args and not kwargs, t.key  # one value per owner
+        found = self.disk.load(t) if self.disk is not None else None
+        if found is not None:
+            return t.codec.decode(found)
+        encoded = t.codec.encode(t.fn(owner))
+        value = t.codec.decode(encoded)
+        if self.disk is not None and (t.keep is None or t.keep(value)):
+            self.disk.save(t, encoded)
+        return value
+
+    def peek(self, fn: Callable[..., R], *args: Any) -> R | None:
+        """Table `fn` if it is in memory, else None (nothing is computed or read)."""
+        return self._memory.get((table_of(fn), *args))
+
+    def drop(self, *fns: Callable[..., Any]) -> None:
+        """Forget the tables `fns` (every argument of them), or every table when none is named:
+        what was made from them stays, and a later question makes them again (equal) rather
+        than the owner holding them (the NVTX names and nesting behind an attributed table are
+        gigabytes at a million kernels)."""
+        if not fns:
+            self._memory.clear()
+            return
+        gone = {table_of(f) for f in fns}
+        for k in [k for k in self._memory if k[0] in gone]:
+            del self._memory[k]
+
+    def held(self) -> set[str]:
+        """The keys of the tables in memory."""
+        return {k[0].key for k in self._memory}
+
+    def on_disk(self, keys: Iterable[str]) -> bool:
+        """Whether the disk tier holds files for every one of the tables `keys` (reading one
+        still checks it: "is it worth starting from the disk", not "is it valid")."""
+        return self.disk is not None and all(self.disk.has(TABLES[k]) for k in keys)
+
+    def make(self, keys: Iterable[str], out: str | None = None) -> None:
+        """Make the tables `keys` (by key, in that order); with `out`, write each one's frames
+        there as its codec makes them, one Parquet file per cache key (what `read_made` reads
+        back in the process that asked a worker for them)."""
+        for k in keys:
+            t = TABLES[k]
+            value = self._get(t, (), {})
+            if out is not None:
+                assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
+                for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
+                    frame.write_parquet(Path(out, f"{name}.parquet"))
+
+    def read_made(self, keys: Iterable[str], out: str) -> None:
+        """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here."""
+        for k in keys:
+            t = TABLES[k]
+            assert t.codec is not None
+            frames = tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
+            self._memory.setdefault((t,), t.codec.decode(frames))
+
+
+# -- the graph, read from the code ---------------------------------------------------------
+
+
+def _kview_module(name: str) -> types.ModuleType | None:
+    if name.split(".")[0] != "kview":
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+_named: dict[types.CodeType, list[Any]] = {}
+
+
+def _objects_named(code: types.CodeType, globals_: dict) -> list[Any]:
+    """The module-level objects `code` (and the code nested in it) may name: its globals, and
+    every name it uses looked up in each kview module it names or imports (a call through a
+    module alias, `nv.labels(trace)`, or imported inside the function). Read from the names
+    the code holds (co_names), not from its instructions: a superset, found cheaply."""
+    if code in _named:
+        return _named[code]
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    out: list[Any] = []
+    modules: list[types.ModuleType] = []
+    for n in names:
+        obj = globals_.get(n)
+        if obj is None and "." in n:  # `from kview.analysis.x import y` inside the function
+            obj = _kview_module(n)
+        if isinstance(obj, types.ModuleType):
+            if obj.__name__.split(".")[0] == "kview":
+                modules.append(obj)
+        elif obj is not None:
+            out.append(obj)
+    for m in modules:
+        for n in names:
+            obj = getattr(m, n, None)
+            if obj is None and hasattr(m, "__path__"):  # a submodule: `from kview.analysis import nvtx_ranges`
+                obj = sys.modules.get(f"{m.__name__}.{n}") or (
+                    _kview_module(f"{m.__name__}.{n}") if n.isidentifier() and n[0].islower() else None
+                )
+            if isinstance(obj, types.ModuleType):
+                if obj.__name__.split(".")[0] == "kview" and obj not in modules:
+                    modules.append(obj)
+            elif obj is not None:
+                out.append(obj)
+    _named[code] = out
+    return out
+
+
+def _callees(fn: Callable[..., Any]) -> list[Any]:
+    fn = inspect_unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = list(_objects_named(code, fn.__globals__))
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:
+            continue
+    return found
+
+
+def inspect_unwrap(fn: Any) -> Any:
+    while hasattr(fn, "__wrapped__") and not isinstance(getattr(fn, "__table__", None), Table):
+        fn = fn.__wrapped__
+    return fn
+
+
+def _tables_used(fn: Callable[..., Any], include_self: bool = True) -> set[Table]:
+    """The tables `fn` may ask for: those its code names, and those of the plain kview
+    functions it names, to any depth (not through other tables: they are nodes themselves)."""
+    found: set[Table] = set()
+    seen: set[int] = set()
+    todo = [fn]
+    first = True
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        t = getattr(f, "__table__", None)
+        if isinstance(t, Table) and not first:
+            found.add(t)
+            continue
+        if isinstance(t, Table):
+            f = t.fn
+        first = False
+        for obj in _callees(f):
+            if isinstance(getattr(obj, "__table__", None), Table):
+                todo.append(obj)
+            elif isinstance(obj, types.FunctionType) and obj.__module__.split(".")[0] == "kview":
+                todo.append(obj)
+            elif isinstance(obj, type) and obj.__module__.split(".")[0] == "kview":
+                todo += _methods(obj)
+    if include_self and isinstance(getattr(fn, "__table__", None), Table):
+        found.add(table_of(fn))
+    return found
+
+
+def _methods(cls: type) -> list[Any]:
+    """The functions a class of kview defines (its methods, static, class and properties)."""
+    out = []
+    for v in vars(cls).values():
+        v = getattr(v, "__func__", v)
+        if isinstance(v, property):
+            out += [f for f in (v.fget, v.fset) if f is not None]
+        elif isinstance(v, functools.cached_property):
+            out.append(v.func)
+        elif isinstance(v, types.FunctionType):
+            out.append(v)
+    return out
+
+
+def version_of(*fns: Callable[..., Any]) -> str:
+    """The versions of every table the functions `fns` may ask for, as one digest: what a cache
+    of their results (a run's per-file summaries) is keyed by."""
+    used: set[Table] = set()
+    for fn in fns:
+        used |= _tables_used(fn)
+    h = hashlib.blake2b(digest_size=8)
+    for t in sorted(used, key=lambda t: t.key):
+        h.update(t.digest.encode())
+    return h.hexdigest()
+
+
+def import_all() -> None:
+    """Import every module that declares tables (for the whole graph: tests, a worker)."""
+    import pkgutil
+
+    import kview
+
+    for m in pkgutil.walk_packages(kview.__path__, "kview."):
+        if m.name.startswith(("kview.tui", "kview.capture", "kview.models")) or m.name in sys.modules:
+            continue
+        if m.name.startswith(("kview.analysis", "kview.reports")):
+            importlib.import_module(m.name)

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
+from kview.derived import Store, Table
 from kview.errors import TraceError
 from kview.io.paths import named
 from kview.io.source import TraceSource
@@ -37,18 +37,8 @@ class Trace:
         self.path = source.path
         self.use_cache = use_cache
         self._frames: dict[str, pl.DataFrame] = {}
-        # derived tables (kview.derived), keyed by (function, *arguments)
-        self.derived_tables: dict[tuple, Any] = {}
-
-    def forget_derived(self, *tables: Callable[..., Any]) -> None:
-        """Drop the derived tables `tables` (those of no arguments), or every one when none is
-        named: what was made from them stays, and a later question recomputes them (equal) rather
-        than the trace holding them (the NVTX names and nesting behind an attributed table are
-        gigabytes at a million kernels)."""
-        if not tables:
-            self.derived_tables.clear()
-        for table in tables:
-            self.derived_tables.pop((table,), None)
+        # its derived tables (kview.derived): memory, and the frame cache for persisted ones
+        self.store = Store(self, FrameCacheTier(self.path) if use_cache else None)
 
     # -- facts -------------------------------------------------------------
     @cached_property
@@ -95,27 +85,6 @@ class Trace:
 
             self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
         return self._frames[key]
-
-    def persisted(
-        self,
-        keys: tuple[str, ...],
-        build: Callable[[], Any],
-        single: bool = False,
-        keep: Callable[[Any], bool] | None = None,
-    ) -> Any:
-        """Derived frames kept in the disk cache under `keys` (all of them or none): a frame, or
-        with several keys a tuple of frames; not kept where `keep` says no. Used by
-        @derived(persist=...)."""
-        from kview.io import cache
-
-        found = cache.load_all(self.path, list(keys)) if self.use_cache else None
-        if found is not None:
-            frames = tuple(found[k] for k in keys)
-            return frames[0] if single else frames
-        value = build()
-        if self.use_cache and (keep is None or keep(value)):
-            cache.store_all(self.path, dict(zip(keys, (value,) if single else value)))
-        return value
 
     @property
     def strings(self) -> pl.DataFrame:
@@ -207,6 +176,31 @@ class Trace:
         return df.join(s, on=id_col, how="left")
 
 
+class FrameCacheTier:
+    """The disk tier of a trace's store: persisted tables in the frame cache (kview.io.cache),
+    each file carrying the table's version."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def has(self, table: Table) -> bool:
+        from kview.io import cache
+
+        return cache.has(self.path, table.cache_keys())
+
+    def load(self, table: Table) -> tuple[pl.DataFrame, ...] | None:
+        from kview.io import cache
+
+        keys = table.cache_keys()
+        found = cache.load_all(self.path, keys, table.digest)
+        return None if found is None else tuple(found[k] for k in keys)
+
+    def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None:
+        from kview.io import cache
+
+        cache.store_all(self.path, dict(zip(table.cache_keys(), frames)), table.digest)
+
+
 class JsonTrace(Trace):
     """A Trace over a torch.profiler (Kineto) Chrome trace, `.json` or `.json.gz`: the same
     model, named so callers can tell the kind apart (the source does the reading)."""
@@ -280,6 +274,32 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     from kview.io.nsys_reader import NsysSource
 
     return Trace(NsysSource(p.absolute()), use_cache=use_cache)
+
+
+def make_tables(path: str, keys: tuple[str, ...], use_cache: bool, out: str | None = None, quiet: bool = False) -> None:
+    """In a worker process: the tables `keys` of the trace at `path`, made by their keys (in
+    that order) into the frame cache (with `use_cache`) and, with `out`, written into that
+    folder for the process that asked (Store.read_made). A trace that cannot be opened: nothing
+    (the asking process meets it again, and says it). `quiet`: nothing on the terminal (the
+    explorer owns it)."""
+    from kview.derived import import_all
+
+    if quiet:
+        silent()
+    import_all()  # the modules that declare the tables, by key
+    try:
+        open_trace(path, use_cache=use_cache).store.make(keys, out)
+    except TraceError:
+        if out is not None:
+            raise
+
+
+def silent() -> None:
+    """A worker's output goes nowhere (its descriptors 1 and 2 are the explorer's terminal)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
 
 
 def validate(path: str | os.PathLike) -> None:

@@ -296,10 +296,11 @@ def test_a_folder_is_its_traces_in_natural_order(tmp_path):
 def test_traces_read_in_worker_processes_give_the_same_run(runs):
     """Several large traces are read in parallel processes that fill the frame cache; the run
     this process then opens from the cache is the same."""
-    from kview.analysis.ranks import warm
+    from kview.analysis.ranks import WARM
+    from kview.trace import make_tables
 
     for p in TORCH_JSON:  # what each worker runs (the pool itself is the standard library's)
-        warm(str(p))
+        make_tables(str(p), WARM, True)
     run = open_run([str(p) for p in TORCH_JSON], use_cache=True, jobs=1)
     assert iteration_table(run).equals(iteration_table(runs["torch_json"][0]))
     assert straggler_instances(run).equals(straggler_instances(runs["torch_json"][0]))

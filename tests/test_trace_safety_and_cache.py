@@ -83,8 +83,8 @@ def test_reports_and_the_attributed_table_read_back_from_the_cache_equal_fresh(t
     table = attribute(again)
     assert table.equals(attribute(fresh)) and table.schema == attribute(fresh).schema
     # read back, not recomputed: nothing of the trace itself was loaded for them
-    names = {k[0].__name__ for k in again.derived_tables}
-    assert not again._frames and all(n == "attribute" or n.startswith("report_") for n in names), names
+    names = again.store.held()
+    assert not again._frames and all(n == "attribution" or n.startswith("report.") for n in names), names
 
 
 def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):

@@ -108,7 +108,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
     # nothing the views show reads it again)
     launch_timeline(trace)
-    trace.forget_derived(launched_ops)
+    trace.store.drop(launched_ops)
     yield Stage("timeline: CPU threads")
     # the CPU rows reuse the NVTX nesting attribution just built; GPU ops take the attributed
     # category, so the Timeline and Kernels agree

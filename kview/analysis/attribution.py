@@ -663,7 +663,7 @@ def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 # kept in the disk cache: a reopen reads the table back instead of attributing again
-@derived(persist="attribution")
+@derived(key="attribution", version="1", persist=True)
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""

@@ -117,7 +117,7 @@ def phase_windows(trace: Trace, names: list[str], root: str | None = None) -> li
     return out
 
 
-@derived(persist="layers.phase_spans")
+@derived(key="layers.phase_spans", version="1", persist=True)
 def phase_spans(trace: Trace) -> pl.DataFrame:
     """Phase, start, end: the instance of each phase (`phase_times`' rows, in order) that
     Compare gives the phase's column (`compare.phase_windows`: its last), kept in the frame

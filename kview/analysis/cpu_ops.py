@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.derived import derived
+from kview.derived import INT_ROW, derived
 from kview.trace import Trace
 
 SCHEMA = pl.Schema(
@@ -54,15 +54,10 @@ def cpu_op_summary(trace: Trace) -> pl.DataFrame:
     return g.sort(["Self (ns)", "Op"], descending=[True, False]).cast(SCHEMA)
 
 
+# kept in the frame cache: counting a reopened trace's ranges would read every range's label
+@derived(key="cpu_ops.holdings", version="1", persist=True, codec=INT_ROW)
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
-    return holdings_table(trace).row(0, named=True)
-
-
-# kept in the frame cache: counting a reopened trace's ranges would read every range's label
-@derived(persist="cpu_ops.holdings")
-def holdings_table(trace: Trace) -> pl.DataFrame:
-    """`holdings` as one row."""
     from kview.analysis.attribution import gpu_ops
 
     out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
@@ -74,7 +69,7 @@ def holdings_table(trace: Trace) -> pl.DataFrame:
         out["ranges"] = int(marks.len() - marks.sum())
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         out["API calls"] = trace.columns("runtime", ["start"]).height
-    return pl.DataFrame([out], schema={k: pl.Int64 for k in out})
+    return out
 
 
 def no_gpu_work_note(trace: Trace) -> str:

@@ -19,7 +19,7 @@ from kview.trace import Trace
 
 # kept in the frame cache: a reopen (the explorer's NVTX tree, phases, Compare) reads these three
 # columns back instead of joining every op to its launch again
-@derived(persist="gpu_time.launch_timeline")
+@derived(key="gpu_time.launch_timeline", version="1", persist=True)
 def launch_timeline(trace: Trace) -> pl.DataFrame:
     """Idx, launch time `t` and duration of every GPU op, sorted by `t` (ops whose launch call
     is outside the trace's window use their own start)."""

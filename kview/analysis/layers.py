@@ -290,7 +290,7 @@ PHASE_SCHEMA = pl.Schema(
 )
 
 
-@derived(persist="layers.phase_times")
+@derived(key="layers.phase_times", version="1", persist=True)
 def phase_times(trace: Trace) -> pl.DataFrame:
     """Per phase: the GPU time and op count of the work launched while it was open (any thread),
     its share of all GPU time, and its CPU time (how long it was open). The same numbers

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kview.derived import derived
+from kview.derived import Codec, derived
 from kview.io.kineto_reader import MODULE_DOMAIN
 from kview.io.schema import (
     NVTX_DOMAIN_CREATE,
@@ -97,13 +97,17 @@ def names(trace: Trace) -> pl.DataFrame:
     return labelled_ranges(trace)[1]
 
 
-def _styled(frames: tuple[pl.DataFrame, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _styled(frames: tuple[pl.DataFrame, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
     lab, table = frames
     return lab.with_columns(pl.col("style").cast(STYLES)), table
 
 
+# the frames as made, the style read back as the enum it is (Parquet keeps it as text)
+STYLED = Codec("frames:labelled,names; style enum", ("labelled", "names"), tuple, _styled)
+
+
 # integers only, so a reopen skips the strings
-@derived(persist=("nvtx.labelled", "nvtx.names"), restore=_styled)
+@derived(key="nvtx", version="1", persist=True, codec=STYLED)
 def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(labelled, names): see those two.
 

@@ -23,7 +23,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
-from kview.derived import derived
+from kview.derived import derived, frames
 from kview.trace import Trace
 
 SCHEMA = {
@@ -214,7 +214,7 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@derived(persist=("nvtx_tree.paths", "nvtx_tree.windows"))
+@derived(key="nvtx_tree", version="1", persist=True, codec=frames("paths", "windows"))
 def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(path_table, path_windows): see those two. Kept in the frame cache: a reopen reads the
     tree back instead of nesting every range again."""

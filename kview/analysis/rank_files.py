@@ -19,6 +19,7 @@ foreign entry is never read (it is summarized again).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -42,14 +43,24 @@ from kview.analysis.collectives import (
 from kview.analysis.iterations import iteration_table, stats_of
 from kview.analysis.rank_summary import summary_of
 from kview.analysis.ranks import UNIT_SCHEMA, Run, make_run, numbered
+from kview.derived import version_of
 from kview.errors import TraceError
 from kview.io.cache import FORMAT_VERSION
 
-# the tables' own version: changes whenever what `summarize` writes changes (columns, rules);
-# the iteration rules' version is that of their persisted steps (iterations.steps1)
+# the summaries' own version: changes whenever what `summarize` writes changes (columns); the
+# rules of the derived tables it asks for are their own versions (kview.derived.version_of)
 SUMMARY_VERSION = "4"  # 2: the iterations with their critical path verdict; 3: a step owns the GPU work it launched;
 # 4: an op that waited for its launch call, not the GPU, adds launch time to the critical path
-TABLE_VERSIONS = f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMARY_VERSION}, steps1"
+
+
+@functools.cache
+def table_versions() -> str:
+    """What an entry's tables were made by: kview, the readers' frames, the summaries, and
+    every derived table `summarize` may ask for."""
+    tables = version_of(summarize)
+    return f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMARY_VERSION}, tables {tables}"
+
+
 TABLES = ("units", "iterations", "collective_ops")
 META_KEY = "kview.rank_file"
 MANIFEST = "manifest.json"
@@ -61,7 +72,7 @@ def entry_key(path: str | os.PathLike, extra: str = "") -> str:
     """The cache key of the rank file at `path` as it is now (OSError if it cannot be seen)."""
     resolved = os.path.realpath(path)
     st = os.stat(resolved)
-    ident = f"{resolved}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{TABLE_VERSIONS}\0{extra}"
+    ident = f"{resolved}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{table_versions()}\0{extra}"
     return hashlib.blake2b(ident.encode(), digest_size=16).hexdigest()
 
 

@@ -22,10 +22,9 @@ import polars as pl
 
 from kview.analysis.attribution import gpu_ops
 from kview.analysis.categories import name_categories
-from kview.analysis.steps import step_instances
-from kview.derived import derived
+from kview.derived import Store, derived
 from kview.errors import TraceError
-from kview.trace import Trace, open_trace
+from kview.trace import Trace, make_tables, open_trace, silent
 
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)
 # launcher variables holding the global rank, in the order they are trusted
@@ -49,8 +48,11 @@ class Run:
     traces: list[Trace]
     units: pl.DataFrame
     notes: list[str] = field(default_factory=list)
-    # the run's derived tables (kview.derived), as a Trace keeps its own
-    derived_tables: dict = field(default_factory=dict, repr=False, compare=False)
+    # the run's derived tables (kview.derived), in the store a Trace keeps its own in
+    store: Store = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.store = Store(self)
 
     @property
     def ranks(self) -> list[int]:
@@ -113,11 +115,12 @@ def read_in_workers(files: list[Path], jobs: int | None = None, quiet: bool = Fa
     _start_resource_tracker()
     # spawn, not fork: polars' thread pool does not survive a fork
     pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_silent if quiet else None
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=silent if quiet else None
     )
     atexit.register(_end_workers, pool)  # the explorer leaves with os._exit after the atexit handlers
     try:
-        for n, done in enumerate(as_completed([pool.submit(warm, str(f)) for f in files]), 1):
+        futures = [pool.submit(make_tables, str(f), WARM, True) for f in files]
+        for n, done in enumerate(as_completed(futures), 1):
             try:
                 done.result()
             except Exception:  # the pool broke, or a bug: met again in this process, said there
@@ -151,14 +154,6 @@ def _start_resource_tracker() -> None:
         sys.stderr = shown
 
 
-def _silent() -> None:
-    """A worker's output goes nowhere (its descriptors 1 and 2 are the explorer's terminal)."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    os.close(null)
-
-
 def _end_workers(pool) -> None:
     """Stop the pool's processes now (not after the trace each is reading)."""
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
@@ -166,14 +161,9 @@ def _end_workers(pool) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def warm(path: str) -> None:
-    """Read what a run needs from one trace into the frame cache (in a worker process)."""
-    try:
-        trace = open_trace(path, use_cache=True)
-        gpu_ops(trace)
-        step_instances(trace)
-    except TraceError:
-        pass
+# what a run needs of each trace, made in a worker process into the frame cache (warm): the
+# GPU ops (reading the trace is the cost) and the steps (no range tree in the reducing process)
+WARM = ("attribution.gpu_ops", "steps")
 
 
 def make_run(traces: list[Trace]) -> Run:

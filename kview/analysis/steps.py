@@ -35,8 +35,8 @@ def _numbered(df: pl.DataFrame) -> pl.DataFrame:
 
 
 # kept in the disk cache: a run's worker processes find the steps there, so the process that
-# summarizes the run never builds a rank's range tree (the key's number changes with the rules)
-@derived(persist="iterations.steps1")
+# summarizes the run never builds a rank's range tree
+@derived(key="steps", version="1", persist=True)
 def step_instances(trace: Trace) -> pl.DataFrame:
     """The trace's steps: global_tid, label, number, start, end (empty when it has none)."""
     roots = user_range_tree(trace).filter(pl.col("depth") == 0)

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis.run_clock import RunClock
-from kview.derived import derived, derived_if_computed
+from kview.derived import derived, frames
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
 
@@ -468,7 +468,7 @@ NVTX_ROWS = pl.Schema(
 )
 
 
-@derived(persist=("timeline.nvtx_rows", "timeline.nvtx_names"))
+@derived(key="timeline.nvtx", version="1", persist=True, codec=frames("rows", "names"))
 def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The NVTX rows of the timeline as integers, kept in the frame cache (a reopen reads them
     back without the ranges' labels): one row per range, run by run of (thread, depth) in the
@@ -503,13 +503,9 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     del lab
     ranges = nv.projection_ranges(trace)
     pushpop = ranges.filter(pl.col("style") == "PushPop")
-    # the nesting attribution built, when it is there; else depths from sorted searches alone
-    tree = derived_if_computed(trace, nv.projection_tree)
-    if tree is not None:
-        tid, depth = tree["global_tid"].to_numpy(), tree["depth"].cast(pl.Int16).to_numpy()
-        start, end, code = tree["start"].to_numpy(), tree["end"].to_numpy(), tree["name_code"].to_numpy()
-    else:
-        tid, depth, start, end, code = pushpop_depths(pushpop)
+    # depths from sorted searches alone (nest()'s order and depths, without its parents): one
+    # way, whatever else the trace holds in memory
+    tid, depth, start, end, code = pushpop_depths(pushpop)
     se = ranges.filter(pl.col("style") != "PushPop").sort(
         ["global_tid", "start", "end"], descending=[False, False, True]
     )

@@ -10,7 +10,8 @@ a few evenly spaced pages, for JSON a hash of its first and last 64 KiB (a .gz's
 the content's CRC and length). An edit that keeps size and mtime changes the fingerprint, so it
 gets a new entry. Every file of an entry carries that fingerprint and the key it answers in its
 Parquet metadata, checked when read, so a file copied in from another trace's entry is never
-served; and ends in a checksum of its bytes (CRC-32 and length after a magic), checked before
+served; a derived table's file also carries the table's version (kview.derived), and one of
+other rules is dropped and made again, never served stale; and ends in a checksum of its bytes (CRC-32 and length after a magic), checked before
 Parquet reads a byte of it, so a damaged file is dropped and rebuilt (one warning), never read
 into wrong numbers or a decoder's panic. Anything not a regular file in the place of an entry (a
 folder, a link, a FIFO) is removed, or bypassed for that entry only when it cannot be.
@@ -36,7 +37,9 @@ import polars as pl
 from kview import __version__, atomic_write
 from kview.errors import warn_once
 
-FORMAT_VERSION = "12"  # 3: torch.profiler frames with exact ns, every era's categories, host processes only;
+# the cache files' format and the readers' frames (a derived table's rules are its own version,
+# kview.derived, written in each file it makes and checked when read):
+# 3: torch.profiler frames with exact ns, every era's categories, host processes only;
 # 4: torch.profiler module calls (python_function `nn.Module: X`) as ranges of the nn.Module domain;
 # 5: torch.profiler kernels with collective bytes, distributedInfo (rank, world size, backend);
 # 6: the attributed table and the nsys reports' results kept; 7: process ids Int64, not Int128;
@@ -45,10 +48,12 @@ FORMAT_VERSION = "12"  # 3: torch.profiler frames with exact ns, every era's cat
 # 10: a checksum after the Parquet bytes;
 # 11: bprop from the autograd engine's thread and ranges named like backward; rank ops carry their launch
 # 12: phase times over the phase instances only (a phase's name nested in another phase not counted twice)
+# 13: each derived table's version in its files' metadata (kview.version), in place of bumps of this one
+FORMAT_VERSION = "13"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SAMPLES = 8  # pages hashed between the first and the last
 JSON_EDGE = 1 << 16
-META_FINGERPRINT, META_KEY = "kview.fingerprint", "kview.key"
+META_FINGERPRINT, META_KEY, META_VERSION = "kview.fingerprint", "kview.key", "kview.version"
 # what follows the Parquet bytes of a cache file: magic, CRC-32 and length of those bytes
 TRAILER = struct.Struct("<8sIQ")
 MAGIC = b"kvcache\x01"
@@ -195,8 +200,9 @@ def _read_verified(f: Path) -> bytes | None:
     return body
 
 
-def load(trace_path: Path, key: str) -> pl.DataFrame | None:
-    """The cached frame `key` of this trace, or None (absent, unusable, or not this trace's)."""
+def load(trace_path: Path, key: str, version: str = "") -> pl.DataFrame | None:
+    """The cached frame `key` of this trace made by `version` of its rules (a derived table's
+    digest; "" for the readers' frames), or None (absent, unusable, stale, or not this trace's)."""
     found = _entry(trace_path)
     if found is None:
         return None
@@ -224,6 +230,9 @@ def load(trace_path: Path, key: str) -> pl.DataFrame | None:
                 "a cache entry that belongs to another trace or frame was ignored; the frames are "
                 "rebuilt from the trace"
             )
+            _drop(f)
+            return None
+        if meta.get(META_VERSION, "") != version:  # made by other rules: stale, made again
             _drop(f)
             return None
         return pl.read_parquet(body)
@@ -291,7 +300,7 @@ def _sweep_temporaries(d: Path) -> None:
             continue
 
 
-def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
+def store(trace_path: Path, key: str, frame: pl.DataFrame, version: str = "") -> None:
     """Cache `frame` as `key` of this trace; any failure only turns the cache off (one warning)."""
     found = _entry(trace_path)
     if found is None:
@@ -306,7 +315,10 @@ def store(trace_path: Path, key: str, frame: pl.DataFrame) -> None:
         _sweep_temporaries(d)
         with atomic_write.replacing(f) as tmp:
             frame.write_parquet(
-                tmp, compression="lz4", statistics=False, metadata={META_FINGERPRINT: digest, META_KEY: key}
+                tmp,
+                compression="lz4",
+                statistics=False,
+                metadata={META_FINGERPRINT: digest, META_KEY: key, **({META_VERSION: version} if version else {})},
             )
             _append_checksum(tmp)
     except (KeyboardInterrupt, SystemExit):
@@ -338,17 +350,17 @@ def cached(trace_path: Path, key: str, build: Callable[[], pl.DataFrame], use: b
     return frame
 
 
-def load_all(trace_path: Path, keys: list[str]) -> dict[str, pl.DataFrame] | None:
-    """The frames `keys` of this trace, all of them or None."""
+def load_all(trace_path: Path, keys: list[str] | tuple[str, ...], version: str = "") -> dict[str, pl.DataFrame] | None:
+    """The frames `keys` of this trace (made by `version`), all of them or None."""
     frames = {}
     for k in keys:
-        f = load(trace_path, k)
+        f = load(trace_path, k, version)
         if f is None:
             return None
         frames[k] = f
     return frames
 
 
-def store_all(trace_path: Path, frames: dict[str, pl.DataFrame]) -> None:
+def store_all(trace_path: Path, frames: dict[str, pl.DataFrame], version: str = "") -> None:
     for k, f in frames.items():
-        store(trace_path, k, f)
+        store(trace_path, k, f, version)

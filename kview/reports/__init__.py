@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from kview.derived import derived
+from kview.derived import Codec, derived
 from kview.reports.api import cuda_api_sum, osrt_sum
 from kview.reports.base import Report
 from kview.reports.gpu_kernels import cuda_gpu_kern_gb_sum, cuda_gpu_kern_sum, cuda_kern_exec_sum
@@ -16,34 +16,31 @@ from kview.reports.nvtx import nvtx_gpu_proj_sum, nvtx_kern_sum, nvtx_pushpop_su
 from kview.trace import Trace
 
 
-def _complete(frames: tuple[pl.DataFrame, pl.DataFrame]) -> bool:
-    return frames[1]["skipped"][0] is None
+def _codec(name: str) -> Codec:
+    """Report `name` as its frame and one row of the rest."""
 
-
-def _kept(name: str, build: Callable[[Trace], Report]) -> Callable[[Trace], Report]:
-    """The report `build` makes, computed once per trace and kept in the disk cache: a reopen
-    reads back a table of a few hundred rows instead of redoing the work over millions."""
-
-    def frames(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-        r = build(trace)
+    def encode(r: Report) -> tuple[pl.DataFrame, pl.DataFrame]:
         about = pl.DataFrame(
             {"title": [r.title], "skipped": [r.skipped], "decimals": [json.dumps(r.decimals)]},
             schema={"title": pl.String, "skipped": pl.String, "decimals": pl.String},
         )
         return r.frame, about
 
-    frames.__qualname__ = frames.__name__ = f"report_{name}"
-    # a report skipped for the memory budget (--max-memory) depends on more than the trace
-    kept = derived(persist=(f"report.{name}", f"report.{name}.about"), keep=_complete)(frames)
-
-    def report(trace: Trace) -> Report:
-        frame, about = kept(trace)
+    def decode(frames: tuple[pl.DataFrame, ...]) -> Report:
+        frame, about = frames
         title, skipped, decimals = about.row(0)
         return Report(name, title, frame, skipped, json.loads(decimals))
 
-    report.__name__ = report.__qualname__ = name
-    report.__doc__ = build.__doc__
-    return report
+    return Codec("report", ("", "about"), encode, decode)
+
+
+def _kept(name: str, build: Callable[[Trace], Report]) -> Callable[[Trace], Report]:
+    """The report `build` makes, computed once per trace and kept in the disk cache: a reopen
+    reads back a table of a few hundred rows instead of redoing the work over millions. A report
+    skipped for the memory budget (--max-memory) depends on more than the trace: not kept."""
+    return derived(
+        key=f"report.{name}", version="1", persist=True, codec=_codec(name), keep=lambda r: r.skipped is None
+    )(build)
 
 
 _REPORTS: dict[str, Callable[[Trace], Report]] = {

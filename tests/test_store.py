@@ -1,0 +1,138 @@
+"""The store of derived tables: one declaration per table, a graph without cycles read from the
+code, every persisted table's codec round-tripping through the disk tier of a real trace, one
+store type for a trace and a run, and versions that invalidate what is made from a table."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kview.analysis import nvtx_ranges as nv
+from kview.analysis.attribution import attribute, gpu_ops
+from kview.analysis.ranks import make_run
+from kview.derived import DEPENDS, TABLES, Store, Table, import_all, table_of
+from kview.io import cache
+from kview.reports import REPORTS
+from kview.trace import open_trace
+
+from conftest import SAMPLES
+
+NSYS = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+JSON = SAMPLES / "lm-small_ctx256_train_torch.json.gz"
+
+import_all()
+
+
+def _forget_digests() -> None:
+    for t in TABLES.values():
+        t.__dict__.pop("digest", None)
+
+
+def _frames_equal(a: tuple[pl.DataFrame, ...], b: tuple[pl.DataFrame, ...], where: str) -> None:
+    assert len(a) == len(b), where
+    for x, y in zip(a, b):
+        assert x.schema == y.schema and x.equals(y), where
+
+
+def test_the_graph_has_no_cycle_and_every_persisted_table_a_codec():
+    assert len(TABLES) > 40
+    state: dict[Table, int] = {}  # 1 on the path, 2 done
+
+    def visit(t: Table, path: list[str]) -> None:
+        if state.get(t) == 2:
+            return
+        assert state.get(t) != 1, f"cycle: {' -> '.join([*path, t.key])}"
+        state[t] = 1
+        for d in t.deps:
+            visit(d, [*path, t.key])
+        state[t] = 2
+
+    for t in TABLES.values():
+        visit(t, [])
+        if t.persist:
+            assert t.codec is not None and len(t.cache_keys()) == len(t.codec.parts), t.key
+    keys = [k for t in TABLES.values() if t.persist for k in t.cache_keys()]
+    assert len(keys) == len(set(keys))  # no two tables share a cache file
+    # the graph read from the code holds the edges seen at run time
+    trace = open_trace(NSYS, use_cache=False)
+    attribute(trace), REPORTS["nvtx_kern_sum"](trace), make_run([trace])
+    from kview.analysis.iterations import iteration_table
+
+    iteration_table(make_run([trace]))
+    seen = {(a, b) for a, bs in DEPENDS.items() for b in bs}
+    assert len(seen) > 10
+    for a, b in seen:
+        assert TABLES[b] in TABLES[a].deps, f"{a} asks for {b}, which its code does not name"
+
+
+@pytest.mark.parametrize("path", [NSYS, JSON], ids=["nsys", "torch-json"])
+def test_every_persisted_table_round_trips_through_the_disk_tier(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fresh = open_trace(path, use_cache=False)
+    first = open_trace(path)
+    persisted = [t for t in TABLES.values() if t.persist]
+    assert len(persisted) >= 19
+    for t in persisted:
+        first.store._get(t, (), {})
+    again = open_trace(path)
+    assert again.store.disk is not None
+    for t in persisted:
+        value = fresh.store._get(t, (), {})
+        want = t.codec.encode(value)
+        found = again.store.disk.load(t)
+        if t.keep is not None and not t.keep(value):  # a report the trace lacks the tables for
+            assert found is None, t.key
+            continue
+        assert found is not None, t.key
+        _frames_equal(found, want, t.key)
+        # the value kept is the codec's, whichever way it came
+        _frames_equal(t.codec.encode(again.store._get(t, (), {})), want, t.key)
+        _frames_equal(t.codec.encode(t.codec.decode(want)), want, t.key)
+    assert not again._frames  # all read back, nothing of the trace itself loaded
+
+
+def test_a_trace_and_a_run_share_one_store_type():
+    trace = open_trace(NSYS, use_cache=False)
+    assert trace.store.peek(gpu_ops) is None
+    run = make_run([trace])
+    assert type(trace.store) is Store and type(run.store) is Store
+    ops = gpu_ops(trace)
+    assert trace.store.peek(gpu_ops) is ops and "attribution.gpu_ops" in trace.store.held()
+    trace.store.drop(gpu_ops)
+    assert trace.store.peek(gpu_ops) is None and gpu_ops(trace).equals(ops)
+    from kview.analysis.iterations import iteration_table
+
+    table = iteration_table(run)
+    assert run.store.peek(iteration_table) is table and run.store.disk is None
+
+
+def test_a_dependencys_version_invalidates_its_dependents_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    labels = table_of(nv.labels)
+    attribution, kern_sum = table_of(attribute), table_of(REPORTS["cuda_gpu_kern_sum"])
+    assert labels in attribution.deps and labels not in kern_sum.deps
+    before = {t.key: t.digest for t in TABLES.values()}
+    first = open_trace(NSYS)
+    want = attribute(first)
+    REPORTS["cuda_gpu_kern_sum"](first)
+    monkeypatch.setattr(labels, "version", labels.version + "-changed")
+    _forget_digests()
+    try:
+        after = {t.key: t.digest for t in TABLES.values()}
+        changed = {k for k in before if before[k] != after[k]}
+        # the table, what is made from it (to any depth), and nothing else
+        made_from = {labels.key}
+        grew = True
+        while grew:
+            more = {t.key for t in TABLES.values() if any(d.key in made_from for d in t.deps)}
+            grew, made_from = not more <= made_from, made_from | more
+        assert changed == made_from and {"attribution", "timeline.nvtx", "nvtx_tree"} <= changed
+        assert "report.cuda_gpu_kern_sum" not in changed and "nvtx" not in changed
+        again = open_trace(NSYS)
+        assert again.store.disk.load(attribution) is None  # stale: not served, dropped
+        assert again.store.disk.load(kern_sum) is not None
+        assert attribute(again).equals(want)  # made again, and kept under the new version
+        assert cache.load(again.path, "attribution", attribution.digest) is not None
+    finally:
+        monkeypatch.undo()
+        _forget_digests()
