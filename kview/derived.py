@@ -245,6 +245,10 @@ class Store:
         """The keys of the tables in memory."""
         return {k[0].key for k in self._memory}
 
+    def by_key(self, key: str) -> Any:
+        """Table `key` (of no arguments), by its key: for a worker told which tables to make."""
+        return self._get(TABLES[key], (), {})
+
     def on_disk(self, keys: Iterable[str]) -> bool:
         """Whether the disk tier holds files for every one of the tables `keys` (reading one
         still checks it: "is it worth starting from the disk", not "is it valid")."""
@@ -256,7 +260,7 @@ class Store:
         back in the process that asked a worker for them)."""
         for k in keys:
             t = TABLES[k]
-            value = self._get(t, (), {})
+            value = self.by_key(k)
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
                 for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
@@ -391,12 +395,12 @@ def _methods(cls: type) -> list[Any]:
     return out
 
 
-def version_of(*fns: Callable[..., Any]) -> str:
-    """The versions of every table the functions `fns` may ask for, as one digest: what a cache
-    of their results (a run's per-file summaries) is keyed by."""
+def version_of(*fns: Callable[..., Any] | str) -> str:
+    """The versions of every table the functions `fns` may ask for (a table's key: that table),
+    as one digest: what a cache of their results (a run's per-file summaries) is keyed by."""
     used: set[Table] = set()
     for fn in fns:
-        used |= _tables_used(fn)
+        used |= {TABLES[fn]} if isinstance(fn, str) else _tables_used(fn)
     h = hashlib.blake2b(digest_size=8)
     for t in sorted(used, key=lambda t: t.key):
         h.update(t.digest.encode())

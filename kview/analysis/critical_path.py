@@ -318,6 +318,15 @@ def step_verdicts(trace: Trace) -> pl.DataFrame:
     return pl.concat([steps.select("step", "label", "w_start"), t], how="horizontal").join(w, on="step").drop("step")
 
 
+@derived
+def iterations_bound_by(run: Run) -> pl.DataFrame:
+    """`kview iterations`' table: the run's iteration table with each iteration's critical path
+    verdict (what a rank file's summary keeps, by this table's key)."""
+    from kview.analysis.iterations import iteration_table
+
+    return with_bound_by(run, iteration_table(run))
+
+
 def with_bound_by(run: Run, table: pl.DataFrame) -> pl.DataFrame:
     """The iteration table (iterations.iteration_table) with each iteration's critical path
     share on the CPU and its verdict (null where no step range of its rank matches it)."""

@@ -40,10 +40,11 @@ from kview.analysis.collectives import (
     straggler_table,
     stragglers_of,
 )
-from kview.analysis.iterations import iteration_table, stats_of
+from kview.analysis.critical_path import iterations_bound_by
+from kview.analysis.iterations import stats_of
 from kview.analysis.rank_summary import summary_of
 from kview.analysis.ranks import UNIT_SCHEMA, Run, make_run, numbered
-from kview.derived import version_of
+from kview.derived import table_of, version_of
 from kview.errors import TraceError
 from kview.io.cache import FORMAT_VERSION
 
@@ -57,11 +58,13 @@ SUMMARY_VERSION = "4"  # 2: the iterations with their critical path verdict; 3: 
 def table_versions() -> str:
     """What an entry's tables were made by: kview, the readers' frames, the summaries, and
     every derived table `summarize` may ask for."""
-    tables = version_of(summarize)
+    tables = version_of(summarize, *SUMMARIES.values())
     return f"kview {__version__}, frames {FORMAT_VERSION}, summary {SUMMARY_VERSION}, tables {tables}"
 
 
 TABLES = ("units", "iterations", "collective_ops")
+# the summary's tables, made by the one-file run's store by their keys (units are the file's own)
+SUMMARIES = {"iterations": table_of(iterations_bound_by).key, "collective_ops": table_of(collective_ops).key}
 META_KEY = "kview.rank_file"
 MANIFEST = "manifest.json"
 # instance parts of this many files stacked before they are combined into one (bounds memory)
@@ -136,10 +139,7 @@ def summarize(
         trace.processes.select("global_pid", "pid").unique("global_pid"), on="global_pid", how="left"
     ).select(*UNIT_SCHEMA.names(), pl.col("pid").cast(pl.Int64), pl.lit(trace.name).alias("Trace"))
     if compare is None:
-        from kview.analysis.critical_path import with_bound_by
-
-        iterations = with_bound_by(run, iteration_table(run))  # `kview iterations`' table
-        frames = {"units": units, "iterations": iterations, "collective_ops": collective_ops(run)}
+        frames = {"units": units, **{name: run.store.by_key(key) for name, key in SUMMARIES.items()}}
     else:
         frames = {"units": units, "columns": _columns(run, *compare)}
     try:
