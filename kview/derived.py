@@ -213,6 +213,7 @@ class Store:
 
     def _make(self, t: Table, args: tuple, kwargs: dict) -> Any:
         owner = self._owner()
+        assert owner is not None, "a store asked after its trace or run was let go"
         if not t.persist:
             return t.fn(owner, *args, **kwargs)
         assert t.codec is not None and not args and not kwargs, t.key  # one value per owner

@@ -288,7 +288,8 @@ def make_tables(path: str, keys: tuple[str, ...], use_cache: bool, out: str | No
         silent()
     import_all()  # the modules that declare the tables, by key
     try:
-        open_trace(path, use_cache=use_cache).store.make(keys, out)
+        trace = open_trace(path, use_cache=use_cache)  # held: its store knows it weakly
+        trace.store.make(keys, out)
     except TraceError:
         if out is not None:
             raise
