@@ -186,7 +186,7 @@ class FrameCacheTier:
     def has(self, table: Table) -> bool:
         from kview.io import cache
 
-        return cache.has(self.path, table.cache_keys())
+        return cache.has(self.path, table.cache_keys(), table.digest)
 
     def load(self, table: Table) -> tuple[pl.DataFrame, ...] | None:
         from kview.io import cache

@@ -115,7 +115,8 @@ def test_a_dependencys_version_invalidates_its_dependents_and_nothing_else(tmp_p
     first = open_trace(NSYS)
     want = attribute(first)
     REPORTS["cuda_gpu_kern_sum"](first)
-    monkeypatch.setattr(labels, "version", labels.version + "-changed")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(labels, "version", labels.version + "-changed")
     _forget_digests()
     try:
         after = {t.key: t.digest for t in TABLES.values()}
@@ -134,5 +135,25 @@ def test_a_dependencys_version_invalidates_its_dependents_and_nothing_else(tmp_p
         assert attribute(again).equals(want)  # made again, and kept under the new version
         assert cache.load(again.path, "attribution", attribution.digest) is not None
     finally:
-        monkeypatch.undo()
+        mp.undo()
         _forget_digests()
+
+
+def test_the_disk_tier_knows_a_stale_table_without_reading_it(tmp_path, monkeypatch):
+    """What decides on a worker process for a large trace: a table of other rules on disk is
+    not "there" (the worker makes it again), one of these rules is."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    steps = TABLES["steps"]
+    trace = open_trace(NSYS)
+    assert not trace.store.on_disk(["steps"])
+    trace.store.by_key("steps")
+    assert trace.store.on_disk(["steps"]) and cache.has(trace.path, steps.cache_keys(), steps.digest)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(steps, "version", steps.version + "-changed")
+        _forget_digests()
+        try:
+            assert not open_trace(NSYS).store.on_disk(["steps"])
+        finally:
+            mp.undo()
+            _forget_digests()
+    assert open_trace(NSYS).store.on_disk(["steps"])

@@ -133,14 +133,37 @@ def _entry(trace_path: Path) -> tuple[Path, str, str] | None:
     return cache_root() / "frames" / digest[:32], digest, resolved
 
 
-def has(trace_path: Path, keys: list[str] | tuple[str, ...]) -> bool:
-    """Whether the cache holds a file for every one of `keys` of this trace (reading one still
-    checks it: this answers "is it worth starting from the cache", not "is it valid")."""
+def has(trace_path: Path, keys: list[str] | tuple[str, ...], version: str = "") -> bool:
+    """Whether the cache holds a file for every one of `keys` of this trace, made by `version`
+    (reading one still checks it: this answers "is it worth starting from the cache", not "is
+    it valid")."""
     try:
         found = _entry(trace_path)
-        return found is not None and all((found[0] / f"{k}.parquet").is_file() for k in keys)
+        return found is not None and all(_made_by(found[0] / f"{k}.parquet", version) for k in keys)
     except OSError:
         return False
+
+
+def _made_by(f: Path, version: str) -> bool:
+    """Whether cache file `f` is a file that names `version` in its Parquet footer: the footer's
+    bytes are searched, not parsed (a damaged file is found out when it is read)."""
+    with open(f, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size < TRAILER.size + 12:
+            return False
+        if not version:
+            return True
+        fh.seek(st.st_size - TRAILER.size)
+        magic, _, length = TRAILER.unpack(fh.read(TRAILER.size))
+        if magic != MAGIC or length + TRAILER.size != st.st_size:
+            return False
+        fh.seek(length - 8)
+        footer_size = int.from_bytes(fh.read(4), "little")
+        if not 0 < footer_size <= length - 12:
+            return False
+        fh.seek(length - 8 - footer_size)
+        footer = fh.read(footer_size)
+    return META_VERSION.encode() in footer and version.encode() in footer
 
 
 def _not_a_file(f: Path, what: str) -> bool:
