@@ -438,6 +438,11 @@ def _emit(args, frame, decimals=None) -> int:
 
 
 def cmd_stats(args) -> int:
+    from kview.quick_stats import answer
+
+    quick = answer(args)  # a small trace's kernel summary, from SQLite with the standard library
+    if quick is not None:
+        return quick
     from kview.output import render
     from kview.output.visible import visible_lines
     from kview.reports import REPORTS
@@ -1469,7 +1474,7 @@ def _command(argv: list[str]) -> int:
         args.output = None
     _resolve_format(args)
     if getattr(args, "format", None) == "table":  # a file is read whole, never wrapped: its table is not fitted
-        from kview.output.render import set_table_width
+        from kview.output.table_text import set_table_width
 
         set_table_width(0 if getattr(args, "output", None) else None)
     from kview.output.stdout_guard import StdoutGuard

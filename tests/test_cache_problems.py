@@ -153,7 +153,8 @@ def test_same_size_same_mtime_edit_is_detected(tmp_path):
     t = tmp_path / "t.sqlite"
     shutil.copy(FWD, t)
     xdg = tmp_path / "xdg"
-    args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    # -f json: a small trace's kernel summary as a table or CSV is answered from SQLite, past the cache
+    args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json")
     before = kview(*args, xdg=xdg)
     content = cache.content_fingerprint(t, t.stat().st_size)
     _edit_in_place(t, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000;")
@@ -167,7 +168,7 @@ def test_same_size_same_mtime_deletion_does_not_mix_old_and_new_columns(tmp_path
     t = tmp_path / "t.sqlite"
     shutil.copy(FWD, t)
     xdg = tmp_path / "xdg"
-    assert kview("stats", t, "-r", "cuda_gpu_kern_sum", xdg=xdg).returncode == 0  # caches some columns
+    assert kview("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json", xdg=xdg).returncode == 0  # caches some columns
     _edit_in_place(t, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 3 = 0;")
     r = kview("kernels", t, "-f", "csv", xdg=xdg)  # needs those columns and others never cached
     assert r.returncode == 0, r.stderr
@@ -201,7 +202,7 @@ def test_entry_from_another_trace_is_never_served(how, tmp_path):
 
 def test_damaged_entry_is_rebuilt_with_one_warning(tmp_path):
     xdg = tmp_path / "xdg"
-    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
     assert kview(*args, xdg=xdg).returncode == 0
     for f in (xdg / "kview" / "frames").glob("*/kernels.*.parquet"):
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
@@ -228,7 +229,7 @@ def test_json_trace_cache_is_keyed_by_content(tmp_path):
 
 def test_temporaries_of_killed_runs_are_removed_and_none_are_left(tmp_path):
     xdg = tmp_path / "xdg"
-    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
     assert kview(*args, xdg=xdg).returncode == 0
     (entry,) = (xdg / "kview" / "frames").iterdir()
     dead = subprocess.run(
@@ -247,7 +248,7 @@ def test_a_non_file_in_place_of_a_cache_file_costs_that_entry_only(what, tmp_pat
     xdg = tmp_path / "xdg"
     t = tmp_path / "t.sqlite"
     shutil.copy(FWD, t)
-    args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json")
     assert kview(*args, xdg=xdg).returncode == 0
     (entry,) = (xdg / "kview" / "frames").iterdir()
     target = entry / "report.cuda_gpu_kern_sum.parquet"
@@ -277,7 +278,7 @@ def test_a_file_that_does_not_verify_is_dropped_and_rebuilt(tmp_path):
     """A flip inside the Parquet bytes that Parquet itself would read as other numbers: the
     checksum catches it before a byte is decoded."""
     xdg = tmp_path / "xdg"
-    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv")
+    args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
     assert kview(*args, xdg=xdg).returncode == 0
     (f,) = (xdg / "kview" / "frames").glob("*/report.cuda_gpu_kern_sum.parquet")
     data = bytearray(f.read_bytes())

@@ -41,11 +41,13 @@ def test_stats_command_does_not_load_textual_or_torch():
     assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
 
 
-def test_help_loads_no_table_library():
-    """`kview --help` and a command's --help are argparse only: no polars, numpy or reader."""
+def test_help_and_a_small_kernel_summary_load_no_table_library():
+    """`kview --help` and a command's --help are argparse only, and a small trace's kernel summary
+    is answered from SQLite (kview.quick_stats): no polars, numpy or columnar reader."""
+    small = ROOT / "sample_traces" / "lm-small_ctx256_forward_nsys.sqlite"
     code = (
         "import sys, contextlib, io; from kview.cli import main\n"
-        "for argv in (['--help'], ['stats', '--help'], ['kernels', '--help']):\n"
+        f"for argv in (['--help'], ['stats', '--help'], ['kernels', '--help'], ['stats', r'{small}', '-r', 'cuda_gpu_kern_sum']):\n"
         "    with contextlib.redirect_stdout(io.StringIO()):\n"
         "        try: main(argv)\n"
         "        except SystemExit: pass\n"

@@ -18,11 +18,13 @@ import sqlite3
 import urllib.parse
 from functools import cached_property
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from kview.errors import OutOfMemory, TraceError, is_out_of_memory
 from kview.io.paths import named
+
+if TYPE_CHECKING:  # polars is imported by the readers that return frames: the file checks need none
+    import polars as pl
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_HEADER = 32  # a WAL file holds pages only past its 32-byte header
@@ -179,6 +181,8 @@ class SqliteSource:
         have = set(self.columns(table))
         cols = [c for c in columns if c in have]
         if not cols:
+            import polars as pl
+
             return pl.DataFrame()
         sql = "SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{table}"'
         if where:
@@ -194,6 +198,8 @@ class SqliteSource:
         have = set(self.columns(table)) | {"rowid"}
         cols = [c for c in columns if c in have]
         if not cols:
+            import polars as pl
+
             return pl.DataFrame()
         sel = ", ".join('rowid AS "_rid"' if c == "rowid" else f'"{c}"' for c in cols)
         lo, hi = self.rows(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]

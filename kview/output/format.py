@@ -8,8 +8,10 @@ segments (forward, backward, ...) take different shades of whole cells.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # imported where a bar or a short name is made: a table of text needs no polars
+    import polars as pl
 
 FULL = "█"
 EIGHTHS = ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")  # 0/8 .. 7/8 of a cell
@@ -30,6 +32,8 @@ def fmt_ns(ns: float | int | None) -> str:
 def bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
     """A bar `frac` (0..1) of `width` cells long, rounded to the nearest 1/8 cell; empty for a
     missing or undefined fraction (0/0)."""
+    import polars as pl
+
     cells = (frac.fill_nan(0).fill_null(0) * width * 8).round(0).cast(pl.Int64)
     return pl.concat_str(
         [
@@ -43,6 +47,8 @@ def stacked_bar(parts: list[str], width: int = 30, glyphs: str = SHADES) -> pl.E
     """One bar per row, a segment per column of `parts` drawn in its own shade, scaled so the
     row with the largest total fills `width` cells. Segment ends are rounded where they fall
     on the cumulative scale, so the segments of a row add up to its rounded total."""
+    import polars as pl
+
     values = [pl.col(p).fill_null(0).cast(pl.Float64) for p in parts]
     top = pl.sum_horizontal(values).max()
     segments, used, drawn = [], None, pl.lit(0, dtype=pl.Int64)
@@ -60,6 +66,8 @@ def short_names(names: pl.Series) -> pl.Series:
     """`void at::native::vectorized_elementwise_kernel<(int)4, ...>(int, T2, T3)` ->
     `at::native::vectorized_elementwise_kernel<…>`: template arguments and parameter lists
     elided. Computed once per distinct name."""
+    import polars as pl
+
     uniq = names.unique().drop_nulls()
     s = uniq.str.replace(r"^void ", "")
     for _ in range(8):  # innermost brackets first, depth by depth
@@ -301,6 +309,8 @@ def distinct_short_names(names: pl.Series, keep: int = 3) -> pl.Series:
     identifiers of its template arguments that the others lack, functors and kernels first, up
     to `keep` of them: `…vectorized_elementwise_kernel<…BinaryFunctor, MulFunctor…>`. Names
     that still read the same are numbered. Computed once per distinct name."""
+    import polars as pl
+
     uniq = names.unique().drop_nulls().sort()
     frame = pl.DataFrame({"full": uniq, "short": short_names(uniq)})
     mapping = dict(zip(frame["full"].to_list(), frame["short"].to_list()))
