@@ -313,6 +313,10 @@ def run(out: Path, python: str, only: str | None, jobs: int) -> int:
                 print(f"  {i}/{len(cases)} cases, {time.monotonic() - t0:.0f} s", flush=True)
     manifest = {rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in sorted(written)}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    # the traces' own bytes: a fixture changed between two runs is a difference of its own
+    facts["traces"] = " ".join(
+        f"{k}={hashlib.sha256((TRACES / dst).read_bytes()).hexdigest()[:16]}" for k, (_, dst) in TRACE_FILES.items()
+    )
     facts["cases"] = str(len(cases))
     facts["runs"] = str(sum(len(c.outputs) + 1 for c in cases))
     facts["seconds"] = f"{time.monotonic() - t0:.0f}"
@@ -334,6 +338,8 @@ def compare(a: Path, b: Path, context_lines: int = 30) -> int:
         f"{len(ma)} files in A, {len(mb)} in B; {len(different)} differ, {len(only_a)} only in A, "
         f"{len(only_b)} only in B"
     )
+    if meta[0].get("traces") and meta[1].get("traces") and meta[0]["traces"] != meta[1]["traces"]:
+        print(f"THE TRACES DIFFER: A {meta[0].get('traces')}, B {meta[1].get('traces')}")
     for k in only_a:
         print(f"ONLY IN A: {k}")
     for k in only_b:
