@@ -17,8 +17,9 @@ the disk cache (the owner's disk tier), as the frames its codec makes of it, und
 value is always what the codec decodes, whether it was computed here, read from the disk or made
 in a worker process, so the three agree.
 
-A table's dependencies are the tables its code calls, found in its bytecode (through the plain
-kview functions it calls, to any depth): nobody keeps them by hand. Its version (`digest`) is a
+A table's dependencies are the tables its code names, read from the code (through the plain
+kview functions and classes it names, to any depth; a superset of what one call asks for, and
+tests/test_store.py checks it holds every edge seen at run time): nobody keeps them by hand. Its version (`digest`) is a
 hash of its declared version, its codec and its dependencies' versions, written in every cache
 file it makes and checked when read, so a change of rules in one table invalidates it and what
 is made from it, and nothing else. `TABLES` names every declared table by key, for a worker
