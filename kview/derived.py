@@ -413,7 +413,7 @@ def import_all() -> None:
     """Import every module that declares tables (for the whole graph: tests, a worker)."""
     import pkgutil
 
-    import kview
+    import kview  # deferred: only a worker or a test asks for every module
 
     for m in pkgutil.walk_packages(kview.__path__, "kview."):
         if m.name.startswith(("kview.tui", "kview.capture", "kview.models")) or m.name in sys.modules:

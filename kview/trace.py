@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.derived import Store, Table
+from kview.derived import Store, Table, import_all
 from kview.errors import TraceError
 from kview.io.paths import named
 from kview.io.source import TraceSource
@@ -183,6 +183,7 @@ class FrameCacheTier:
     def __init__(self, path: Path):
         self.path = path
 
+    # deferred, as in Trace.cached: the cache module loads when a table is first kept
     def has(self, table: Table) -> bool:
         from kview.io import cache
 
@@ -282,8 +283,6 @@ def make_tables(path: str, keys: tuple[str, ...], use_cache: bool, out: str | No
     folder for the process that asked (Store.read_made). A trace that cannot be opened: nothing
     (the asking process meets it again, and says it). `quiet`: nothing on the terminal (the
     explorer owns it)."""
-    from kview.derived import import_all
-
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key

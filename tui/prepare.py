@@ -17,10 +17,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kview.trace import Trace
+from kview.analysis.ranks import _start_resource_tracker
+from kview.trace import Trace, make_tables
 
 # traces of this size or more are prepared in a worker process (dense_x5: 212 MiB, 1.1M ranges)
 PREPARE_BYTES = 128 << 20
@@ -55,9 +54,6 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
 def prepare(trace: Trace, use_cache: bool) -> bool:
     """Make the tables in a worker process and put them in `trace`'s store; False (nothing
     put) when the worker failed."""
-    from kview.analysis.ranks import _start_resource_tracker
-    from kview.trace import make_tables
-
     _start_resource_tracker()
     ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive a fork
     with tempfile.TemporaryDirectory(prefix="kview-tables-") as out:

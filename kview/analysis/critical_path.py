@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kview.analysis.iterations import iteration_table
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
 from kview.analysis.ranks import Run
 from kview.analysis.steps import step_instances
@@ -322,8 +323,6 @@ def step_verdicts(trace: Trace) -> pl.DataFrame:
 def iterations_bound_by(run: Run) -> pl.DataFrame:
     """`kview iterations`' table: the run's iteration table with each iteration's critical path
     verdict (what a rank file's summary keeps, by this table's key)."""
-    from kview.analysis.iterations import iteration_table
-
     return with_bound_by(run, iteration_table(run))
 
 
