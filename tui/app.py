@@ -5,7 +5,10 @@ message per thing that became ready (messages.py), wrapped with the trace's plac
 command line. The app keeps every trace's messages and hands those of the trace shown to the
 view that shows them, so the kernel summary appears while attribution still runs and `T`
 switches the views to another open trace without loading it again. Once every trace is in,
-more workers make the Compare table and the Ranks view's (every trace as the ranks of one run).
+each view that shows every trace (Compare, Ranks) makes its tables in its own workers.
+
+The app knows no view by name: it builds its tabs, their keys, the help screen's list and the
+command palette from the registered views (views/registry.py) and calls their hooks (View).
 """
 
 from __future__ import annotations
@@ -17,15 +20,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import cast
 
 import polars as pl
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.await_complete import AwaitComplete
-from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from kview.analysis.memory_timeline import Snapshot
@@ -35,28 +37,21 @@ from kview.tui.clipboard import copy
 from kview.tui.commands import KviewCommands
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
-from kview.tui.loading import compare, load, ranks, run_timeline
+from kview.tui.loading import load
 from kview.tui.messages import (
     EVERY_VIEW,
-    CompareAgain,
-    CompareReady,
+    ForView,
     LoadFailed,
-    OpenContext,
-    OpenKernels,
-    RanksReady,
-    ShowOnTimeline,
     SnapshotLoaded,
     Stage,
-    TimelineReady,
     TraceLoaded,
     TraceMessage,
     ViewMessage,
 )
-from kview.tui.views import shown_by
+from kview.tui.views import registered, shown_by
 from kview.tui.views.base import View
-from kview.tui.views.kernels import KernelsView
 from kview.tui.visible_filter import VisibleFilter
-from kview.tui.widgets.context_screen import ContextScreen
+from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import UNITS, FrameTable
 from kview.tui.widgets.help_screen import HelpScreen
 from kview.tui.widgets.pick_screen import PickScreen
@@ -74,10 +69,7 @@ class ViewTabs(TabbedContent):
 class KviewApp(App):
     TITLE = "kview"
     COMMANDS = App.COMMANDS | {KviewCommands}
-    # each view is shown by its key (views.shown_by: the n-th by n, Ranks by 7)
-    BINDINGS = [
-        Binding(key, f"show_view('{cls.view_id}')", cls.title, show=False) for key, cls in shown_by()
-    ] + bindings(GLOBAL_KEYS)
+    BINDINGS = bindings(GLOBAL_KEYS)  # and each view's key (made in __init__: views may register later)
     CSS_PATH = "kview.tcss"
 
     def action_command_palette(self) -> None:
@@ -105,6 +97,9 @@ class KviewApp(App):
         cluster: tuple[str, str] | None = None,
     ):
         super().__init__()
+        # each view is shown by its key (registry.shown_by: the n-th by n, Ranks by 7)
+        for key, cls in shown_by():
+            self.bind(key, f"show_view('{cls.view_id}')", description=cls.title, show=False)
         # every line drawn passes it: no control character from a trace reaches the terminal
         self._filters.append(VisibleFilter())
         self.paths = paths
@@ -122,28 +117,25 @@ class KviewApp(App):
         # (address, cache folder): the run is summarized rank file by rank file on this Dask
         # cluster (`kview RUN/ --cluster`), Ranks and Compare of ranks from the summaries
         self.cluster = cluster
-        self.summarized = None  # the run's rank_files.SummarizedRun, once summarized
-        self.compare_pending = False  # Compare of the ranks asked of the cluster
+        self.summarized: object = None  # the run's rank_files.SummarizedRun, once summarized
         self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
         self.stage: dict[int, str] = {}
         self.current = 0  # the trace the views show
         self.stale: set[str] = set()  # views still showing the trace before a switch
         self.t0 = time.perf_counter()
-        self.working = 0  # loads and comparisons still running
+        self.working = 0  # loads still running
         self._working_lock = threading.Lock()
-
-    @property
-    def kernels(self) -> KernelsView:
-        return cast(KernelsView, self.views["kernels"])
+        views = registered()
+        self.first_view = next((v.view_id for v in views if v.shown_first), views[0].view_id)
 
     @property
     def ready_at(self) -> float | None:
-        """perf_counter() when the first kernel table was built (None before)."""
-        return self.kernels.shown_at if "kernels" in self.views else None
+        """perf_counter() when the first view's first table was built (None before)."""
+        return self.views[self.first_view].shown_at if self.first_view in self.views else None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
-        with ViewTabs(initial="kernels", id="tabs"):
+        with ViewTabs(initial=self.first_view, id="tabs"):
             for key, cls in shown_by():
                 with TabPane(f"{key} {cls.title}", id=cls.view_id):
                     view = self.views[cls.view_id] = cls(id=f"view-{cls.view_id}")
@@ -170,12 +162,8 @@ class KviewApp(App):
         for i in range(len(self.paths)):
             if i == 0 or i not in members or not self.run_in_processes:
                 self.start_load(i)
-        if self.run_in_processes and self.cluster is not None:
-            self.views["ranks"].show_stage(f"summarizing the {len(members)} rank files on the cluster")
-            self.summarize_run(members)
-        elif self.run_in_processes:
-            self.views["ranks"].show_stage(f"reading the {len(members)} traces of the run in worker processes")
-            self.read_run(members)
+        for view in self.views.values():
+            view.session_started()
 
     def leave_on_signal(self, code: int) -> None:
         """End the ordinary way; should that hang (a dropped SSH connection: Textual waits to
@@ -232,126 +220,6 @@ class KviewApp(App):
         finally:
             self._busy(-1)
 
-    @work(thread=True, exit_on_error=False)
-    def compare_traces(
-        self, traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu", ranks: bool | None = None
-    ) -> None:
-        self._busy(1)
-        try:
-            message = compare(traces, by, metric, ranks)
-        except Exception as e:  # a table that cannot be made must not end the session
-            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
-        finally:
-            self._busy(-1)
-        self.views["compare"].post_message(message)
-
-    @work(thread=True, exit_on_error=False)
-    def rank_run(self, traces: list[TraceLoaded]) -> None:
-        self._busy(1)
-        try:
-            message = ranks([t.trace for t in traces])
-        except Exception as e:  # a table that cannot be made must not end the session
-            message = _no_ranks(e)
-        finally:
-            self._busy(-1)
-        self.views["ranks"].post_message(message)
-
-    @work(thread=True, exit_on_error=False)
-    def rank_timeline(self, traces: list[TraceLoaded], timelines: list[TimelineReady]) -> None:
-        """The ranks' rows on one timeline (`loading.run_timeline`), when the traces are a run."""
-        self._busy(1)
-        try:
-            message = run_timeline(traces, timelines)
-        except Exception as e:  # the traces' own timelines stay
-            message = None
-            why = f"no timeline of the run: {type(e).__name__}: {e}".splitlines()[0]
-            self.call_from_thread(self.notify, why, severity="warning")
-        finally:
-            self._busy(-1)
-        if message is not None:
-            self.views["timeline"].post_message(message)
-
-    @work(thread=True, exit_on_error=False)
-    def read_run(self, members: list[int]) -> None:
-        """The Ranks view of a large run, as `kview ranks` makes it: each trace read into the
-        frame cache by a worker process, then the ranks made here from the cache (traces of
-        their own: the views' loads use theirs at the same time), without loading every view
-        of every trace."""
-        from kview.analysis.ranks import read_in_workers
-        from kview.trace import open_trace
-
-        self._busy(1)
-        view = self.views["ranks"]
-        try:
-            files = [Path(self.paths[i]) for i in members]
-            for n in read_in_workers(files, quiet=True):
-                self.call_from_thread(
-                    view.show_stage, f"reading the run's traces in worker processes: {n} of {len(files)}"
-                )
-            self.call_from_thread(view.show_stage, "ranks")
-            message = ranks([open_trace(f) for f in files])
-        except Exception as e:  # a table that cannot be made must not end the session
-            message = _no_ranks(e)
-        finally:
-            self._busy(-1)
-        view.post_message(message)
-
-    def _on_cluster(self, members: list[int], compare: tuple[str, str, str | None] | None, stage: str):
-        """The run's rank files summarized on the cluster (`compare`: their columns of Compare),
-        the view in front of it told how many are done; a file that fails is said and left out."""
-        from kview.analysis.rank_files import Step, SummarizedRun
-        from kview.cluster import summarize_run
-
-        assert self.cluster is not None
-        address, cache_dir = self.cluster
-        view = self.views["compare" if compare else "ranks"]
-
-        def progress(n: int, total: int, done) -> None:
-            self.call_from_thread(view.show_stage, f"{stage}: {n} of {total}")
-            if done.tables is None:
-                why = f"kview: {done.path}: {done.problem}".splitlines()[0]
-                self.call_from_thread(self.notify, why, title="left out of the run", severity="error", timeout=30)
-
-        files = [os.path.abspath(self.paths[i]) for i in members]
-        outcome = summarize_run(address, files, Step(cache_dir, compare=compare), progress, quiet=True)
-        good = [(d.path, d.tables) for d in outcome if d.tables is not None]
-        if not good:
-            raise ValueError("no rank file could be summarized")
-        return SummarizedRun([f for f, _ in good], [t for _, t in good])
-
-    @work(thread=True, exit_on_error=False)
-    def summarize_run(self, members: list[int]) -> None:
-        """The Ranks view of a run summarized on a cluster, as `kview ranks --cluster` makes it."""
-        from kview.tui.loading import summarized_ranks
-
-        self._busy(1)
-        try:
-            run = self._on_cluster(members, None, "summarizing the rank files on the cluster")
-            self.summarized = run
-            message = summarized_ranks(run)
-        except Exception as e:  # a table that cannot be made must not end the session
-            message = _no_ranks(e)
-        finally:
-            self._busy(-1)
-        self.views["ranks"].post_message(message)
-
-    @work(thread=True, exit_on_error=False, group="cluster-compare", exclusive=True)
-    def compare_summarized(self, by: str = "category", metric: str = "gpu") -> None:
-        """Compare of the ranks from each rank file's columns, made on the cluster."""
-        from kview.tui.loading import summarized_compare
-
-        assert self.cluster is not None
-        self._busy(1)
-        try:
-            members = self.run_members()
-            run = self._on_cluster(members, (by, metric, None), "making each rank's column on the cluster")
-            message = summarized_compare(run, by, metric, self.cluster[0])
-        except Exception as e:  # a table that cannot be made must not end the session
-            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0], by, metric, True)
-        finally:
-            self._busy(-1)
-        self.views["compare"].post_message(message)
-
     def _busy(self, n: int) -> None:
         with self._working_lock:
             self.working += n
@@ -373,6 +241,10 @@ class KviewApp(App):
             if m.index == self.current and view.view_id not in self.stale:
                 self.deliver(view, m.message)
 
+    def trace_messages(self, index: int) -> list[ViewMessage]:
+        """The view messages trace `index` sent so far, in order."""
+        return self.received[index]
+
     def views_of(self, message: ViewMessage) -> list[View]:
         """The views a message goes to: its own, or (EVERY_VIEW) each view that shows one trace."""
         if message.view == EVERY_VIEW:
@@ -387,6 +259,10 @@ class KviewApp(App):
     @on(TraceLoaded)
     def _trace_loaded(self, m: TraceLoaded) -> None:
         self.loaded[m.index] = m
+        if m.index == self.current:  # views that fetch their own document (a stale one: when shown)
+            for vid, view in self.views.items():
+                if vid not in self.stale:
+                    view.fetch(m.trace)
         # What a load leaves lives as long as the session: out of the garbage collector's
         # sight, a full collection no longer walks it in the middle of a keystroke (80 ms on
         # a 45k-kernel trace's explorer; a held key's redraws are 1-10 ms).
@@ -400,7 +276,7 @@ class KviewApp(App):
     def _snapshot_loaded(self, m: SnapshotLoaded) -> None:
         self.snapshots.add(m.index)
         if m.index == self.current:
-            self.action_show_view("memory")
+            self.action_show_view(m.view)
         self._compare_when_all_in()
 
     @on(LoadFailed)
@@ -413,66 +289,18 @@ class KviewApp(App):
         self._compare_when_all_in()
 
     def _compare_when_all_in(self) -> None:
-        """Compare, and make the ranks of the run, once every trace is loaded or has failed (those
-        that failed are left out, and so are memory snapshots: no trace to compare)."""
+        """Once every trace is loaded or has failed (those that failed are left out, and so are
+        memory snapshots: no trace to compare), the views that show every trace make their tables."""
         if len(self.loaded) + len(self.failed) + len(self.snapshots) < len(self.paths):
             return
-        if not self.loaded and self.snapshots:
-            note = "Memory snapshots only: open traces to compare them (kview A.sqlite B.sqlite)."
-            self.views["compare"].post_message(CompareReady(None, note))
-            empty = pl.DataFrame()
-            note = "Memory snapshots only: open a run's traces to see its ranks (kview rank0.sqlite rank1.sqlite)."
-            self.views["ranks"].post_message(RanksReady(empty, empty, empty, empty, note))
-        elif self.loaded:  # (a first trace that failed ended the app)
-            self.views["compare"].show_stage("comparing")
-            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)])
-            if not self.run_in_processes:
-                self.views["ranks"].show_stage("ranks")
-                self.rank_run([self.loaded[i] for i in sorted(self.loaded)])
-            if len(self.loaded) > 1:  # the last timeline each trace sent: every row, attributed
-                last = {i: m for i in sorted(self.loaded) for m in self.received[i] if isinstance(m, TimelineReady)}
-                self.rank_timeline([self.loaded[i] for i in sorted(self.loaded)], [last[i] for i in sorted(last)])
+        for view in self.views.values():
+            view.all_traces_in()
 
-    @on(CompareAgain)
-    def _compare_again(self, m: CompareAgain) -> None:
-        if self.cluster is not None and self.run_in_processes:
-            if m.ranks:  # from the summaries, without loading every trace
-                self.views["compare"].show_stage("comparing the ranks")
-                self.compare_summarized(m.by, m.metric)
-                return
-            if not self.started.issuperset(range(len(self.paths))):  # the traces as columns need them all
-                self.views["compare"].show_stage(f"loading the {len(self.paths)} traces to compare them")
-                for i in range(len(self.paths)):
-                    self.start_load(i)
-                return
-        if self.loaded:
-            self.compare_traces([self.loaded[i] for i in sorted(self.loaded)], m.by, m.metric, m.ranks)
-
-    @on(OpenContext)
-    def _open_context(self, m: OpenContext) -> None:
-        if self.current not in self.loaded:
-            self.notify("the trace is still loading; kernel context once it is in", severity="warning")
-            return
-        self.kernel_context(self.loaded[self.current].trace, m.idx)
-
-    @work(thread=True, exit_on_error=False, exclusive=True, group="context")
-    def kernel_context(self, trace, idx: int) -> None:
-        from kview.analysis.kernel_context import kernel_context
-
-        try:
-            ctx = kernel_context(trace, idx)
-        except Exception as e:  # a lookup that fails must not end the session
-            self.call_from_thread(self.notify, f"no context for op {idx}: {e}".splitlines()[0], severity="error")
-            return
-        self.call_from_thread(self.push_screen, ContextScreen(trace.name, ctx))
-
-    @on(OpenKernels)
-    def _open_kernels(self, m: OpenKernels) -> None:
-        if m.scope is not None:
-            self.action_show_view("kernels")
-            self.kernels.show_scope(m.scope)
-        else:
-            self.open_kernels_filtered(m.filter_text)
+    @on(ForView)
+    def _for_view(self, m: ForView) -> None:
+        """A request for one view: show it, and hand it the request."""
+        self.action_show_view(m.view)
+        self.views[m.view].request(m)
 
     # -- which trace the views show -------------------------------------------------------
     def trace_name(self, index: int) -> str:
@@ -481,13 +309,12 @@ class KviewApp(App):
     def show_which_trace(self) -> None:
         """The header says which trace the view in front shows."""
         tabs = self.query(TabbedContent)
-        active = tabs.first().active if tabs else "kernels"
+        active = tabs.first().active if tabs else self.first_view
         n = len(self.paths)
         if active in self.views and self.views[active].every_trace and n > 1:
             self.sub_title = f"all {n} traces"
-            run = getattr(self.views[active], "run_data", None)
-            if run is not None and run.timeline.note:  # the files share no clock: say how they were lined up
-                self.sub_title += f" · {run.timeline.note}"
+            if note := self.views[active].trace_note():  # e.g. how files that share no clock were lined up
+                self.sub_title += f" · {note}"
         elif n > 1:
             # the place first: a long file name is cut at the end of the header, not the place
             self.sub_title = f"trace {self.current + 1}/{n} (T): {self.trace_name(self.current)}"
@@ -505,7 +332,8 @@ class KviewApp(App):
         self.current = index
         self.start_load(index)  # a large run's traces load when shown
         self.stale = {vid for vid, v in self.views.items() if not v.every_trace}
-        self.kernels.forget_trace()
+        for view in self.views.values():
+            view.forget_trace()
         self._refresh_view(self.query_one(TabbedContent).active)
         self.show_which_trace()
         self.notify(f"showing {self.trace_name(index)}", timeout=2)
@@ -518,6 +346,8 @@ class KviewApp(App):
         view.reset()
         if self.current in self.stage:
             view.show_stage(self.stage[self.current])
+        if self.current in self.loaded:
+            view.fetch(self.loaded[self.current].trace)
         for message in self.received[self.current]:
             if view in self.views_of(message):
                 self.deliver(view, message)
@@ -551,8 +381,7 @@ class KviewApp(App):
         # typing into a text line must not trigger single-letter keys (a hidden one takes none)
         focused = self.focused
         if (
-            focused is not None
-            and focused.id in ("filter", "search", "timeline-filter")
+            isinstance(focused, FilterInput)
             and focused.display
             and action in ("copy", "export", "help", "quit", "show_view", "pick_trace", "next_trace", "cycle_unit")
         ):
@@ -560,18 +389,6 @@ class KviewApp(App):
         if action in ("pick_trace", "next_trace"):  # shown (and run) only with several traces
             return len(self.paths) > 1
         return True
-
-    @on(ShowOnTimeline)
-    def _show_on_timeline(self, m: ShowOnTimeline) -> None:
-        from kview.tui.views.timeline import TimelineView
-
-        self.action_show_view("timeline")
-        view = cast(TimelineView, self.views["timeline"])
-        # after the tab is laid out, so the jump knows the canvas' width
-        if m.idx is not None:
-            self.call_after_refresh(view.show_gpu_op, m.idx)
-        elif m.start is not None and m.end is not None:
-            self.call_after_refresh(view.show_range, m.start, m.end, m.thread, m.depth)
 
     # -- actions ----------------------------------------------------------------
     def active_view(self) -> View:
@@ -586,28 +403,16 @@ class KviewApp(App):
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
         vid = self.query_one(TabbedContent).active
-        if vid == "compare" and self.cluster is not None and self.run_in_processes:
-            if getattr(self.views["compare"], "data", None) is None and not self.compare_pending:
-                self.compare_pending = True  # once: the view keeps what it shows, keys ask again
-                self.views["compare"].show_stage("comparing the ranks")
-                self.compare_summarized()
-        elif vid == "compare" and not self.started.issuperset(range(len(self.paths))):
-            # a large run's traces load when shown; Compare needs every one
-            self.views["compare"].show_stage(f"loading the {len(self.paths)} traces to compare them")
-            for i in range(len(self.paths)):
-                self.start_load(i)
+        self.views[vid].came_forward()
         if vid in self.stale:
             self._refresh_view(vid)
             self.views[vid].focus_content()
         self.show_which_trace()
 
-    def open_kernels_filtered(self, text: str) -> None:
-        self.action_show_view("kernels")
-        self.kernels.show_filtered(text)
-
-    def group_kernels(self, index: int) -> None:
-        self.action_show_view("kernels")
-        self.kernels.group_by(index)
+    def show_view_then(self, vid: str, then: Callable[[], object]) -> None:
+        """Show view `vid`, then run one of its palette entries."""
+        self.action_show_view(vid)
+        then()
 
     def action_cycle_unit(self) -> None:
         units = list(UNITS)
@@ -691,12 +496,6 @@ def _document(shown, frame: pl.DataFrame, fmt: str) -> str:
 
         return render.code_block(visible_lines(shown.picture))
     return render.render(frame, fmt)
-
-
-def _no_ranks(e: Exception) -> RanksReady:
-    """The Ranks view's message when its tables could not be made: empty tables and why."""
-    empty = pl.DataFrame()
-    return RanksReady(empty, empty, empty, empty, f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0])
 
 
 LEAVE_WITHIN_S = 2.0  # after a signal, the ordinary exit's time to restore the terminal

@@ -4,26 +4,42 @@ traces, the groupings, the export formats and the recent filters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Any, Protocol, cast
 
 from textual.command import CommandList, CommandPalette, DiscoveryHit, Hit, Hits, Provider
 
 from kview.tui.keymap import GLOBAL_KEYS, TABLE_KEYS, TABLE_VIEWS, VIEW_KEYS
-from kview.tui.views import VIEWS
-from kview.tui.views.kernels import GROUPINGS
+from kview.tui.views import registered
+from kview.tui.views.base import View
 
-if TYPE_CHECKING:
-    from kview.tui.app import KviewApp
+
+class Host(Protocol):
+    """What the palette runs on the app (the app imports this module, not the other way)."""
+
+    paths: list[str]
+    views: dict[str, View]
+
+    def action_show_view(self, vid: str) -> None: ...
+    def trace_name(self, index: int) -> str: ...
+    def switch_trace(self, index: int) -> None: ...
+    def run_action(self, action: str, default_namespace: Any = None) -> Any: ...
+    def run_view_action(self, vid: str, action: str, table: bool = False) -> Any: ...
+    def active_view(self) -> View: ...
+    def show_view_then(self, vid: str, then: Callable[[], object]) -> None: ...
+    def export_as(self, fmt: str | None) -> None: ...
+
 
 # table keys that only move the cursor: not worth a palette entry
 MOVES = ("cursor", "page", "jump", "column", "select")
 
 
-def commands(app: KviewApp) -> list[tuple[str, object]]:
+def commands(app: Host) -> list[tuple[str, object]]:
     from kview.tui.export import EXPORT_FORMATS
 
-    out: list[tuple[str, object]] = [(f"View: {v.title}", partial(app.action_show_view, v.view_id)) for v in VIEWS]
+    views = registered()
+    out: list[tuple[str, object]] = [(f"View: {v.title}", partial(app.action_show_view, v.view_id)) for v in views]
     if len(app.paths) > 1:
         out += [(f"Trace: show {app.trace_name(i)}", partial(app.switch_trace, i)) for i in range(len(app.paths))]
     out += [
@@ -31,7 +47,7 @@ def commands(app: KviewApp) -> list[tuple[str, object]]:
         for k in GLOBAL_KEYS
         if k.action and not (k.action.startswith(("pick_trace", "next_trace")) and len(app.paths) < 2)
     ]
-    titles = {v.view_id: v.title for v in VIEWS}
+    titles = {v.view_id: v.title for v in views}
     for vid, keys in VIEW_KEYS.items():
         if vid in titles:
             out += [(f"{titles[vid]}: {k.help}", partial(app.run_view_action, vid, k.action)) for k in keys if k.action]
@@ -42,15 +58,15 @@ def commands(app: KviewApp) -> list[tuple[str, object]]:
             for k in TABLE_KEYS
             if k.action and not k.action.startswith(MOVES)
         ]
-    out += [(f"Kernels: group by {g}", partial(app.group_kernels, i)) for i, (g, _) in enumerate(GROUPINGS)]
+    for vid, view in app.views.items():  # a view's own entries (Kernels: its groupings, recent filters)
+        out += [(text, partial(app.show_view_then, vid, then)) for text, then in view.palette()]
     out += [(f"Export what is shown as {f}", partial(app.export_as, f)) for f in EXPORT_FORMATS]
-    out += [(f"Filter: {h}", partial(app.open_kernels_filtered, h)) for h in reversed(app.kernels.history[-10:])]
     return out
 
 
 class KviewCommands(Provider):
     async def search(self, query: str) -> Hits:
-        app = cast("KviewApp", self.app)
+        app = cast(Host, self.app)
         matcher = self.matcher(query)
         for text, callback in commands(app):
             score = matcher.match(text)
@@ -59,7 +75,7 @@ class KviewCommands(Provider):
 
     async def discover(self) -> Hits:
         """Every command, before anything is typed."""
-        app = cast("KviewApp", self.app)
+        app = cast(Host, self.app)
         for text, callback in commands(app):
             yield DiscoveryHit(text, callback)  # type: ignore[arg-type]
 

@@ -3,7 +3,8 @@ word the footer shows and the sentence the help screen and the command palette s
 take their BINDINGS from here, the help screen lists the same rows and the palette runs the
 same actions, so a key, its description and its palette entry cannot drift apart.
 
-A new view adds its module to tui/views/ (and to VIEWS) and its keys here, under its view id.
+A new view is its module in tui/views/ and one `register` line in views/__init__.py; its keys go here,
+under its view id (the palette and the help screen read them).
 """
 
 from __future__ import annotations

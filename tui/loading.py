@@ -34,7 +34,7 @@ from kview.tui.messages import (
 )
 
 if TYPE_CHECKING:
-    from kview.analysis.memory_timeline import Snapshot
+    from kview.analysis.memory_timeline import MemoryTimeline, Snapshot
     from kview.analysis.rank_files import SummarizedRun
     from kview.trace import Trace
 
@@ -137,8 +137,8 @@ def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Messa
 
     yield SnapshotOnly(f"{snap.name} is a memory snapshot, not a trace: see the Memory view.")
     yield Stage(f"replaying the allocator history of {snap.name}")
-    yield MemoryReady(timeline(snap, use_cache=use_cache))
-    yield SnapshotLoaded(index)
+    yield memory_ready(timeline(snap, use_cache=use_cache))
+    yield SnapshotLoaded(index, MemoryReady.view)
 
 
 def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -154,7 +154,7 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
         if trace_memory.source_of(trace) is not None:  # the trace's own memory events
             yield Stage("memory timeline")
             try:
-                yield MemoryReady(trace_memory.timeline(trace))
+                yield memory_ready(trace_memory.timeline(trace))
             except TraceError as e:  # damaged memory events: the trace still opens
                 yield MemoryReady(None, f"{trace.name}: its memory events {e.problem}")
             return
@@ -167,9 +167,31 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
         return
     yield Stage("memory timeline")
     try:
-        yield MemoryReady(timeline(open_snapshot(trace.path), use_cache=use_cache, trace=trace))
+        yield memory_ready(timeline(open_snapshot(trace.path), use_cache=use_cache, trace=trace))
     except TraceError as e:  # a damaged snapshot beside a good trace: the trace still opens
         yield MemoryReady(None, f"{snap.name} {e.problem}")
+
+
+MEMORY_ROWS = 50  # rows of each table of the Memory view (`kview memory --top`)
+
+
+def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
+    """The Memory view's message: the timeline and its tables, made here, off the UI thread."""
+    return MemoryReady(tl, tables=memory_tables(tl) if tl is not None else ())
+
+
+def memory_tables(tl: MemoryTimeline) -> tuple[pl.DataFrame, ...]:
+    """Live at the peak by call site and by size, the largest allocations, per phase, per step."""
+    from kview.analysis import memory_timeline as mt
+
+    live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
+    return (
+        mt.by_site(live, MEMORY_ROWS),
+        mt.by_size(live, MEMORY_ROWS),
+        mt.top_allocations(tl, MEMORY_ROWS),
+        mt.phase_peaks(tl),
+        mt.step_peaks(tl),
+    )
 
 
 def launches(trace: Trace) -> LaunchesReady:
@@ -416,3 +438,37 @@ def _ranks_ready(
         caption += " · one rank: open its other ranks' traces too (kview rank0.sqlite rank1.sqlite, or a folder)"
     caption += "".join(f" · {note}" for note in notes)
     return RanksReady(with_time_bar(summary), iterations, st, collectives, caption)
+
+
+def on_cluster(view, members: list[int], compare: tuple[str, str, str | None] | None, stage: str) -> SummarizedRun:
+    """The run's rank files summarized on the session's cluster (`compare`: their columns of
+    Compare), `view` told how many are done; a file that fails is said and left out. Runs in
+    `view`'s thread worker."""
+    import os
+
+    from kview.analysis.rank_files import Step, SummarizedRun
+    from kview.cluster import summarize_run
+
+    session = view.session
+    assert session.cluster is not None
+    address, cache_dir = session.cluster
+    app = view.app
+
+    def progress(n: int, total: int, done) -> None:
+        app.call_from_thread(view.show_stage, f"{stage}: {n} of {total}")
+        if done.tables is None:
+            why = f"kview: {done.path}: {done.problem}".splitlines()[0]
+            app.call_from_thread(app.notify, why, title="left out of the run", severity="error", timeout=30)
+
+    files = [os.path.abspath(session.paths[i]) for i in members]
+    outcome = summarize_run(address, files, Step(cache_dir, compare=compare), progress, quiet=True)
+    good = [(d.path, d.tables) for d in outcome if d.tables is not None]
+    if not good:
+        raise ValueError("no rank file could be summarized")
+    return SummarizedRun([f for f, _ in good], [t for _, t in good])
+
+
+def no_ranks(e: Exception) -> RanksReady:
+    """The Ranks view's message when its tables could not be made: empty tables and why."""
+    empty = pl.DataFrame()
+    return RanksReady(empty, empty, empty, empty, f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0])

@@ -185,6 +185,9 @@ class MemoryReady(ViewMessage):
     view: ClassVar[str] = "memory"
     timeline: MemoryTimeline | None
     note: str = ""
+    # the view's tables, made in the worker (`loading.memory_tables`): live at the peak by site and by
+    # size, the largest allocations, per phase, per step
+    tables: tuple[pl.DataFrame, ...] = ()
 
 
 # a message for every view that shows one trace (each handles it in View.on_snapshot_only)
@@ -228,9 +231,10 @@ class TraceLoaded(Message):
 @frozen_message
 class SnapshotLoaded(Message):
     """File `index` (its place on the command line) is a memory snapshot and its timeline is
-    shown: it is in, with nothing to compare."""
+    shown in view `view` (brought forward): it is in, with nothing to compare."""
 
     index: int
+    view: str
 
 
 @frozen_message
@@ -239,6 +243,13 @@ class LoadFailed(Message):
 
     index: int
     error: str
+
+
+class ForView(Message):
+    """A request for view `view`, posted by any widget: the app brings that view forward and
+    hands it the message (`View.request`)."""
+
+    view: ClassVar[str]
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,36 +263,21 @@ class Scope:
 
 
 @frozen_message
-class CompareAgain(Message):
-    """Make the Compare table again by `by` and `metric`, ranks or traces as columns (posted by
-    the Compare view)."""
-
-    by: str
-    metric: str
-    ranks: bool = False
-
-
-@frozen_message
-class OpenContext(Message):
-    """Show the context of GPU op `idx` (posted by the Kernels view, handled by the app)."""
-
-    idx: int
-
-
-@frozen_message
-class OpenKernels(Message):
+class OpenKernels(ForView):
     """Show the Kernels view filtered by `filter_text`, or restricted to `scope` (posted by a
-    view, handled by the app)."""
+    view)."""
 
+    view: ClassVar[str] = "kernels"
     filter_text: str = ""
     scope: Scope | None = None
 
 
 @frozen_message
-class ShowOnTimeline(Message):
+class ShowOnTimeline(ForView):
     """Show the Timeline with GPU op `idx` (Kernels' Idx) or the range [start, end] (absolute
     ns) of thread `thread` at NVTX depth `depth` under the cursor (posted by a view)."""
 
+    view: ClassVar[str] = "timeline"
     idx: int | None = None
     start: int | None = None
     end: int | None = None

@@ -1,36 +1,35 @@
-"""The explorer's views, one a module; each turns what the loader made ready into widgets and
-knows the table it shows (for copy and export)."""
+"""The explorer's views, one a module; each turns its document into widgets and knows the table
+it shows (for copy and export). A new view is its module plus one line below."""
 
 from __future__ import annotations
 
-from kview.tui.views.base import View
-from kview.tui.views.compare import CompareView
-from kview.tui.views.efficiency import EfficiencyView
-from kview.tui.views.kernels import KernelsView
-from kview.tui.views.launches import LaunchesView
-from kview.tui.views.layers import LayersView
-from kview.tui.views.memory import MemoryView
-from kview.tui.views.nvtx import NvtxView
-from kview.tui.views.overview import OverviewView
-from kview.tui.views.ranks import RanksView
-from kview.tui.views.timeline import TimelineView
-
-# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7, Efficiency 9, Launches 0,
-# whichever views come before them)
-VIEWS: tuple[type[View], ...] = (
-    OverviewView,
-    KernelsView,
-    NvtxView,
-    LayersView,
-    CompareView,
-    TimelineView,
-    RanksView,
-    MemoryView,
-    EfficiencyView,
-    LaunchesView,
+from kview.tui.views import (
+    compare,
+    efficiency,
+    kernels,
+    launches,
+    layers,
+    memory,
+    nvtx,
+    overview,
+    ranks,
+    timeline,
 )
+from kview.tui.views.registry import register, registered, shown_by, unregister
 
+# tab order: the n-th view is shown by key n, unless it names its own key (Ranks is 7, Memory 8,
+# Efficiency 9, Launches 0, whichever views come before them)
+register(overview.OverviewView)
+register(kernels.KernelsView)
+register(nvtx.NvtxView)
+register(layers.LayersView)
+register(compare.CompareView)
+register(timeline.TimelineView)
+register(ranks.RanksView)
+register(memory.MemoryView)
+register(efficiency.EfficiencyView)
+register(launches.LaunchesView)
 
-def shown_by() -> list[tuple[str, type[View]]]:
-    """(key, view) in tab order: the key that shows each view (the tab says it too)."""
-    return [(cls.key or str(n), cls) for n, cls in enumerate(VIEWS, 1)]
+VIEWS = registered()  # the built-in views (the app reads `registered()`: a view added later too)
+
+__all__ = ["VIEWS", "register", "registered", "shown_by", "unregister"]

@@ -3,17 +3,34 @@ and what it shows for copy and export."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 import polars as pl
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
 
-from kview.tui.messages import SnapshotOnly
+from kview.tui.messages import ForView, SnapshotOnly, Stage, frozen_message
 from kview.tui.widgets.frame_table import FrameTable
+
+if TYPE_CHECKING:
+    from kview.trace import Trace
+    from kview.tui.messages import TraceLoaded, ViewMessage
+
+# what a view shows of one trace: its messages (and Stages), in order; made in the view's worker
+Document = Callable[["Trace", bool], Iterator[Message]]
+
+
+@frozen_message
+class Fetched(Message):
+    """A message of a view's document, made by fetch number `fetch` (an older one is dropped)."""
+
+    fetch: int
+    message: Message
 
 
 @dataclass(frozen=True)
@@ -30,16 +47,101 @@ class Shown:
     picture: str | None = None
 
 
+class Session(Protocol):
+    """What a view may read of the app: the traces on the command line and how far they are."""
+
+    paths: list[str]
+    use_cache: bool
+    current: int  # the trace the views show
+    loaded: dict[int, TraceLoaded]  # by the trace's place on the command line
+    snapshots: set[int]  # memory snapshots opened alone
+    started: set[int]  # traces whose load has started
+    run_in_processes: bool  # a large run: its traces read in worker processes
+    cluster: tuple[str, str] | None  # (address, cache folder) of a Dask cluster
+    summarized: object  # the run's rank_files.SummarizedRun, once summarized on the cluster
+
+    def run_members(self) -> list[int]: ...
+    def start_load(self, index: int) -> None: ...
+    def trace_messages(self, index: int) -> list[ViewMessage]: ...
+    def show_which_trace(self) -> None: ...
+
+
 class View(Vertical):
     """A tab's content. Until its message arrives it shows the loader's stage; the view's own
     `on_<message>` handler stores the message in a reactive attribute, whose watcher builds the
-    widgets (`show`). `reset` goes back to waiting (another trace is about to be shown)."""
+    widgets (`show`). `reset` goes back to waiting (another trace is about to be shown).
+
+    The class is the view's registration (views/registry.py): its id, title and key; the app
+    calls the hooks below and knows nothing else of a view."""
 
     view_id: ClassVar[str] = ""  # the tab's id
-    key: ClassVar[str] = ""  # the key that shows it ("": its place in VIEWS; views.shown_by)
+    key: ClassVar[str] = ""  # the key that shows it ("": its place among the views; registry.shown_by)
     title: ClassVar[str] = ""
+    shown_first: ClassVar[bool] = False  # the tab in front when the app starts
     data_vars: ClassVar[tuple[str, ...]] = ("data",)  # the reactive attributes holding messages
     every_trace: ClassVar[bool] = False  # True: shows all open traces at once (not switched)
+    shown_at: float | None = None  # perf_counter() when its first table was built (the first view's: ready)
+    # (trace, use_cache) -> its messages: the view fetches them itself, in its own thread worker, for
+    # the trace shown once it is loaded (None: the trace's load hands it its messages)
+    document: ClassVar[Document | None] = None
+    _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
+
+    @property
+    def session(self) -> Session:
+        return cast(Session, self.app)
+
+    # -- hooks the app calls ------------------------------------------------------------
+    def session_started(self) -> None:
+        """The app is up and every trace's load has started (or waits to be shown)."""
+
+    def all_traces_in(self) -> None:
+        """Every trace on the command line is in: loaded, failed, or a memory snapshot."""
+
+    def forget_trace(self) -> None:
+        """Another trace is about to be shown (before `reset`, when the view is next shown)."""
+
+    def came_forward(self) -> None:
+        """The view's tab came forward."""
+
+    def request(self, m: ForView) -> None:
+        """A request addressed to this view (a ForView message); the app showed the view."""
+
+    def trace_note(self) -> str:
+        """What the header adds after "all N traces" while this view shows every trace."""
+        return ""
+
+    def fetch(self, trace: Trace) -> None:
+        """Fetch the view's document of `trace` in its own thread worker (the one of the trace
+        shown before is cancelled), each message posted back to this view as it comes."""
+        document = type(self).document
+        if document is None:
+            return
+        self._fetches += 1
+        fetch, use_cache = self._fetches, self.session.use_cache
+
+        def run() -> None:
+            from textual.worker import get_current_worker
+
+            worker = get_current_worker()
+            for message in document(trace, use_cache):
+                if worker.is_cancelled:
+                    return
+                self.post_message(Fetched(fetch, message))
+
+        self.run_worker(run, thread=True, group=f"document-{self.view_id}", exclusive=True, exit_on_error=False)
+
+    def on_fetched(self, m: Fetched) -> None:
+        m.stop()
+        if m.fetch != self._fetches:
+            return
+        if isinstance(m.message, Stage):
+            self.show_stage(m.message.text)
+        else:
+            getattr(self, m.message.handler_name)(m.message)
+
+    def palette(self) -> list[tuple[str, Callable[[], object]]]:
+        """The view's own entries of the command palette, beyond its keys."""
+        return []
 
     def compose(self) -> ComposeResult:
         yield LoadingIndicator()
@@ -64,7 +166,8 @@ class View(Vertical):
     def reset(self) -> None:
         """Forget the data shown and wait for the next trace's (no watcher runs)."""
         for name in self.data_vars:
-            self.set_reactive(getattr(type(self), name), None)
+            if (attribute := getattr(type(self), name, None)) is not None:
+                self.set_reactive(attribute, None)
         self.show(LoadingIndicator(), Static("loading…", classes="stage"))
 
     def on_snapshot_only(self, m: SnapshotOnly) -> None:

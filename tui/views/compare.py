@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import polars as pl
 from rich.text import Text
+from textual import work
 from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.loading import BY
-from kview.tui.messages import CompareAgain, CompareReady
+from kview.tui.loading import BY, compare, on_cluster, summarized_compare
+from kview.tui.messages import CompareReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -24,6 +25,67 @@ class CompareView(View):
 
     data: var[CompareReady | None] = var(None, init=False)
     wanted: tuple[str, str, bool] | None = None  # (by, metric, ranks) last asked for with b / m / r
+    pending = False  # Compare of the ranks asked of the cluster
+
+    # -- the table, made in the view's own thread workers ------------------------------------
+    def all_traces_in(self) -> None:
+        s = self.session
+        if not s.loaded and s.snapshots:
+            note = "Memory snapshots only: open traces to compare them (kview A.sqlite B.sqlite)."
+            self.post_message(CompareReady(None, note))
+        elif s.loaded:  # (a first trace that failed ended the app)
+            self.show_stage("comparing")
+            self.compare_traces()
+
+    def came_forward(self) -> None:
+        s = self.session
+        if s.cluster is not None and s.run_in_processes:
+            if self.data is None and not self.pending:
+                self.pending = True  # once: the view keeps what it shows, keys ask again
+                self.show_stage("comparing the ranks")
+                self.compare_summarized()
+        elif not s.started.issuperset(range(len(s.paths))):
+            # a large run's traces load when shown; Compare needs every one
+            self.show_stage(f"loading the {len(s.paths)} traces to compare them")
+            for i in range(len(s.paths)):
+                s.start_load(i)
+
+    @work(thread=True, exit_on_error=False)
+    def compare_traces(self, by: str | None = None, metric: str = "gpu", ranks: bool | None = None) -> None:
+        loaded = self.session.loaded
+        try:
+            message = compare([loaded[i] for i in sorted(loaded)], by, metric, ranks)
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0])
+        self.post_message(message)
+
+    @work(thread=True, exit_on_error=False, group="cluster-compare", exclusive=True)
+    def compare_summarized(self, by: str = "category", metric: str = "gpu") -> None:
+        """Compare of the ranks from each rank file's columns, made on the cluster."""
+        s = self.session
+        assert s.cluster is not None
+        try:
+            stage = "making each rank's column on the cluster"
+            run = on_cluster(self, s.run_members(), (by, metric, None), stage)
+            message = summarized_compare(run, by, metric, s.cluster[0])
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = CompareReady(None, f"cannot compare: {type(e).__name__}: {e}".splitlines()[0], by, metric, True)
+        self.post_message(message)
+
+    def compare_again(self, by: str, metric: str, ranks: bool) -> None:
+        s = self.session
+        if s.cluster is not None and s.run_in_processes:
+            if ranks:  # from the summaries, without loading every trace
+                self.show_stage("comparing the ranks")
+                self.compare_summarized(by, metric)
+                return
+            if not s.started.issuperset(range(len(s.paths))):  # the traces as columns need them all
+                self.show_stage(f"loading the {len(s.paths)} traces to compare them")
+                for i in range(len(s.paths)):
+                    s.start_load(i)
+                return
+        if s.loaded:
+            self.compare_traces(by, metric, ranks)
 
     def on_compare_ready(self, m: CompareReady) -> None:
         if self.wanted is None or (m.by, m.metric, m.ranks) == self.wanted:  # an older request's table is dropped
@@ -79,7 +141,7 @@ class CompareView(View):
     def again(self, by: str, metric: str, ranks: bool) -> None:
         self.wanted = (by, metric, ranks)
         self.show_stage(f"comparing by {by}")
-        self.post_message(CompareAgain(by, metric, ranks))
+        self.compare_again(by, metric, ranks)
         columns = "ranks" if ranks else "traces"
         what = "the regression gate" if by == "gate" else f"compare {columns} by {by}, {metric.upper()} time"
         self.app.notify(what, timeout=2)

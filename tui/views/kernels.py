@@ -4,12 +4,15 @@ or as the frequency table of one column (VisiData's `F`)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import polars as pl
 from rich.text import Text
-from textual import on
+from textual import on, work
+from textual.message import Message
 from textual.reactive import var
 from textual.widgets import Input, Static
 
@@ -17,8 +20,17 @@ from kview.analysis import filters
 from kview.analysis.kernel_groups import STATS, frequency, group_stats
 from kview.output.format import SECONDARY_COLUMNS, bar, distinct_short_names, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import AttributedKernels, KernelSummary, OpenContext, Scope, ShowOnTimeline
+from kview.tui.messages import (
+    AttributedKernels,
+    ForView,
+    KernelSummary,
+    OpenKernels,
+    Scope,
+    ShowOnTimeline,
+    frozen_message,
+)
 from kview.tui.views.base import Shown, View
+from kview.tui.widgets.context_screen import ContextScreen
 from kview.tui.widgets.filter_input import FilterInput, TermSuggester
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS, FrameTable
 
@@ -41,6 +53,10 @@ NARROW = SECONDARY_COLUMNS  # left out below 120 columns, as the CLI table leave
 BARS = ("Share",)
 
 
+# attributed kernels up to which a key regroups on the UI thread (a few ms); above, in a worker
+INLINE_ROWS = 200_000
+
+
 @dataclass(frozen=True)
 class KernelsState:
     """What the Kernels view shows; one value, so a key that changes several parts (a group
@@ -55,9 +71,28 @@ class KernelsState:
     freq: str | None = None  # the column of the frequency table (mode "freq")
 
 
+@dataclass(frozen=True)
+class KernelsTable:
+    """A table the Kernels view shows: the frame, its text columns' widths, the status line."""
+
+    frame: pl.DataFrame
+    hints: dict[str, int] | None
+    status: str
+
+
+@frozen_message
+class Regrouped(Message):
+    """The table of state `state`, made by regroup number `n` in the view's worker."""
+
+    n: int
+    state: KernelsState
+    table: KernelsTable
+
+
 class KernelsView(View):
     view_id = "kernels"
     title = "Kernels"
+    shown_first = True
     BINDINGS = bindings(VIEW_KEYS["kernels"])
     data_vars = ("kern_sum", "attributed")
 
@@ -69,6 +104,7 @@ class KernelsView(View):
         super().__init__(**kw)
         self.history: list[str] = []  # filters applied, oldest first (the filter line walks it)
         self.shown_at: float | None = None  # perf_counter() when the first table was built
+        self._regroups = 0  # tables asked of the worker: only the last one's is shown
 
     # the parts of the state, read-only
     @property
@@ -129,17 +165,19 @@ class KernelsView(View):
         return TermSuggester(words + (list(self.attributed.words) if self.attributed is not None else []))
 
     # -- the table ----------------------------------------------------------------
-    def _rows(self, pick: bool = True) -> pl.DataFrame:
-        """The attributed kernels of the scope, filter and (with `pick`) drill-in."""
+    def _rows(self, pick: bool = True, state: KernelsState | None = None) -> pl.DataFrame:
+        """The attributed kernels of the scope, filter and (with `pick`) drill-in of `state`
+        (the one shown when None)."""
+        st = state or self.state
         if self.attributed is None:
             return pl.DataFrame()
         t = self.attributed.table
-        if self.state.scope is not None:
-            t = self._scoped(t, self.state.scope)
-        if self.filter_text:
-            t = filters.apply(t, self.filter_text)
-        if pick and self.pick:
-            col, val = self.pick
+        if st.scope is not None:
+            t = self._scoped(t, st.scope)
+        if st.filter_text:
+            t = filters.apply(t, st.filter_text)
+        if pick and st.pick:
+            col, val = st.pick
             t = (
                 t.filter(pl.col(SHOWN_AS.get(col, col)) == val)
                 if val is not None
@@ -162,9 +200,10 @@ class KernelsView(View):
             self._scope_rows = cached
         return cached[2]
 
-    def summary(self) -> pl.DataFrame:
-        label = GROUPINGS[self.grouping][1]
-        if self.attributed is None or (label == "Kernel" and not self.filter_text and self.state.scope is None):
+    def summary(self, state: KernelsState | None = None) -> pl.DataFrame:
+        st = state or self.state
+        label = GROUPINGS[st.grouping][1]
+        if self.attributed is None or (label == "Kernel" and not st.filter_text and st.scope is None):
             assert self.kern_sum is not None  # the table exists once the summary arrived
             k = self.kern_sum.frame  # exactly cuda_gpu_kern_sum
             if k.width == 0:  # the report was skipped: no kernels, the same columns without rows
@@ -177,7 +216,7 @@ class KernelsView(View):
                 pl.col("Name").alias("_full"),
                 distinct_short_names(k["Name"]).alias("Name"),
             )
-        rows = self._rows()
+        rows = self._rows(state=st)
         if label == "Kernel":
             rows = rows.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
         key = DERIVED.get(label, label)
@@ -201,9 +240,9 @@ class KernelsView(View):
             .fill_null(kernels)
         )
 
-    def freq_table(self, column: str) -> pl.DataFrame:
+    def freq_table(self, column: str, state: KernelsState | None = None) -> pl.DataFrame:
         """Count, time and share per value of `column` over the kernels of the filter."""
-        rows = self._rows(pick=False)
+        rows = self._rows(pick=False, state=state)
         key = SHOWN_AS.get(column, column)
         f = frequency(rows, key)
         total = f["Total Time (ns)"].sum() or 1
@@ -223,33 +262,54 @@ class KernelsView(View):
             self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:] + shown, style="bold"))
             self.detail.update("")
             return
+        if self.attributed is None or self.attributed.table.height <= INLINE_ROWS:
+            self.show_table(self.table_of(self.state))
+            return
+        self._regroups += 1
+        self.regroup(self._regroups, self.state)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="kernels-regroup")
+    def regroup(self, n: int, state: KernelsState) -> None:
+        """The table of `state` made off the UI thread (a large trace), handed back to be shown."""
+        self.post_message(Regrouped(n, state, self.table_of(state)))
+
+    def on_regrouped(self, m: Regrouped) -> None:
+        m.stop()
+        if m.n == self._regroups and m.state is self.state:  # a later key's table is on its way
+            self.show_table(m.table)
+
+    def table_of(self, state: KernelsState) -> KernelsTable:
+        """The frame `state` shows and its status line (a worker's: reads `state`, not the view's)."""
         hints = None
-        if self.mode == "summary":
-            frame = self.summary()
-            what = f"summary by {GROUPINGS[self.grouping][0]} ({frame.height:,} groups)"
-        elif self.mode == "freq" and self.state.freq is not None:
-            frame = self.freq_table(self.state.freq)
-            what = f"frequency of {self.state.freq} ({frame.height:,} values; enter shows a value's kernels)"
+        if state.mode == "summary":
+            frame = self.summary(state)
+            what = f"summary by {GROUPINGS[state.grouping][0]} ({frame.height:,} groups)"
+        elif state.mode == "freq" and state.freq is not None:
+            frame = self.freq_table(state.freq, state)
+            what = f"frequency of {state.freq} ({frame.height:,} values; enter shows a value's kernels)"
         else:
-            rows = self._rows()
+            rows = self._rows(state=state)
             frame = rows.with_columns(pl.col("Kernel").alias("_full"), pl.col("_name").alias("Kernel"))
             hints = self.attributed.text_widths if self.attributed is not None else None
             what = f"per-kernel rows ({frame.height:,}; enter: context)"
-        self.table.set_frame(frame, width_hints=hints)
         parts = [what]
-        if self.state.scope is not None:
-            rows = self._rows() if self.mode != "rows" else frame
+        if state.scope is not None:
+            rows = self._rows(state=state) if state.mode != "rows" else frame
             parts.append(
-                f"range: {self.state.scope.label} ({rows.height:,} kernels, "
+                f"range: {state.scope.label} ({rows.height:,} kernels, "
                 f"{fmt_ns(int(rows['Duration (ns)'].sum()))}; esc goes back)"
             )
-        if self.filter_text:
-            parts.append(f"filter: {self.filter_text}")
-        if self.pick:
-            parts.append(f"{self.pick[0]} = {self.pick[1]}")
+        if state.filter_text:
+            parts.append(f"filter: {state.filter_text}")
+        if state.pick:
+            parts.append(f"{state.pick[0]} = {state.pick[1]}")
         if self.attributed is None:
             parts.append("attributing kernels…")
-        self.status.update(Text("  ·  ".join(parts), style="bold"))
+        return KernelsTable(frame, hints, "  ·  ".join(parts))
+
+    def show_table(self, t: KernelsTable) -> None:
+        self.table.set_frame(t.frame, width_hints=t.hints)
+        self.status.update(Text(t.status, style="bold"))
         self.show_detail()
 
     def show_detail(self) -> None:
@@ -276,7 +336,7 @@ class KernelsView(View):
         if row is None:
             return
         if self.mode == "rows":
-            self.post_message(OpenContext(int(row["Idx"])))
+            self.open_context(int(row["Idx"]))
         elif self.mode == "freq" and self.state.freq is not None:
             self.state = replace(self.state, mode="rows", pick=(self.state.freq, row["_key"]))
         elif self.attributed is not None:
@@ -303,7 +363,7 @@ class KernelsView(View):
                 timeout=4,
             )
             return
-        self.post_message(OpenContext(int(row["Idx"])))
+        self.open_context(int(row["Idx"]))
 
     def action_frequency(self) -> None:
         """F: the frequency table of the column under the cursor (in a summary, of the column
@@ -409,6 +469,40 @@ class KernelsView(View):
         """The kernels matching `text`, one row each (a recent filter in the palette)."""
         if self.kern_sum is not None and not self.no_kernels():
             self.set_filter(text, rows=True)
+
+    def open_context(self, idx: int) -> None:
+        """The context of GPU op `idx` in a dialog (its lookup in a thread worker)."""
+        s = self.session
+        if s.current not in s.loaded:
+            self.app.notify("the trace is still loading; kernel context once it is in", severity="warning")
+            return
+        self.kernel_context(s.loaded[s.current].trace, idx)
+
+    @work(thread=True, exit_on_error=False, exclusive=True, group="context")
+    def kernel_context(self, trace, idx: int) -> None:
+        from kview.analysis.kernel_context import kernel_context
+
+        try:
+            ctx = kernel_context(trace, idx)
+        except Exception as e:  # a lookup that fails must not end the session
+            self.app.call_from_thread(
+                self.app.notify, f"no context for op {idx}: {e}".splitlines()[0], severity="error"
+            )
+            return
+        self.app.call_from_thread(self.app.push_screen, ContextScreen(trace.name, ctx))
+
+    def request(self, m: ForView) -> None:
+        if isinstance(m, OpenKernels) and m.scope is not None:
+            self.show_scope(m.scope)
+        elif isinstance(m, OpenKernels):
+            self.show_filtered(m.filter_text)
+
+    def palette(self) -> list[tuple[str, Callable[[], object]]]:
+        """A grouping by name, and the recent filters."""
+        out: list[tuple[str, Callable[[], object]]] = [
+            (f"Kernels: group by {g}", partial(self.group_by, i)) for i, (g, _) in enumerate(GROUPINGS)
+        ]
+        return out + [(f"Filter: {h}", partial(self.show_filtered, h)) for h in reversed(self.history[-10:])]
 
     @on(Input.Submitted, "#filter")
     def _submitted(self, event: Input.Submitted) -> None:

@@ -24,7 +24,6 @@ TABLES = (
     ("Allocated bytes per phase", "memory phases"),
     ("Allocated bytes per step", "memory steps"),
 )
-ROWS = 50  # rows of each table (`kview memory --top`)
 
 
 class MemoryView(View):
@@ -49,14 +48,7 @@ class MemoryView(View):
             self.show(Static(m.note, classes="note"))
             return
         tl = m.timeline
-        live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
-        self.tables = [
-            mt.by_site(live, ROWS),
-            mt.by_size(live, ROWS),
-            mt.top_allocations(tl, ROWS),
-            mt.phase_peaks(tl),
-            mt.step_peaks(tl),
-        ]
+        self.tables = m.tables  # made in the loader's worker (loading.memory_tables)
         self.head = Static(self.head_text(tl), id="memory-head")
         self.plot = Static("", id="memory-plot")
         self.status = Static("", id="memory-status")

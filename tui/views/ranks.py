@@ -6,13 +6,17 @@ exposed shares and the time it waited in collectives, above the iterations of ev
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 from rich.text import Text
+from textual import work
 from textual.reactive import var
 from textual.widgets import Static
 
 from kview.analysis.rank_summary import BAR_TITLE
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import no_ranks, on_cluster, ranks, summarized_ranks
 from kview.tui.messages import RanksReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
@@ -37,6 +41,70 @@ class RanksView(View):
 
     data: var[RanksReady | None] = var(None, init=False)
     lower: var[str] = var("iterations", init=False)
+
+    # -- the tables, made in the view's own thread workers ------------------------------------
+    def session_started(self) -> None:
+        s = self.session
+        if not s.run_in_processes:
+            return
+        members = s.run_members()
+        if s.cluster is not None:
+            self.show_stage(f"summarizing the {len(members)} rank files on the cluster")
+            self.summarize_run(members)
+        else:
+            self.show_stage(f"reading the {len(members)} traces of the run in worker processes")
+            self.read_run(members)
+
+    def all_traces_in(self) -> None:
+        s = self.session
+        if not s.loaded and s.snapshots:
+            empty = pl.DataFrame()
+            note = "Memory snapshots only: open a run's traces to see its ranks (kview rank0.sqlite rank1.sqlite)."
+            self.post_message(RanksReady(empty, empty, empty, empty, note))
+        elif s.loaded and not s.run_in_processes:
+            self.show_stage("ranks")
+            self.rank_run()
+
+    @work(thread=True, exit_on_error=False)
+    def rank_run(self) -> None:
+        loaded = self.session.loaded
+        try:
+            message = ranks([loaded[i].trace for i in sorted(loaded)])
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = no_ranks(e)
+        self.post_message(message)
+
+    @work(thread=True, exit_on_error=False)
+    def read_run(self, members: list[int]) -> None:
+        """The Ranks view of a large run, as `kview ranks` makes it: each trace read into the
+        frame cache by a worker process, then the ranks made here from the cache (traces of
+        their own: the views' loads use theirs at the same time), without loading every view
+        of every trace."""
+        from kview.analysis.ranks import read_in_workers
+        from kview.trace import open_trace
+
+        try:
+            files = [Path(self.session.paths[i]) for i in members]
+            for n in read_in_workers(files, quiet=True):
+                self.app.call_from_thread(
+                    self.show_stage, f"reading the run's traces in worker processes: {n} of {len(files)}"
+                )
+            self.app.call_from_thread(self.show_stage, "ranks")
+            message = ranks([open_trace(f) for f in files])
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = no_ranks(e)
+        self.post_message(message)
+
+    @work(thread=True, exit_on_error=False)
+    def summarize_run(self, members: list[int]) -> None:
+        """The Ranks view of a run summarized on a cluster, as `kview ranks --cluster` makes it."""
+        try:
+            run = on_cluster(self, members, None, "summarizing the rank files on the cluster")
+            self.session.summarized = run
+            message = summarized_ranks(run)
+        except Exception as e:  # a table that cannot be made must not end the session
+            message = no_ranks(e)
+        self.post_message(message)
 
     def on_ranks_ready(self, m: RanksReady) -> None:
         self.data = m

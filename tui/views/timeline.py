@@ -27,7 +27,7 @@ from textual.widgets import Input, Static
 from kview.analysis import timeline as tl_
 from kview.output.format import fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import OpenKernels, TimelineReady
+from kview.tui.messages import ForView, OpenKernels, ShowOnTimeline, TimelineReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import CATEGORY_COLOURS
@@ -459,7 +459,41 @@ class TimelineView(View):
                     self.entry = i
         self.set_view(t0, t0 + span, col=int((start + dur // 2 - t0) * cw // span))
 
+    # -- every trace as one run ----------------------------------------------------------
+    def trace_note(self) -> str:
+        """How the files of a run were lined up, when they share no clock."""
+        run = self.run_data
+        return run.timeline.note if run is not None and run.timeline.note else ""
+
+    def all_traces_in(self) -> None:
+        s = self.session
+        if len(s.loaded) > 1:  # the last timeline each trace sent: every row, attributed
+            last = {i: m for i in sorted(s.loaded) for m in s.trace_messages(i) if isinstance(m, TimelineReady)}
+            self.rank_timeline([last[i] for i in sorted(last)])
+
+    @work(thread=True, exit_on_error=False)
+    def rank_timeline(self, timelines: list[TimelineReady]) -> None:
+        """The ranks' rows on one timeline (`loading.run_timeline`), when the traces are a run."""
+        from kview.tui.loading import run_timeline
+
+        loaded = self.session.loaded
+        try:
+            message = run_timeline([loaded[i] for i in sorted(loaded)], timelines)
+        except Exception as e:  # the traces' own timelines stay
+            why = f"no timeline of the run: {type(e).__name__}: {e}".splitlines()[0]
+            self.app.call_from_thread(self.app.notify, why, severity="warning")
+            return
+        if message is not None:
+            self.post_message(message)
+
     # -- jumps from other views ---------------------------------------------------------
+    def request(self, m: ForView) -> None:
+        # after the tab is laid out, so the jump knows the canvas' width
+        if isinstance(m, ShowOnTimeline) and m.idx is not None:
+            self.app.call_after_refresh(self.show_gpu_op, m.idx)
+        elif isinstance(m, ShowOnTimeline) and m.start is not None and m.end is not None:
+            self.app.call_after_refresh(self.show_range, m.start, m.end, m.thread, m.depth)
+
     def show_gpu_op(self, idx: int) -> None:
         """Put GPU op `idx` (Kernels' Idx) under the cursor."""
         if self.canvas is None:

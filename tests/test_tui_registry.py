@@ -1,0 +1,107 @@
+"""A new view is one file plus one registration: a view defined here, registered, is shown on
+its key with its title in the tab, the help screen and the command palette, and tui/app.py names
+no view."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from test_tui import loaded
+from textual.widgets import Static
+
+from kview.tui.app import KviewApp
+from kview.tui.messages import KernelSummary, Stage
+from kview.tui.views import register, registered, shown_by, unregister
+from kview.tui.views.base import View
+
+from conftest import ROOT, SAMPLES
+
+LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
+
+
+def kernel_count(trace, use_cache: bool):
+    """The view's document: the trace's kernel summary (its own worker fetches it)."""
+    from kview.reports import cuda_gpu_kern_sum
+
+    yield Stage("counting kernel names")
+    yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
+
+
+class KernelCountView(View):
+    """How many kernel names the trace's kernel summary holds."""
+
+    view_id = "kernel-count"
+    title = "Kernel count"
+    key = "x"  # the 11th view: past 0, it names its own key
+    document = kernel_count
+
+    def on_kernel_summary(self, m: KernelSummary) -> None:
+        self.show(Static(f"{m.frame.height} kernel names", id="kernel-count"))
+
+
+@pytest.fixture
+def count_view():
+    register(KernelCountView)
+    yield KernelCountView
+    unregister(KernelCountView.view_id)
+
+
+async def test_a_view_registered_here_is_shown_on_its_key(count_view):
+    from kview.reports import cuda_gpu_kern_sum
+    from kview.trace import open_trace
+    from kview.tui.commands import commands
+
+    key = dict((cls.view_id, k) for k, cls in shown_by())[count_view.view_id]
+    assert key == "x" and registered()[-1] is count_view
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)  # the loads, then the view's own worker (the summary reached it so)
+        view = app.views[count_view.view_id]
+        await pilot.press(key)
+        assert app.query_one("#tabs").active == count_view.view_id
+        expected = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame.height
+        assert str(view.query_one("#kernel-count", Static).render()) == f"{expected} kernel names"
+        assert f"View: {count_view.title}" in [text for text, _ in commands(app)]
+        await pilot.press("question_mark")
+        assert count_view.title in str(app.screen.query_one("#help-text").render())
+        await pilot.press("escape", "1")
+        assert app.query_one("#tabs").active == registered()[0].view_id
+
+
+def test_app_names_no_view():
+    """No view id (nor a widget id of a view) appears as a string in tui/app.py."""
+    ids = {cls.view_id for cls in registered()}
+    tree = ast.parse((ROOT / "tui" / "app.py").read_text())
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    named = [s for s in strings if s in ids or any(s.startswith(f"{i}-") or s == f"view-{i}" for i in ids)]
+    assert named == [] and len(ids) == 10
+
+
+async def test_a_large_trace_regroups_off_the_ui_thread_to_the_same_tables(monkeypatch):
+    """Above INLINE_ROWS attributed kernels each key's table is made in the view's worker: the
+    same table the UI thread makes, and the UI thread makes none."""
+    import threading
+
+    from kview.tui.views import kernels
+
+    app = KviewApp([LM], use_cache=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot)
+        kv = app.view("kernels")
+        made_on: list[threading.Thread] = []
+        table_of = kv.table_of
+
+        def recorded(state):
+            made_on.append(threading.current_thread())
+            return table_of(state)
+
+        monkeypatch.setattr(kernels, "INLINE_ROWS", 0)
+        monkeypatch.setattr(kv, "table_of", recorded)
+        for keys in (["t"], ["g"], ["t"], ["slash", *"gemm", "enter"], ["F"], ["escape"]):
+            await pilot.press(*keys)
+            await loaded(pilot)  # the worker, then the table it handed back
+            assert made_on and threading.main_thread() not in made_on
+            assert kv.table.frame.equals(table_of(kv.state).frame), keys
+            made_on.clear()
+        assert kv.mode == "rows" and kv.filter_text == "gemm" and kv.table.frame.height > 0
