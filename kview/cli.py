@@ -832,10 +832,10 @@ def _cluster_cache_dir(args) -> str:
 def run_tables(run, command: str) -> dict:
     """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
     if command == "iterations":
-        from kview.analysis.critical_path import with_bound_by
-        from kview.analysis.iterations import iteration_stats, iteration_table
+        from kview.analysis.critical_path import iterations_bound_by
+        from kview.analysis.iterations import iteration_stats
 
-        return {"iterations": with_bound_by(run, iteration_table(run)), "statistics": iteration_stats(run)}
+        return {"iterations": iterations_bound_by(run), "statistics": iteration_stats(run)}
     from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
     from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import rank_table

@@ -395,8 +395,7 @@ def ranks(traces: list[Trace]) -> RanksReady:
     """The traces as one run (`kview ranks` over the same files): a row per rank with its bar,
     the iterations of every rank, the stragglers by iteration and the collectives."""
     from kview.analysis.collectives import collectives_by_rank, stragglers
-    from kview.analysis.critical_path import with_bound_by
-    from kview.analysis.iterations import iteration_table
+    from kview.analysis.critical_path import iterations_bound_by
     from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import make_run
 
@@ -405,7 +404,7 @@ def ranks(traces: list[Trace]) -> RanksReady:
     if summary.height == 0:
         return _no_ranks_ready()
     # the iterations as `kview iterations` shows them: with each one's critical-path verdict
-    iterations = with_bound_by(run, iteration_table(run))
+    iterations = iterations_bound_by(run)
     return _ranks_ready(summary, iterations, stragglers(run), collectives_by_rank(run), run.notes)
 
 

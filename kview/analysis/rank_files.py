@@ -239,7 +239,7 @@ class SummarizedRun:
 
     def iteration_table(self) -> pl.DataFrame:
         """iterations.iteration_table of the run with each iteration's critical path verdict, as
-        `kview iterations` and the Ranks view show it (critical_path.with_bound_by)."""
+        `kview iterations` and the Ranks view show it (critical_path.iterations_bound_by)."""
         return pl.concat(list(self._each("iterations", "Rank"))).sort(["Rank", "Iteration"], nulls_last=True)
 
     def _collectives(self) -> tuple[pl.DataFrame, pl.DataFrame]:
