@@ -5,14 +5,18 @@ no view."""
 from __future__ import annotations
 
 import ast
+import threading
 
 import pytest
 from test_tui import loaded
 from textual.widgets import Static
 
+from kview.reports import cuda_gpu_kern_sum
+from kview.trace import open_trace
 from kview.tui.app import KviewApp
+from kview.tui.commands import commands
 from kview.tui.messages import KernelSummary, Stage
-from kview.tui.views import register, registered, shown_by, unregister
+from kview.tui.views import kernels, register, registered, shown_by, unregister
 from kview.tui.views.base import View
 
 from conftest import ROOT, SAMPLES
@@ -22,8 +26,6 @@ LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
 
 def kernel_count(trace, use_cache: bool):
     """The view's document: the trace's kernel summary (its own worker fetches it)."""
-    from kview.reports import cuda_gpu_kern_sum
-
     yield Stage("counting kernel names")
     yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
 
@@ -48,10 +50,6 @@ def count_view():
 
 
 async def test_a_view_registered_here_is_shown_on_its_key(count_view):
-    from kview.reports import cuda_gpu_kern_sum
-    from kview.trace import open_trace
-    from kview.tui.commands import commands
-
     key = dict((cls.view_id, k) for k, cls in shown_by())[count_view.view_id]
     assert key == "x" and registered()[-1] is count_view
     app = KviewApp([LM], use_cache=False)
@@ -81,10 +79,6 @@ def test_app_names_no_view():
 async def test_a_large_trace_regroups_off_the_ui_thread_to_the_same_tables(monkeypatch):
     """Above INLINE_ROWS attributed kernels each key's table is made in the view's worker: the
     same table the UI thread makes, and the UI thread makes none."""
-    import threading
-
-    from kview.tui.views import kernels
-
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)

@@ -7,6 +7,7 @@ worker posts each as it comes, so the kernel summary is on screen while attribut
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -182,7 +183,7 @@ def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
 
 def memory_tables(tl: MemoryTimeline) -> tuple[pl.DataFrame, ...]:
     """Live at the peak by call site and by size, the largest allocations, per phase, per step."""
-    from kview.analysis import memory_timeline as mt
+    from kview.analysis import memory_timeline as mt  # deferred: loaded in the worker, as load's analysis
 
     live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
     return (
@@ -443,8 +444,7 @@ def on_cluster(view, members: list[int], compare: tuple[str, str, str | None] | 
     """The run's rank files summarized on the session's cluster (`compare`: their columns of
     Compare), `view` told how many are done; a file that fails is said and left out. Runs in
     `view`'s thread worker."""
-    import os
-
+    # deferred: the cluster's client (dask) loads only for a run summarized on a cluster
     from kview.analysis.rank_files import Step, SummarizedRun
     from kview.cluster import summarize_run
 

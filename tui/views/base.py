@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
+from textual.worker import get_current_worker
 
 from kview.tui.messages import ForView, SnapshotOnly, Stage, frozen_message
 from kview.tui.widgets.frame_table import FrameTable
@@ -120,8 +121,6 @@ class View(Vertical):
         fetch, use_cache = self._fetches, self.session.use_cache
 
         def run() -> None:
-            from textual.worker import get_current_worker
-
             worker = get_current_worker()
             for message in document(trace, use_cache):
                 if worker.is_cancelled:

@@ -480,7 +480,7 @@ class KernelsView(View):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="context")
     def kernel_context(self, trace, idx: int) -> None:
-        from kview.analysis.kernel_context import kernel_context
+        from kview.analysis.kernel_context import kernel_context  # deferred: only when a context is asked for
 
         try:
             ctx = kernel_context(trace, idx)

@@ -80,6 +80,7 @@ class RanksView(View):
         frame cache by a worker process, then the ranks made here from the cache (traces of
         their own: the views' loads use theirs at the same time), without loading every view
         of every trace."""
+        # deferred: a large run's readers (worker processes) load only for such a run
         from kview.analysis.ranks import read_in_workers
         from kview.trace import open_trace
 

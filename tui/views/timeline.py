@@ -27,6 +27,7 @@ from textual.widgets import Input, Static
 from kview.analysis import timeline as tl_
 from kview.output.format import fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import run_timeline
 from kview.tui.messages import ForView, OpenKernels, ShowOnTimeline, TimelineReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
@@ -474,8 +475,6 @@ class TimelineView(View):
     @work(thread=True, exit_on_error=False)
     def rank_timeline(self, timelines: list[TimelineReady]) -> None:
         """The ranks' rows on one timeline (`loading.run_timeline`), when the traces are a run."""
-        from kview.tui.loading import run_timeline
-
         loaded = self.session.loaded
         try:
             message = run_timeline([loaded[i] for i in sorted(loaded)], timelines)
