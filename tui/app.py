@@ -123,8 +123,7 @@ class KviewApp(App):
         self.current = 0  # the trace the views show
         self.stale: set[str] = set()  # views still showing the trace before a switch
         self.t0 = time.perf_counter()
-        self.working = 0  # loads still running
-        self._working_lock = threading.Lock()
+        self._executor: _Unjoined | None = None  # the thread workers' (made on mount)
         views = registered()
         self.first_view = next((v.view_id for v in views if v.shown_first), views[0].view_id)
 
@@ -146,7 +145,8 @@ class KviewApp(App):
         loop = asyncio.get_running_loop()
         # Quitting never waits for a load: the thread workers run on an executor whose shutdown
         # does not join them (run() then leaves without the interpreter joining them either).
-        loop.set_default_executor(_Unjoined(thread_name_prefix="kview-load"))
+        self._executor = _Unjoined(thread_name_prefix="kview-load")
+        loop.set_default_executor(self._executor)
         # SIGTERM/SIGHUP/SIGINT end the app the ordinary way, so the terminal is restored
         # (alternate screen left, mouse tracking off) before the process exits.
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -205,7 +205,6 @@ class KviewApp(App):
     def load_trace(self, index: int, path: str) -> None:
         """Post each message of `load` as it comes, with the trace's index (the app hands it to
         its view when that trace is shown)."""
-        self._busy(1)
         try:
             for message in load(self.traces[index] if self.traces else path, self.use_cache, index):
                 if isinstance(message, (ViewMessage, Stage)):
@@ -217,12 +216,11 @@ class KviewApp(App):
 
             why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
             self.post_message(LoadFailed(index, f"kview: {path}: {why}".splitlines()[0]))
-        finally:
-            self._busy(-1)
 
-    def _busy(self, n: int) -> None:
-        with self._working_lock:
-            self.working += n
+    @property
+    def working(self) -> int:
+        """Thread workers still running: the loads' and the views' (a cache entry may be half written)."""
+        return self._executor.running if self._executor is not None else 0
 
     def view(self, vid: str) -> View:
         return self.views[vid]
@@ -515,7 +513,24 @@ def _leave_now(code: int) -> None:
 
 class _Unjoined(ThreadPoolExecutor):
     """The event loop's executor for thread workers: asyncio.run() ends by shutting it down,
-    which must not wait for a load that is still running."""
+    which must not wait for a load that is still running. It counts the workers running."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        def counted():
+            with self._lock:
+                self.running += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.running -= 1
+
+        return super().submit(counted)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait=False, cancel_futures=True)
@@ -539,7 +554,7 @@ def run(
     if app.working:
         from kview import atomic_write
 
-        atomic_write.remove_pending()  # a cache entry a load was writing
+        atomic_write.remove_pending()  # a cache entry a worker was writing
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
