@@ -12,10 +12,12 @@ __all__ = ["annotate", "step"]
 
 def __getattr__(name: str):
     if name == "annotate":
+        # deferred: torch, loaded only when a program calls it
         from kview.capture.module_ranges import annotate
 
         return annotate
     if name == "step":
+        # deferred: torch, loaded only when a program calls it
         from kview.capture.session import step
 
         return step

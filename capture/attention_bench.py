@@ -27,6 +27,8 @@ import statistics
 import sys
 import timeit
 
+from kview.io.memory_budget import parse_size
+
 FORMATS = ("table", "csv", "tsv", "md", "json")
 IMPLS = ("naive", "sdpa")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -129,6 +131,7 @@ def naive_attention(q, k, v, causal: bool = False):
     """Q K^T / sqrt(d) -> the LM's max-subtracted softmax -> P V, every intermediate materialized."""
     import torch
 
+    # deferred with torch (above): the parser and --help need none
     from kview.models.transformer_lm import softmax
 
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
@@ -262,8 +265,6 @@ def limit_memory(size: str | None, device: str) -> str | None:
         return None
     import torch
 
-    from kview.io.memory_budget import parse_size
-
     total = torch.cuda.get_device_properties(0).total_memory
     want = parse_size(size)
     torch.cuda.set_per_process_memory_fraction(min(1.0, want / total))
@@ -318,6 +319,7 @@ def render(rows: list[dict], fmt: str) -> str:
         return to_json(rows)
     import polars as pl
 
+    # deferred with polars (above): a GPU machine may have torch only
     from kview.output import render as rnd
 
     cols = {}

@@ -15,6 +15,7 @@ import statistics
 import sys
 import timeit
 
+from kview.capture import attention_bench
 from kview.capture.options import DTYPE_NAMES, LM_SIZES, MODELS, MODES
 
 FORMATS = ("table", "csv", "tsv", "md", "json")
@@ -74,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
 def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     import torch
 
+    # deferred with torch (above): the parser and --help need none
     from kview.capture.workload import BUILDERS, DTYPES, step
 
     torch.manual_seed(0)
@@ -97,6 +99,7 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         if snapshot:
+            # deferred: torch
             from kview.capture import memory_history
             from kview.models import annotate
 
@@ -136,8 +139,6 @@ def _device_name(device: str) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["attention"]:
-        from kview.capture import attention_bench
-
         return attention_bench.main(argv[1:])
     a = parser().parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
@@ -170,6 +171,7 @@ def main(argv: list[str]) -> int:
     else:
         import polars as pl
 
+        # deferred with polars (above): a GPU machine may have torch only
         from kview.output import render
 
         sys.stdout.write(

@@ -17,7 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kview.capture import command as cmd
+from kview.capture.memory_file import finalize, memory_name
 from kview.capture.options import DTYPE_NAMES, LM_SIZES, MODELS, MODES
+from kview.capture.process_group import run_in_group
 from kview.errors import KviewError, TraceError
 
 USAGE = """kview capture [options] -o TRACE.sqlite -- COMMAND [ARGS...]
@@ -206,7 +209,6 @@ def _memory_beside(a, tmp: Path, out: Path, info: dict) -> None:
     """--memory: align the snapshot with the finished trace and move it beside it."""
     if not a.memory:
         return
-    from kview.capture.memory_file import finalize, memory_name
 
     snap = tmp / "memory.pickle"
     if not snap.exists():
@@ -233,43 +235,17 @@ def capture_torch(a, out: Path) -> dict:
         print(f"kview capture: profiling under torch.profiler ({' '.join(workload_args(a))})", file=sys.stderr)
         r = run([sys.executable, "-m", "kview.capture.workload", *args], capture=True, tmp=Path(tmp))
         info = _workload_info(r.stderr)
+        # deferred: polars and the Kineto reader, for the torch backend only
+        from kview.capture.nsys_schema_writer import convert_kineto
+
         convert_kineto(js, out, info, " ".join(["kview", "capture", *sys.argv[2:]]))
         _memory_beside(a, Path(tmp), out, info)
         return info
 
 
-def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
-    """A torch.profiler trace (JSON) -> an nsys-schema SQLite trace, with the capture facts."""
-    from kview.capture import nsys_schema_writer
-    from kview.io.kineto_reader import read
-
-    k = read(js)
-    meta = {
-        **k.metadata,
-        "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
-        "EXPORT_SCHEMA_VERSION": "kview-1",
-        "CAPTURE_BACKEND": "torch",
-        **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()},
-        "CAPTURE_COMMAND": command,
-    }
-    return nsys_schema_writer.write(
-        out,
-        strings=k.strings,
-        kernels=k.kernels,
-        runtime=k.runtime,
-        memcpy=k.memcpy,
-        memset=k.memset,
-        nvtx_events=k.nvtx_events,
-        processes=k.processes,
-        devices=k.devices,
-        metadata=meta,
-    )
-
-
 def run(cmd: list[str], capture: bool = False, tmp: Path | None = None) -> subprocess.CompletedProcess:
     """One step of a capture, in a process group of its own (a signal to kview reaches it and
     removes `tmp`, process_group.py)."""
-    from kview.capture.process_group import run_in_group
 
     try:
         r = run_in_group(cmd, tmp=tmp, capture_output=capture)
@@ -313,7 +289,6 @@ def main(argv: list[str]) -> int:
         return _main_command(a, command, out, backend)
     if a.skip is not None or a.annotate or a.one_file or a.keep_json:
         p.error("--skip, --annotate, --one-file and --keep-json go with `-- COMMAND`")
-    from kview.capture.memory_file import memory_name
 
     for o in [out] + ([memory_name(out)] if a.memory else []):
         if o.exists() and not a.force:
@@ -334,8 +309,6 @@ def main(argv: list[str]) -> int:
 
 
 def _main_command(a, command: list[str], out: Path, backend: str) -> int:
-    from kview.capture import command as cmd
-
     annotate = None
     if a.annotate:
         annotate = {"depth": a.annotate_depth, "include": a.annotate_include, "exclude": a.annotate_exclude}

@@ -24,8 +24,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kview
+from kview.capture.memory_file import drop_range, finalize, memory_name
 from kview.capture.process_group import run_in_group
-from kview.errors import TraceError
+from kview.errors import OutputError, TraceError
+from kview.output import files
 
 LAUNCH = ["-m", "kview.capture.launch"]
 NO_TORCH = "no-torch"  # the launcher's note in the capture folder: its Python has no torch
@@ -192,8 +195,6 @@ def _package_link(tmp: Path) -> Path:
     PYTHONPATH so its interpreter finds the launcher without seeing kview's other dependencies."""
     import importlib.util
 
-    import kview
-
     d = tmp / "py"
     pkg = d / "kview"
     pkg.mkdir(parents=True)
@@ -227,8 +228,6 @@ class Outcome:
 def check_outputs(out: Path, prog: Program, keep_json: bool, force: bool, memory: bool = False) -> None:
     """Refuse before the program runs: the output folder must exist, and no trace of an earlier
     capture is overwritten without --force (per rank: any TRACE.rank*.sqlite)."""
-    from kview.errors import OutputError
-    from kview.output import files
 
     files.check([out], [], True)
     # the name is literal (`run[1].sqlite` is that file): only the rank number is a pattern
@@ -318,8 +317,6 @@ def run(
                 with open(js, "rb") as f, gzip.open(dst.with_suffix(".json.gz"), "wb") as g:
                     shutil.copyfileobj(f, g)
             if src in snapshots:
-                from kview.capture.memory_file import memory_name
-
                 shutil.move(str(snapshots[src]), memory_name(dst))
                 written.append(memory_name(dst))
         return Outcome(written, statuses, notes)
@@ -328,7 +325,6 @@ def run(
 def _memory_snapshots(tmp: Path, made: list, notes: list[str]) -> dict[Path, Path]:
     """trace -> its allocator history (memory.{tag}.pickle of the process that wrote it), each
     aligned with its trace (memory_file.finalize)."""
-    from kview.capture.memory_file import finalize
 
     found = {p.name[len("memory.") : -len(".pickle")]: p for p in tmp.glob("memory.*.pickle")}
     pairs = {}
@@ -355,22 +351,6 @@ def _tag(status: dict) -> str:
     return f"rank{status['rank']}" if status["rank"] is not None else f"pid{status['pid']}"
 
 
-def drop_range(db: Path, name: str) -> None:
-    """Remove the push/pop range `name` (the unfinished tail step) from a trace we just wrote."""
-    import sqlite3
-
-    con = sqlite3.connect(db)
-    try:
-        con.execute(
-            "DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (text = ? OR textId IN "
-            "(SELECT id FROM StringIds WHERE value = ?))",
-            (name, name),
-        )
-        con.commit()
-    finally:
-        con.close()
-
-
 def _nsys_exports(tmp: Path) -> list[tuple[str | None, Path, None]]:
     made = []
     for rep in sorted(tmp.glob("trace*.nsys-rep")):
@@ -389,7 +369,8 @@ def _nsys_exports(tmp: Path) -> list[tuple[str | None, Path, None]]:
 
 
 def _torch_exports(tmp: Path, statuses: list[dict], command: str) -> list[tuple[str | None, Path, Path]]:
-    from kview.capture.cli import convert_kineto
+    # deferred: polars and the Kineto reader, for the torch backend only
+    from kview.capture.nsys_schema_writer import convert_kineto
 
     by_tag = {_tag(s): s for s in statuses}
     made = []

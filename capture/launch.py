@@ -40,6 +40,7 @@ def _no_torch() -> None:
 
     folder = json.loads(os.environ.get("KVIEW_CAPTURE") or "{}").get("dir")
     if folder:
+        # only without torch: the profiled process otherwise loads nothing of kview's core
         from kview.capture.command import NO_TORCH
 
         with open(os.path.join(folder, f"{NO_TORCH}.{os.getpid()}"), "w") as f:
@@ -55,6 +56,7 @@ def main() -> None:
         print("usage: python -m kview.capture.launch [-m] TARGET [ARGS...] (started by kview capture)", file=sys.stderr)
         sys.exit(2)
     try:
+        # deferred: torch, whose absence is said in one line below
         from kview.capture.session import start_from_env
     except ModuleNotFoundError as e:
         if e.name != "torch":

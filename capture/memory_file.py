@@ -38,11 +38,23 @@ def marker_start(db: Path, name: str) -> int | None:
         con.close()
 
 
+def drop_range(db: Path, name: str) -> None:
+    """Remove the push/pop range `name` (the unfinished tail step) from a trace we just wrote."""
+    con = sqlite3.connect(db)
+    try:
+        con.execute(
+            "DELETE FROM NVTX_EVENTS WHERE eventType = 59 AND (text = ? OR textId IN "
+            "(SELECT id FROM StringIds WHERE value = ?))",
+            (name, name),
+        )
+        con.commit()
+    finally:
+        con.close()
+
+
 def finalize(snapshot: Path, db: Path) -> str | None:
     """Store the trace side of the clock pair in `snapshot` and drop the marker from `db`; a note
     when the snapshot cannot be aligned with the trace."""
-    from kview.capture.command import drop_range
-
     data = snapshot_pickle.load(snapshot)
     facts = data.get(snapshot_pickle.KVIEW_KEY) or {}
     clock = facts.get("clock") or {}

@@ -67,6 +67,7 @@ def finish(path: str, clock: dict) -> dict:
         "requested_bytes_peak": int(stats.get("requested_bytes.all.peak", 0)),
     }
     snap["kview"] = facts
+    # kview's core only once the snapshot is written (this runs in the profiled process)
     from kview.io.snapshot_pickle import dump
 
     dump(snap, path)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kview.io.kineto_reader import read
 from kview.io.schema import (
     KERNEL_COLUMNS,
     MEMCPY_COLUMNS,
@@ -126,3 +127,28 @@ def write(
         con.close()
     os.replace(tmp, path)
     return path
+
+
+def convert_kineto(js: Path, out: Path, info: dict, command: str) -> Path:
+    """A torch.profiler trace (JSON) -> an nsys-schema SQLite trace, with the capture facts."""
+    k = read(js)
+    meta = {
+        **k.metadata,
+        "EXPORT_PRODUCT_NAME": "kview capture (torch.profiler)",
+        "EXPORT_SCHEMA_VERSION": "kview-1",
+        "CAPTURE_BACKEND": "torch",
+        **{f"CAPTURE_{key.upper()}": str(v) for key, v in info.items()},
+        "CAPTURE_COMMAND": command,
+    }
+    return write(
+        out,
+        strings=k.strings,
+        kernels=k.kernels,
+        runtime=k.runtime,
+        memcpy=k.memcpy,
+        memset=k.memset,
+        nvtx_events=k.nvtx_events,
+        processes=k.processes,
+        devices=k.devices,
+        metadata=meta,
+    )

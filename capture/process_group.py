@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from kview import atomic_write
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 10.0  # how long the program has to end after the signal before it is killed
 
@@ -58,7 +60,6 @@ def run_in_group(
             _end_group(child.pid, signum)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        from kview import atomic_write
 
         atomic_write.remove_pending()
         signal.signal(signum, signal.SIG_DFL)

@@ -33,6 +33,9 @@ from pathlib import Path
 
 import torch
 
+from kview.capture import memory_history
+from kview.capture.module_ranges import ModuleRanges, Selection, nvtx_ranges, profiler_ranges
+
 ENV = "KVIEW_CAPTURE"
 SOURCES = ("optimizer", "profiler", "explicit")  # later = more explicit = wins
 
@@ -78,12 +81,8 @@ class Session:
         self.module_ranges = None
         self._module_hook = None
         if self.backend == "nsys":
-            from kview.capture.module_ranges import nvtx_ranges
-
             self._push, self._pop = nvtx_ranges()
         else:
-            from kview.capture.module_ranges import profiler_ranges
-
             self._push, self._pop = profiler_ranges()
 
     def _depth(self) -> int:
@@ -94,8 +93,6 @@ class Session:
         global _current
         _current = self
         if self.annotate is not None:
-            from kview.capture.module_ranges import ModuleRanges, Selection, nvtx_ranges, profiler_ranges
-
             a = self.annotate
             sel = Selection(a.get("depth"), a.get("include"), a.get("exclude"), tuple(a.get("types") or ()))
             ranges = nvtx_ranges() if self.backend == "nsys" else profiler_ranges()
@@ -299,8 +296,6 @@ class Session:
             self.prof.start()
         self.profiling = True
         if self.memory and torch.cuda.is_available():
-            from kview.capture import memory_history
-
             self.memory_clock = memory_history.start(self._marker)
 
     @contextlib.contextmanager
@@ -318,7 +313,6 @@ class Session:
             if clock is not None:
                 torch.cuda.memory._record_memory_history(enabled=None)
             return
-        from kview.capture import memory_history
 
         memory_history.finish(str(self.dir / f"memory.{self.tag}.pickle"), clock)
 

@@ -3,12 +3,13 @@ exactly as `kview capture --backend torch` does after its profiling run.
 
     python sample_traces/convert_torch.py
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from kview.capture.cli import convert_kineto
+from kview.capture.nsys_schema_writer import convert_kineto
 
 HERE = Path(__file__).resolve().parent
 GPU = {"torch": "2.11.0+cu130", "cuda": "13.0", "device": "NVIDIA H200", "dtype": "fp32"}
@@ -17,12 +18,16 @@ GPU = {"torch": "2.11.0+cu130", "cuda": "13.0", "device": "NVIDIA H200", "dtype"
 def info_of(stem: str) -> tuple[dict, str]:
     if m := re.match(r"lm-(\w+)_ctx(\d+)_(\w+)_torch", stem):
         size, ctx, mode = m.groups()
-        return ({"model": "lm", "size": size, "ctx": ctx, "mode": mode, **GPU},
-                f"kview capture lm --size {size} --ctx {ctx} --mode {mode} --warmup 2 --steps 1 --backend torch --shapes")
+        return (
+            {"model": "lm", "size": size, "ctx": ctx, "mode": mode, **GPU},
+            f"kview capture lm --size {size} --ctx {ctx} --mode {mode} --warmup 2 --steps 1 --backend torch --shapes",
+        )
     model = stem.split("_")[0].split("-")[0]
     args = {"bert": "--layers 2 --ctx 128 --batch 4", "dlrm": "--batch 32768", "ncf": "--batch 1048576"}[model]
-    return ({"model": model, "mode": "train", **GPU},
-            f"kview capture {model} {args} --mode train --warmup 2 --steps 1 --backend torch --shapes")
+    return (
+        {"model": model, "mode": "train", **GPU},
+        f"kview capture {model} {args} --mode train --warmup 2 --steps 1 --backend torch --shapes",
+    )
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kview.reports.summary_stats import sqlite_round
+from kview.analysis.summary_stats import sqlite_round
 
 
 def _decimal_round(x: float, digits: int) -> float:

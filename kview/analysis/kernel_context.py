@@ -10,6 +10,7 @@ import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import attribute, launched_ops
+from kview.analysis.summary_stats import strip_version_suffix
 from kview.trace import Trace
 
 TID_MASK = 0xFFFFFF
@@ -44,8 +45,6 @@ def _launch(trace: Trace, op: dict) -> dict | None:
     )
     name = None
     if calls.height:
-        from kview.reports.api import strip_version_suffix
-
         named = trace.with_strings(calls.head(1), "name_id", "API")
         name = named.select(strip_version_suffix(pl.col("API")))["API"][0]
     tid = op["global_tid"]

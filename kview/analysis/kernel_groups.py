@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from kview.reports.gpu_kernels import STAT_HEADERS
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
+from kview.analysis.summary_stats import (
+    STAT_HEADERS,
+    order_like_sqlite,
+    percent_of_total,
+    sqlite_round,
+    stats_aggs,
+)
 
 STATS = ("Time (%)", *STAT_HEADERS.values())
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.analysis.summary_stats import (
+    order_like_sqlite,
+    percent_of_total,
+    sqlite_round,
+    stats_aggs,
+    strip_version_suffix,
+)
 from kview.reports.base import Report, empty
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
 
 HEADERS = {
@@ -17,11 +23,6 @@ HEADERS = {
     "max": "Max (ns)",
     "stddev": "StdDev (ns)",
 }
-
-
-def strip_version_suffix(s: pl.Expr) -> pl.Expr:
-    """nsys drops a 6-character `_vNNNN` suffix (cudaMemcpyAsync_v3020), and only that shape."""
-    return pl.when(s.str.slice(-6, 2) == "_v").then(s.str.slice(0, s.str.len_chars() - 6)).otherwise(s)
 
 
 def _api_summary(trace: Trace, frame: pl.DataFrame, name: str, title: str, strip: bool) -> Report:

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.analysis.summary_stats import (
+    STAT_HEADERS,
+    order_like_sqlite,
+    percent_of_total,
+    sqlite_round,
+    stats_aggs,
+    strip_version_suffix,
+)
 from kview.io.schema import PID_MASK, pid_of, tid_of
-from kview.reports.api import strip_version_suffix
 from kview.reports.base import Report, empty
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
-
-STAT_HEADERS = {
-    "total": "Total Time (ns)",
-    "num": "Instances",
-    "avg": "Avg (ns)",
-    "med": "Med (ns)",
-    "min": "Min (ns)",
-    "max": "Max (ns)",
-    "stddev": "StdDev (ns)",
-}
 
 
 def _named_kernels(trace: Trace, extra: tuple[str, ...] | list[str] = ()) -> pl.DataFrame:

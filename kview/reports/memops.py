@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.analysis.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.reports.base import Report, empty
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
 
 

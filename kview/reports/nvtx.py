@@ -7,9 +7,9 @@ from typing import Literal
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
+from kview.analysis.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.reports.base import Report, empty
-from kview.reports.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 from kview.trace import Trace
 
 NO_NVTX = "does not contain NV Tools Extension (NVTX) data"

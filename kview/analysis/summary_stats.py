@@ -1,4 +1,4 @@
-"""Summary statistics exactly as `nsys stats` computes and rounds them.
+"""Summary statistics exactly as `nsys stats` computes, rounds and names them.
 
 nsys runs SQL with its own aggregates: avg() over integers is an exact integer sum divided
 as doubles, stdev is the sample deviation (0 for fewer than two values), median of an even
@@ -78,3 +78,20 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
         df = df.sort(rest, nulls_last=False)  # the keys are unique per row: a total order
     # SQLite puts NULL first in ascending and last in descending order.
     return df.sort(by, descending=descending, nulls_last=descending, maintain_order=True)
+
+
+# the statistics' column headers, as `nsys stats` names them
+STAT_HEADERS = {
+    "total": "Total Time (ns)",
+    "num": "Instances",
+    "avg": "Avg (ns)",
+    "med": "Med (ns)",
+    "min": "Min (ns)",
+    "max": "Max (ns)",
+    "stddev": "StdDev (ns)",
+}
+
+
+def strip_version_suffix(s: pl.Expr) -> pl.Expr:
+    """nsys drops a 6-character `_vNNNN` suffix (cudaMemcpyAsync_v3020), and only that shape."""
+    return pl.when(s.str.slice(-6, 2) == "_v").then(s.str.slice(0, s.str.len_chars() - 6)).otherwise(s)
