@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kview import __version__, atomic_write
 from kview.errors import (
     KviewError,
     OutOfMemory,
@@ -31,7 +32,13 @@ from kview.errors import (
     is_out_of_memory,
     shown,
 )
+from kview.io import memory_budget
 from kview.io.paths import named
+from kview.io.snapshot_pickle import is_snapshot_file, memory_name
+from kview.output import files
+from kview.output.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
+from kview.output.stdout_guard import StdoutGuard
+from kview.output.visible import VisibleText, visible_lines
 
 if TYPE_CHECKING:
     import polars as pl
@@ -63,8 +70,6 @@ def _document_flags(defaults: bool) -> argparse.ArgumentParser:
 
     def d(value):
         return value if defaults else argparse.SUPPRESS
-
-    from kview.output.formats import FORMATS
 
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("output")
@@ -315,6 +320,7 @@ def _memory_options(p: argparse.ArgumentParser) -> None:
 
 
 def _report_names(arg: str | None) -> list[str]:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.reports import DEFAULT_REPORTS, REPORTS
 
     if not arg:
@@ -330,7 +336,6 @@ def _report_names(arg: str | None) -> list[str]:
 
 def _one_table_per_document(fmt: str, what: str, hint: str) -> None:
     """CSV and TSV on stdout are exactly one table, so a pipe gets a document it can parse."""
-    from kview.output.render import MULTI_TABLE_FORMATS
 
     if fmt not in MULTI_TABLE_FORMATS:
         raise UsageError(f"{what} do not fit one {fmt.upper()} document on stdout: {hint}")
@@ -365,14 +370,15 @@ def _inputs(args) -> list[str]:
         except OSError:  # a folder the user cannot read: nothing in it is read either
             pass
         if args.command == "memory":
+            # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
             from kview.analysis.memory_timeline import trace_beside
-            from kview.io.snapshot_pickle import memory_name
 
             out += [str(memory_name(p))] + [str(t) for t in [trace_beside(p)] if t is not None]
     return out
 
 
 def _open(args, path: str):
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.trace import open_trace
 
     try:
@@ -395,20 +401,16 @@ def _open(args, path: str):
 def _check_output(args) -> None:
     """-o PATH of a one-document command: refused before any work (an input, an existing file)."""
     if args.output:
-        from kview.output import files
-
         files.check([Path(args.output)], _inputs(args), args.force)
 
 
 def _write(args, text: str) -> int:
     """The command's document: to stdout, or to -o PATH (atomically; nothing for no data)."""
-    from kview.output.visible import visible_lines
 
     text = visible_lines(text)  # names from the trace hold no control character (JSON escapes them)
     if not args.output:
         sys.stdout.write(text)
         return 0
-    from kview.output import files
 
     if not text:
         print(f"kview: nothing to write: no file written to {args.output}", file=sys.stderr)
@@ -421,11 +423,10 @@ def _write(args, text: str) -> int:
 def _emit(args, frame, decimals=None) -> int:
     """One table as the command's document: streamed to stdout as polars writes it (a million rows
     never become one string), or written to -o PATH as _write does."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.output import render
 
     if args.output:
-        from kview.output import files
-
         if not files.write_streamed(
             Path(args.output), lambda out: render.write(frame, args.format, out, decimals), _inputs(args), args.force
         ):
@@ -438,19 +439,18 @@ def _emit(args, frame, decimals=None) -> int:
 
 
 def cmd_stats(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.quick_stats import answer
 
     quick = answer(args)  # a small trace's kernel summary, from SQLite with the standard library
     if quick is not None:
         return quick
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.output import render
-    from kview.output.visible import visible_lines
     from kview.reports import REPORTS
 
     names = _report_names(args.report)
     if args.output:
-        from kview.output import files
-
         ext = render.EXTENSIONS[args.format]
         targets = {n: Path(f"{args.output}_{n}.{ext}") for n in names}
         files.check(list(targets.values()), _inputs(args), args.force)  # refused before the work
@@ -477,12 +477,14 @@ def cmd_stats(args) -> int:
             parts.append("no rows in " + ", ".join(r.name for r in empty if not r.skipped))
         if empty and args.output:
             parts.append("no file written for " + ("it" if len(empty) == 1 else "those"))
+        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
         from kview.analysis.sanity import warning
 
         bad = warning(trace)
         if bad:  # nsys's numbers are kept, as nsys computes them; the user hears what is in them
             parts.append(f"{bad} (counted as they are, as nsys stats does)")
         if not trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+            # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
             from kview.analysis.cpu_ops import holdings
 
             if holdings(trace)["CPU ops"]:
@@ -536,6 +538,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_kernels(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis import filters
     from kview.analysis.attribution import attribute, shown
 
@@ -576,9 +579,10 @@ def _note(trace, text: str) -> None:
 
 
 def cmd_layers(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.layers import backward_unplaced, layer_times
+    from kview.notation import stacked_bar
     from kview.output import render
-    from kview.output.format import stacked_bar
 
     trace = _open(args, args.trace)
     df = layer_times(trace, args.pattern)
@@ -594,6 +598,7 @@ def cmd_layers(args) -> int:
 
 
 def cmd_overview(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.overview import overview
     from kview.output import render
 
@@ -604,11 +609,12 @@ def cmd_overview(args) -> int:
 
 
 def cmd_phases(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     import polars as pl
 
     from kview.analysis.layers import phase_times
+    from kview.notation import bar
     from kview.output import render
-    from kview.output.format import bar
 
     trace = _open(args, args.trace)
     df = phase_times(trace)
@@ -621,6 +627,7 @@ def cmd_phases(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.compare import check_metric, distinct_labels, phase_windows, root_window, side_by_side
     from kview.analysis.ranks import make_run, trace_paths
     from kview.output import render
@@ -642,6 +649,7 @@ def cmd_compare(args) -> int:
     traces = [_open(args, str(t)) for t in trace_paths(args.traces)]  # a folder is its traces
     run = make_run(traces) if args.ranks or (len(traces) == 1 and not args.ranges) else None
     if run is not None and (args.ranks or len(run.ranks) > 1):
+        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
         from kview.analysis.compare import rank_windows
 
         if args.ranges:
@@ -667,6 +675,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_diff(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.compare import diff
     from kview.output import render
 
@@ -686,6 +695,7 @@ def cmd_diff(args) -> int:
 
 def _diff_gate(args) -> int:
     """`kview diff A B --gate ...`: the table of what regressed past its gate; exit 1 when any did."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.gate import gate, parse_gates
     from kview.output import render
 
@@ -710,6 +720,7 @@ def _diff_gate(args) -> int:
 
 def cmd_efficiency(args) -> int:
     """`kview efficiency`: achieved against the GPU's peak per step, layer, category and kernel."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     import polars as pl
 
     from kview.analysis import efficiency as eff
@@ -743,6 +754,7 @@ def cmd_efficiency(args) -> int:
 
 def cmd_run_tables(args) -> int:
     """`kview ranks` and `kview iterations`: the tables of a run, every one or the one asked for."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.ranks import open_run
     from kview.output import render
 
@@ -791,6 +803,7 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
     """The run of args.traces summarized rank file by rank file on args.cluster (with `compare`:
     by, metric, root, its columns of `kview compare --ranks`), with how many files failed (each
     said on stderr as it fails, progress as each file is done)."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.rank_files import Step, SummarizedRun
     from kview.analysis.ranks import trace_paths
     from kview.cluster import summarize_run
@@ -817,6 +830,7 @@ def _summarized_run(args, compare: tuple[str, str, str | None] | None = None):
 def _cluster_cache_dir(args) -> str:
     """The folder of the rank files' summaries (--cache-dir, made if missing; with a local
     cluster kview's cache folder by default), checked with --cluster."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.io.cache import cache_root
 
     if args.cache_dir is None and not args.cluster.startswith("local"):
@@ -832,10 +846,12 @@ def _cluster_cache_dir(args) -> str:
 def run_tables(run, command: str) -> dict:
     """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
     if command == "iterations":
+        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
         from kview.analysis.critical_path import iterations_bound_by
         from kview.analysis.iterations import iteration_stats
 
         return {"iterations": iterations_bound_by(run), "statistics": iteration_stats(run)}
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
     from kview.analysis.rank_summary import rank_summary
     from kview.analysis.ranks import rank_table
@@ -856,6 +872,7 @@ def _run_sections(tables: dict, command: str, for_person: bool) -> dict:
             "iterations": ("Iterations", tables["iterations"]),
             "statistics": ("Statistics across iterations", tables["statistics"]),
         }
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.rank_summary import BAR_TITLE, with_time_bar
 
     time = tables["time"]
@@ -881,6 +898,7 @@ def _run_sections(tables: dict, command: str, for_person: bool) -> dict:
 def cmd_launches(args) -> int:
     """`kview launches`: launch cost and delay per kernel and per op, queue length and idle time
     by cause per stream, the longest idle gaps with the CPU call around them."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis import launches as la
     from kview.output import render
 
@@ -916,6 +934,7 @@ def cmd_launches(args) -> int:
 def cmd_critical_path(args) -> int:
     """`kview critical-path`: each step's critical path (length, GPU/CPU/launch time, bound by)
     and what the paths spend their time in."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis import critical_path as cp
     from kview.output import render
 
@@ -940,6 +959,7 @@ def cmd_critical_path(args) -> int:
 
 
 def cmd_timeline(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     import shutil
 
     from kview.analysis import timeline
@@ -976,6 +996,7 @@ def cmd_timeline(args) -> int:
             print(f"kview: {note}", file=sys.stderr)
         trace = run.traces[0]
         names = [t.name for t in run.traces]
+        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
         from kview.analysis.run_clock import run_clock
 
         clock = run_clock(run.traces)
@@ -997,8 +1018,9 @@ def cmd_timeline(args) -> int:
 
 
 def cmd_export(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis import chrome_trace, filters, timeline
-    from kview.output import chrome_json, files
+    from kview.output import chrome_json
 
     if not args.output:
         raise UsageError("give -o FILE.json (or FILE.json.gz): the Chrome trace to write", what="-o")
@@ -1038,10 +1060,12 @@ def cmd_external(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     import shutil
 
     import polars as pl
 
+    from kview.analysis import memory
     from kview.analysis import memory_timeline as mt
     from kview.output import render
     from kview.output.memory_plot import plot
@@ -1050,17 +1074,16 @@ def cmd_memory(args) -> int:
         _one_table_per_document(
             args.format, "the memory tables", f"give --table ({', '.join(MEMORY_TABLES)}), or use -f json, md or table"
         )
-    tl = mt.open_memory(args.trace, args.device, use_cache=not args.no_cache)
-    facts = mt.summary(tl)
+    tl = memory.open_memory(args.trace, args.device, use_cache=not args.no_cache)
+    facts = memory.summary(tl)
     live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
     t0 = tl.start
-    from kview.output.render import DATA_FORMATS
 
     # a trace's own events know no requested bytes (and nsys's no reserved): those columns go
     levels = [c for c in ("allocated", "requested", "reserved") if tl.series[c].null_count() < tl.series.height]
     sections = {
         # a person reads the facts with their units; data formats get numbers, units in the names
-        "summary": mt.summary_data(tl)
+        "summary": memory.summary_data(tl)
         if args.format in DATA_FORMATS
         else pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
         "timeline": tl.series.select("idx", ((pl.col("t") - t0) / 1e6).round(6).alias("Time (ms)"), *levels).rename(
@@ -1235,8 +1258,6 @@ BY_NAME = {c.name: c for c in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kview import __version__
-
     parser = _Parser(
         prog="kview",
         description="Terminal explorer for GPU traces.",
@@ -1331,6 +1352,7 @@ def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
 
 def run_tui(args: argparse.Namespace) -> int:
     """`kview [TRACE ...]`: validate every trace, then start the TUI."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.trace import Trace, bundled_sample, open_trace
 
     paths = list(args.traces)
@@ -1351,16 +1373,16 @@ def run_tui(args: argparse.Namespace) -> int:
             return 2
         paths = [str(sample)]
         note = f"No trace given: showing the bundled sample {sample.name} (LM small, one training step on an H200)."
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.ranks import trace_paths
-    from kview.output.visible import visible_lines
 
     try:  # a folder of per-rank traces opens as its traces (`kview run/`)
         paths = [str(p) for p in trace_paths(paths)]
     except TraceError as e:
         print(visible_lines(f"kview: {shown(e.path)}: {e.problem}"), file=sys.stderr)
         return 2
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.memory_timeline import Snapshot, open_snapshot
-    from kview.io.snapshot_pickle import is_snapshot_file
 
     traces: list[Trace | Snapshot] = []
     for p in paths:  # opened and checked once, here: the explorer's loader receives them
@@ -1369,7 +1391,7 @@ def run_tui(args: argparse.Namespace) -> int:
         except TraceError as e:
             print(visible_lines(f"kview: {shown(p)}: {e.problem}"), file=sys.stderr)
             return 2
-    try:
+    try:  # by name, when asked for: textual loads only for the explorer
         tui = importlib.import_module("kview.tui.app")
     except ImportError as e:
         print(f"kview: the terminal UI cannot start ({e}); reinstall kview (pip install kview)", file=sys.stderr)
@@ -1378,8 +1400,6 @@ def run_tui(args: argparse.Namespace) -> int:
 
 
 def _set_max_memory(size: str) -> None:
-    from kview.io import memory_budget
-
     try:
         memory_budget.set_limit(size)
     except ValueError as e:
@@ -1389,7 +1409,6 @@ def _set_max_memory(size: str) -> None:
 def _exit_on_signal(signum, _frame) -> None:
     """Ctrl-C or SIGTERM during a subcommand: remove half-written temporaries and leave at
     once, without the interpreter's teardown (no traceback from threads being joined)."""
-    from kview import atomic_write
 
     atomic_write.remove_pending()
     os._exit(128 + signum)
@@ -1450,7 +1469,6 @@ def _main(argv: list[str] | None) -> int:
         code = run_supervised(str(name or "kview"))
         if code is not None:
             return code
-    from kview.output.visible import VisibleText
 
     stderr = sys.stderr
     sys.stderr = VisibleText(stderr)  # file names and trace text in messages: no control characters
@@ -1477,7 +1495,6 @@ def _command(argv: list[str]) -> int:
         from kview.output.table_text import set_table_width
 
         set_table_width(0 if getattr(args, "output", None) else None)
-    from kview.output.stdout_guard import StdoutGuard
 
     stdout = sys.stdout
     guard = StdoutGuard(stdout)

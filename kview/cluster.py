@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kview.analysis.rank_files import Step
-from kview.errors import UsageError, shown
+from kview.analysis.ranks import _start_resource_tracker
+from kview.errors import KviewError, UsageError, shown
+from kview.trace import silent
 
 LOCAL = re.compile(r"^local(?::(\d+))?$")
 
@@ -49,8 +51,6 @@ def connected(address: str, quiet: bool = False):
         if n is not None and n < 1:
             raise UsageError("takes local:N with N of 1 or more", what="--cluster")
         if quiet:
-            from kview.analysis.ranks import _start_resource_tracker
-
             _start_resource_tracker()
         # one task at a time per worker process: the per-rank step is CPU-bound Python and polars
         with (
@@ -64,8 +64,6 @@ def connected(address: str, quiet: bool = False):
             Client(cluster) as client,
         ):
             if quiet:
-                from kview.trace import silent
-
                 client.run(silent)  # the workers' processes (a local cluster's nannies are this one)
             yield client
         return
@@ -97,8 +95,6 @@ def summarize_on(client, files: list[str], step: Step) -> Iterator[Done]:
 
 
 def _problem(e: Exception) -> str:
-    from kview.errors import KviewError
-
     if isinstance(e, KviewError):
         return e.problem
     name = type(e).__name__

@@ -3,18 +3,20 @@
 The input trace (TraceError), an output file (OutputError) or the command line itself, a
 filter included (UsageError). Anything else is kview's own bug: `internal_error_line` says so
 and asks for a report, and the traceback is shown only under KVIEW_DEBUG=1. The frame cache is
-no side that can fail: its problems are warnings (`warn_once`), and kview goes on without it.
+no side that can fail: its problems are warnings (kview.warning.warn_once), and kview goes on
+without it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 try:  # loaded now: once memory has run out, a module may no longer load
     import resource
 except ImportError:  # not on this system
     resource = None  # type: ignore[assignment]
+
+from kview.io import memory_budget
 
 
 def shown(path) -> str:
@@ -73,40 +75,11 @@ def internal_error_line(command: str, e: BaseException) -> str:
     )
 
 
-_warned: set[str] = set()
-
-
-def warn_once(text: str) -> None:
-    """One stderr line per distinct warning per process (`kview: warning: ...`). A UI that
-    owns the terminal installs its own sink with `set_warning_sink`."""
-    if text in _warned:
-        return
-    _warned.add(text)
-    _sink(text)
-
-
-def _stderr(text: str) -> None:
-    try:
-        print(f"kview: warning: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-_sink = _stderr
-
-
-def set_warning_sink(sink) -> None:
-    global _sink
-    _sink = sink or _stderr
-
-
 def memory_limit() -> str:
     """The limit memory ran into, when one is set: --max-memory (KVIEW_MAX_MEMORY) or the
     process's address-space limit (ulimit -v, prlimit --as); '' when none is."""
     parts = []
     try:
-        from kview.io import memory_budget
-
         if memory_budget._limit is not None or os.environ.get(memory_budget.ENV, "").strip():
             total, why = memory_budget.budget()
             if total is not None:

@@ -24,6 +24,7 @@ from kview.derived import Store, Table, import_all
 from kview.errors import TraceError
 from kview.io.paths import named
 from kview.io.source import TraceSource
+from kview.warning import warn_once
 
 # string tables up to this size are read whole, once; larger ones only for the ids asked for
 WHOLE_STRINGS = 200_000
@@ -110,8 +111,6 @@ class Trace:
                         got[n] = col.to_series()
             height = have.height if have is not None and have.width else None
             if len({len(c) for c in got.values()} | ({height} if height is not None else set())) > 1:
-                from kview.errors import warn_once
-
                 warn_once("cached columns of different lengths were ignored; the frames are rebuilt from the trace")
                 got = {}
             todo = [n for n in missing if n not in got]

@@ -1,4 +1,4 @@
-"""The one way durations, bars and short kernel names are drawn (kview.output.format), checked
+"""The one way durations, bars and short kernel names are drawn (kview.notation), checked
 against plain-Python drawings of the same rules on real tables."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from kview.analysis.layers import layer_times
-from kview.output.format import EIGHTHS, FULL, SHADES, bar, fmt_ns, short_names, stacked_bar
+from kview.notation import EIGHTHS, FULL, SHADES, bar, fmt_ns, short_names, stacked_bar
 from kview.reports import cuda_gpu_kern_sum
 from kview.trace import open_trace
 

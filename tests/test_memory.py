@@ -14,6 +14,7 @@ import shutil
 import polars as pl
 import pytest
 
+from kview.analysis import memory
 from kview.analysis import memory_timeline as mt
 from kview.cli import main
 from kview.io import snapshot_pickle
@@ -87,7 +88,7 @@ def test_peaks_equal_torchs_counters(unpacked, name):
     snapshot): the replayed blocks peak at max_memory_allocated, the requested bytes at the
     requested_bytes peak and the segments at max_memory_reserved, each to the byte, in fp32
     and bf16 alike (bf16's requested peak is 2.5-3.3% under max_memory_allocated)."""
-    tl = mt.open_memory(unpacked / f"{name}.memory.pickle")
+    tl = memory.open_memory(unpacked / f"{name}.memory.pickle")
     f = tl.facts
     assert tl.peak["allocated"] == f["max_memory_allocated"]
     assert int(tl.series["requested"].max()) == f["requested_bytes_peak"]
@@ -136,14 +137,14 @@ def test_blocks_split_or_whole_as_the_caching_allocator_decides():
 
 def test_lm_small_train_peak_is_the_notes_figure(unpacked):
     """The notes' full-step peak (4.7 GB, LM small, context 128, batch 16, fp32)."""
-    tl = mt.open_memory(unpacked / "small_train_fp32.memory.pickle")
+    tl = memory.open_memory(unpacked / "small_train_fp32.memory.pickle")
     assert round(tl.peak["allocated"] / 1e9, 1) == 4.7
     assert tl.facts["max_memory_allocated"] == 4_702_201_856
 
 
 def test_what_was_live_at_the_peak_adds_up_to_it(unpacked):
     data = _raw(unpacked / "tiny_train.memory.pickle")
-    tl = mt.open_memory(unpacked / "tiny_train.memory.pickle")
+    tl = memory.open_memory(unpacked / "tiny_train.memory.pickle")
     live = mt.live_at(tl, tl.peak["idx"])
     assert int(live["block"].sum()) == tl.peak["allocated"]
     assert int(live["size"].sum()) == tl.peak["requested"]
@@ -164,14 +165,14 @@ def test_what_was_live_at_the_peak_adds_up_to_it(unpacked):
 
 
 def test_call_sites_are_outside_torch(unpacked):
-    tl = mt.open_memory(unpacked / "tiny_cmd.memory.pickle")
+    tl = memory.open_memory(unpacked / "tiny_cmd.memory.pickle")
     sites = set(tl.allocations["site"].to_list())
     assert any(s.startswith("examples/train_tiny.py:") for s in sites)
     assert not any("/torch/" in s for s in sites)
 
 
 def test_phases_come_from_the_trace_beside_the_snapshot(unpacked):
-    tl = mt.open_memory(unpacked / "tiny_train.sqlite")  # the trace: its snapshot is found beside it
+    tl = memory.open_memory(unpacked / "tiny_train.sqlite")  # the trace: its snapshot is found beside it
     assert tl.clock == "trace"
     assert tl.phases["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"] * 2
     # the clock pair puts the allocator's events inside the trace's phases: the peak (logits and
@@ -182,7 +183,7 @@ def test_phases_come_from_the_trace_beside_the_snapshot(unpacked):
 
 
 def test_phases_from_the_snapshots_own_ranges(unpacked):
-    tl = mt.open_memory(unpacked / "bench_small_train.pickle")
+    tl = memory.open_memory(unpacked / "bench_small_train.pickle")
     assert tl.clock == "snapshot"
     assert tl.phases["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"] * 2
     peaks = mt.phase_peaks(tl)
@@ -191,7 +192,7 @@ def test_phases_from_the_snapshots_own_ranges(unpacked):
 
 
 def test_plot_columns_hold_the_highest_value_of_their_time_slice(unpacked):
-    tl = mt.open_memory(unpacked / "tiny_train.memory.pickle")
+    tl = memory.open_memory(unpacked / "tiny_train.memory.pickle")
     width = 37
     cols = columns(tl.series, width)
     t = tl.series["t"].to_list()
@@ -223,7 +224,7 @@ def test_kview_memory_prints_the_timeline(unpacked, capsys):
     assert "F forward_pass  B backward_pass  O optimizer_step" in out
     assert main(["memory", str(unpacked / "tiny_train.memory.pickle"), "-f", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    tl = mt.open_memory(unpacked / "tiny_train.memory.pickle")
+    tl = memory.open_memory(unpacked / "tiny_train.memory.pickle")
     assert max(r["Allocated"] for r in doc["timeline"]) == tl.peak["allocated"]
     assert main(["memory", str(unpacked / "tiny_train.memory.pickle"), "-f", "csv", "--table", "top"]) == 0
     csv = pl.read_csv(capsys.readouterr().out.encode())
@@ -261,9 +262,9 @@ def test_compressed_snapshots_open_as_they_are(unpacked, tmp_path, capsys):
     with gzip.open(gz, "wb") as g:
         g.write((unpacked / "tiny_cmd.memory.pickle").read_bytes())
     shutil.copy(MEM / "tiny_cmd.memory.pickle.xz", tmp_path / "s.pickle.xz")
-    a = mt.open_memory(gz)
-    b = mt.open_memory(tmp_path / "s.pickle.xz")
-    c = mt.open_memory(unpacked / "tiny_cmd.memory.pickle")  # beside its trace: on the trace's clock
+    a = memory.open_memory(gz)
+    b = memory.open_memory(tmp_path / "s.pickle.xz")
+    c = memory.open_memory(unpacked / "tiny_cmd.memory.pickle")  # beside its trace: on the trace's clock
     assert a.peak == b.peak
     assert (a.peak["idx"], a.peak["allocated"]) == (c.peak["idx"], c.peak["allocated"])
     assert a.series["allocated"].equals(c.series["allocated"])

@@ -15,6 +15,7 @@ import tracemalloc
 
 import pytest
 
+from kview.analysis import memory
 from kview.analysis import memory_timeline as mt
 from kview.cli import main
 from kview.errors import TraceError
@@ -127,7 +128,7 @@ def test_one_frames_list_shared_by_every_event_is_read_once(tmp_path):
     assert 3_000_000 < p.stat().st_size < 4_500_000
     rc, out, err, _, _ = run_kview_measured(["memory", p, "-f", "json"])
     assert rc == 0, err
-    tl = mt.open_memory(p)
+    tl = memory.open_memory(p)
     assert tl.events.height == n
     assert tl.peak["allocated"] == 512 and tl.series["allocated"].max() == 512
     assert tl.allocations.filter(mt.pl.col("idx") >= 0)["site"].unique().to_list() == [mt.NO_FRAME]

@@ -14,6 +14,7 @@ from itertools import accumulate
 import polars as pl
 import pytest
 
+from kview.analysis import memory
 from kview.analysis import memory_timeline as mt
 from kview.analysis import trace_memory as tm
 from kview.cli import main
@@ -125,7 +126,7 @@ def test_a_trace_without_counters_counts_bytes_from_its_start():
     assert tl.peak["allocated"] == max(running)
     assert tl.series["reserved"].null_count() == tl.series.height
     assert tl.allocations.height == 0
-    facts = dict(mt.summary(tl))
+    facts = dict(memory.summary(tl))
     assert "no totals" in next(k for k in facts if k.startswith("Peak"))
     assert "no addresses" in facts["Live at the peak"]
     t_of = [_ns(e["ts"]) for e in ev]

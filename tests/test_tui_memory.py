@@ -8,6 +8,7 @@ import lzma
 import pytest
 from test_tui import loaded, screen_text
 
+from kview.analysis import memory
 from kview.analysis import memory_timeline as mt
 from kview.cli import main
 from kview.tui.app import KviewApp
@@ -40,7 +41,7 @@ async def test_memory_view_of_a_trace_with_its_snapshot(capture):
         await pilot.press("8")
         await pilot.pause()
         assert app.query_one("#tabs").active == "memory"
-        tl = mt.open_memory(trace, use_cache=False)
+        tl = memory.open_memory(trace, use_cache=False)
         live = mt.live_at(tl, tl.peak["idx"])
         want = [mt.by_site(live, 50), mt.by_size(live, 50), mt.top_allocations(tl, 50), mt.phase_peaks(tl)]
         table = app.query_one("#memory-table")
@@ -70,7 +71,7 @@ async def test_a_snapshot_alone_opens_in_the_memory_view(capture):
         assert app.return_code is None
         assert app.query_one("#tabs").active == "memory"
         data = app.view("memory").data
-        assert data.timeline.peak["allocated"] == mt.open_memory(snap, use_cache=False).peak["allocated"]
+        assert data.timeline.peak["allocated"] == memory.open_memory(snap, use_cache=False).peak["allocated"]
         await pilot.press("2")
         await pilot.pause()
         assert "is a memory snapshot, not a trace" in screen_text(app)

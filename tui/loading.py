@@ -53,7 +53,8 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     from kview.analysis.nvtx_tree import path_table, path_windows
     from kview.documents.overview import overview
     from kview.io.snapshot_pickle import is_snapshot_file
-    from kview.output.format import distinct_short_names, short_names
+    from kview.notation import short_names
+    from kview.output.format import distinct_short_names
     from kview.reports import cuda_gpu_kern_sum
     from kview.trace import Trace, open_trace
 

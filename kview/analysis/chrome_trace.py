@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from kview.analysis import attribution as at
+from kview.analysis import filters
 from kview.analysis import nvtx_ranges as nv
+from kview.analysis import trace_memory as tm
 from kview.io.kineto_reader import MEMCPY_KINDS, MODULE_PREFIX
 from kview.io.schema import pid_of, tid_of
 from kview.trace import Trace
@@ -95,7 +97,6 @@ def window_ops(trace: Trace, w: Window) -> pl.DataFrame:
     their launch call: Idx, kind, ts/dur (ns from the start), device, stream, correlation,
     grid/block, r_start/r_end/global_tid (null: launched outside the trace), Kernel and the
     attribution columns."""
-    from kview.analysis import filters
 
     table = at.attribute(trace)
     if table.height == 0:
@@ -292,7 +293,6 @@ def _in_window(frame: pl.DataFrame, w: Window) -> pl.DataFrame:
 
 def _memory_counters(trace: Trace, w: Window) -> tuple[Events, str | None, list[int]]:
     """Per GPU, the memory level the trace recorded (trace_memory), its source and the GPUs."""
-    from kview.analysis import trace_memory as tm
 
     kind = tm.source_of(trace)
     if kind is None:

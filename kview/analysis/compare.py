@@ -25,6 +25,7 @@ from kview.analysis.ranks import Run, owned_ops
 from kview.derived import derived
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
+from kview.notation import short_names
 from kview.trace import Trace
 
 BY_FIRST_COLUMN = {"range": "Range", "category": "Category", "kernel": "Kernel", "layer": "Layer"}
@@ -230,7 +231,6 @@ def _pair_renamed(ka: pl.DataFrame, kb: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     """Kernels whose names differ only in template arguments (a tile size, a dtype) are the same
     kernel before and after: a name found on one side only is keyed by its short name
     (`gemm_kernel<…>`) when exactly one such name on each side shares it."""
-    from kview.output.format import short_names
 
     only_a = ka.filter(~pl.col("Kernel").is_in(kb["Kernel"].implode()))
     only_b = kb.filter(~pl.col("Kernel").is_in(ka["Kernel"].implode()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
+from kview.analysis.attribution import gpu_ops
 from kview.derived import INT_ROW, derived
 from kview.trace import Trace
 
@@ -58,7 +59,6 @@ def cpu_op_summary(trace: Trace) -> pl.DataFrame:
 @derived(key="cpu_ops.holdings", version="1", persist=True, codec=INT_ROW)
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
-    from kview.analysis.attribution import gpu_ops
 
     out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
     if trace.has("NVTX_EVENTS"):

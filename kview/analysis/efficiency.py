@@ -27,9 +27,13 @@ from typing import Any
 
 import polars as pl
 
-from kview.analysis.attribution import attribute
+from kview.analysis.attribution import attribute, gpu_ops
+from kview.analysis.categories import name_categories
+from kview.analysis.compare import ops_by_launch
 from kview.analysis.gpu_peaks import PEAKS, device_gpus
+from kview.analysis.steps import step_instances
 from kview.derived import derived
+from kview.notation import fmt_ns
 from kview.trace import Trace
 
 # first match wins, on the lower-cased kernel name
@@ -121,7 +125,6 @@ def trace_gpus(trace: Trace, override: str | None = None) -> pl.DataFrame:
     """Device, Name, GPU, How for every device with GPU work (a device the trace does not
     describe takes the GPU of the described ones when they are all one GPU)."""
     known = device_gpus(trace.devices, override)
-    from kview.analysis.attribution import gpu_ops
 
     ops = gpu_ops(trace)  # not the attribution: the Overview asks too
     used = (ops["device"] if "device" in ops.columns else pl.Series([], dtype=pl.Int64)).drop_nulls().unique().sort()
@@ -186,7 +189,6 @@ def kernel_efficiency(trace: Trace, override: str | None = None) -> pl.DataFrame
     )
     # bandwidth of the GPU's memory: a host copy is bound by its link instead, so it carries none
     device_side = ~pl.col("Kernel").str.contains(r"^\[CUDA memcpy (Host|Device-to-Host|Pageable|Pinned)")
-    from kview.analysis.compare import ops_by_launch
 
     layer = ops_by_launch(trace, "layer").select("Idx", "Layer", "t")
     return (
@@ -302,7 +304,6 @@ def by_group(trace: Trace, key: str, override: str | None = None) -> pl.DataFram
 def by_step(trace: Trace, override: str | None = None) -> pl.DataFrame:
     """One row per step (iterations.step_instances; the whole trace's GPU span without steps):
     wall time, GPU time, MFU over the wall time of the GPUs that worked in it."""
-    from kview.analysis.steps import step_instances
 
     k = kernel_efficiency(trace, override).sort("t")
     steps = (
@@ -374,9 +375,6 @@ def finding(trace: Trace) -> str | None:
     """The Overview's sentence on FP32 GEMMs that ran on CUDA cores of a GPU with TF32 tensor
     cores (None: there are none). From the kernel names alone, so the Overview never waits for
     the attribution: the same kernels `tensor_core_candidates` lists."""
-    from kview.analysis.attribution import gpu_ops
-    from kview.analysis.categories import name_categories
-    from kview.output.format import fmt_ns
 
     ops = gpu_ops(trace)
     if ops.height == 0 or "Kernel" not in ops.columns:

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kview.analysis.compare import _pair_renamed, ops_by_launch
+from kview.analysis.gpu_time import range_times
+from kview.analysis.layers import phase_labels, phase_times
+from kview.analysis.nvtx_ranges import user_ranges
+from kview.analysis.steps import step_instances
 from kview.errors import UsageError
 from kview.trace import Trace
 
@@ -76,7 +81,6 @@ class Measured:
 
 def _steps(trace: Trace) -> pl.DataFrame:
     """number, start, end of each step (the ranks' instances of one number merged)."""
-    from kview.analysis.steps import step_instances
 
     s = step_instances(trace)
     return s.group_by("number").agg(pl.col("start").min(), pl.col("end").max()).sort("start")
@@ -88,7 +92,6 @@ def step_count(trace: Trace) -> int:
 
 def _op_items(trace: Trace) -> pl.DataFrame:
     """Idx, dur, t (launch) and the op's kernel, category and layer (compare's columns)."""
-    from kview.analysis.compare import ops_by_launch
 
     k = ops_by_launch(trace, "kernel")
     return (
@@ -99,9 +102,6 @@ def _op_items(trace: Trace) -> pl.DataFrame:
 
 
 def _phase_ranges(trace: Trace) -> pl.DataFrame:
-    from kview.analysis.layers import phase_labels
-    from kview.analysis.nvtx_ranges import user_ranges
-
     names = phase_labels(trace)
     return user_ranges(trace).filter(pl.col("label").is_in(names))
 
@@ -124,9 +124,6 @@ def _step_time(steps: pl.DataFrame) -> pl.DataFrame:
 
 def measure(trace: Trace, per_step: bool) -> Measured:
     """The trace's items of every scope: medians over its steps, or whole-trace sums."""
-    from kview.analysis.gpu_time import range_times
-    from kview.analysis.layers import phase_times
-    from kview.analysis.steps import step_instances
 
     ops = _op_items(trace)
     steps = _steps(trace)
@@ -193,7 +190,6 @@ def measure(trace: Trace, per_step: bool) -> Measured:
 
 def _renamed_kernels(a: pl.DataFrame, b: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Kernels renamed only in their template arguments are one item (as `kview diff` pairs them)."""
-    from kview.analysis.compare import _pair_renamed
 
     ka, kb = (x.filter(pl.col("Scope") == "kernel").rename({"Item": "Kernel"}) for x in (a, b))
     ka, kb = _pair_renamed(ka, kb)

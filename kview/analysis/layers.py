@@ -21,6 +21,7 @@ from kview.analysis.gpu_time import launch_timeline, range_times
 from kview.derived import derived
 from kview.errors import UsageError
 from kview.io.schema import PID_MASK
+from kview.notation import fmt_ns
 from kview.trace import Trace
 
 NUMBERED = re.compile(r"^(?P<prefix>.*?[A-Za-z_])(?P<index>\d+)$")
@@ -145,7 +146,6 @@ def backward_unplaced(trace: Trace, pattern: str | None = None) -> str:
     parts = kernel_layers(trace, pattern)
     if parts.height == 0 or (parts["Direction"] == "bprop").any():
         return ""
-    from kview.output.format import fmt_ns
 
     return (
         f"the layer of the {a.height:,} backward GPU ops ({fmt_ns(int(a['Duration (ns)'].sum()))}) cannot be known: "

@@ -34,6 +34,7 @@ from kview.analysis import allocator_blocks
 from kview.errors import TraceError
 from kview.io import snapshot_pickle
 from kview.io.paths import named
+from kview.notation import human_bytes
 
 if TYPE_CHECKING:
     from kview.trace import Trace
@@ -373,6 +374,7 @@ def timeline(
     aligned = (snap.data.get(snapshot_pickle.KVIEW_KEY) or {}).get("clock", {}).get("trace_ns") is not None
     if aligned and (trace is not None or snap.trace is not None):
         if trace is None:
+            # deferred: a snapshot read without its trace needs none of the trace's analyses
             from kview.trace import open_trace
 
             trace = open_trace(cast(Path, snap.trace), use_cache=use_cache)
@@ -380,29 +382,9 @@ def timeline(
     return build(snap.data, snap.name, device, phases, origin)
 
 
-def open_memory(path: str | os.PathLike, device: int | None = None, use_cache: bool = True) -> MemoryTimeline:
-    """The timeline of a snapshot file, or of the snapshot beside a trace (`open_snapshot`); a
-    trace without one gives the timeline of its own memory events (trace_memory)."""
-    p = named(path)
-    beside = snapshot_pickle.memory_name(p)
-    if p.name.endswith(TRACE_SUFFIXES) and p.is_file() and not beside.exists():
-        from kview.analysis import trace_memory
-        from kview.trace import open_trace
-
-        tl = trace_memory.timeline(open_trace(p, use_cache=use_cache), device)
-        if tl is None:
-            raise TraceError(
-                p,
-                f"has no allocator history beside it ({beside.name}) and no memory events of its own: record "
-                "one with `kview capture --memory`, torch.profiler(profile_memory=True) or nsys "
-                "--cuda-memory-usage=true",
-            )
-        return tl
-    return timeline(open_snapshot(path), device, use_cache)
-
-
 def trace_phases(trace: Trace) -> pl.DataFrame:
     """Every instance of the trace's phases (kview's phase names: forward_pass, backward_pass, ...)."""
+    # deferred: a snapshot read without its trace needs none of the trace's analyses
     from kview.analysis.layers import phase_labels
     from kview.analysis.nvtx_ranges import user_ranges
 
@@ -572,14 +554,8 @@ def window_peaks(tl: MemoryTimeline, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
-    """Facts of the timeline as (name, value) rows; torch's own counters beside the replayed ones
-    when kview wrote the snapshot."""
-    from kview.output.memory_plot import human_bytes
-
-    if tl.source != SNAPSHOT:
-        from kview.analysis.trace_memory import summary as trace_summary
-
-        return trace_summary(tl)
+    """Facts of a snapshot's timeline as (name, value) rows; torch's own counters beside the
+    replayed ones when kview wrote the snapshot."""
     pk = tl.peak
     f = tl.facts
     top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)
@@ -625,10 +601,6 @@ def summary_data(tl: MemoryTimeline) -> pl.DataFrame:
     """The facts of `summary` as one row of numbers for the data formats, each unit in its
     column's name (bytes as integers, times in ms from the snapshot's start); torch's own
     counters are missing when the snapshot does not carry them."""
-    if tl.source != SNAPSHOT:
-        from kview.analysis.trace_memory import summary_data as trace_summary_data
-
-        return trace_summary_data(tl)
     pk = tl.peak
     f = tl.facts
     top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)

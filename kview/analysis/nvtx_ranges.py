@@ -26,6 +26,7 @@ import polars as pl
 
 from kview.derived import Codec, derived
 from kview.io.kineto_reader import MODULE_DOMAIN
+from kview.io.memory_budget import budget
 from kview.io.schema import (
     NVTX_DOMAIN_CREATE,
     NVTX_PUSHPOP,
@@ -641,8 +642,6 @@ class TooManyPairs(Exception):
 
 
 def pair_limit() -> int:
-    from kview.io.memory_budget import budget
-
     total, _ = budget()
     return (total or 8 << 30) // PAIR_BYTES
 

@@ -9,12 +9,17 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from kview.analysis.attribution import attribute
+from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
+from kview.analysis.critical_path import step_table
+from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_totals
 from kview.analysis.layers import phase_table, phase_times
+from kview.analysis.rank_summary import rank_summary
+from kview.analysis.ranks import make_run
 from kview.analysis.sanity import impossible, warning
-from kview.output.format import fmt_ns
+from kview.notation import fmt_ns
 from kview.trace import Trace
 
 
@@ -229,7 +234,6 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
             f"{least}% of its span; see the largest idle gaps."
         )
-    from kview.analysis.efficiency import finding as tensor_core_finding
 
     if (tc := tensor_core_finding(trace)) is not None:
         findings.append(tc)
@@ -270,7 +274,6 @@ CRITICAL_PATH_STEPS = 20  # steps the Overview lists (`kview critical-path` has 
 def critical_path_section(trace: Trace) -> tuple[pl.DataFrame, str]:
     """The first steps' critical path (length, CPU share, bound by) and a finding saying how
     many steps the CPU held, pointing at key 0 and `kview critical-path`."""
-    from kview.analysis.critical_path import step_table
 
     t = step_table(trace)
     if t.height == 0:
@@ -298,9 +301,6 @@ def rank_section(trace: Trace) -> tuple[pl.DataFrame, str]:
     """A trace holding several processes or GPUs (`nsys profile torchrun ...`) as the ranks of
     one run, as `kview ranks` numbers and measures them, and a finding naming the straggler when
     one rank waited in collectives for another. Empty for a trace of one rank."""
-    from kview.analysis.collectives import stragglers
-    from kview.analysis.rank_summary import rank_summary
-    from kview.analysis.ranks import make_run
 
     run = make_run([trace])
     if run.units.height < 2:

@@ -40,6 +40,7 @@ from kview.analysis.collectives import (
     straggler_table,
     stragglers_of,
 )
+from kview.analysis.compare import column, columns_side_by_side, rank_windows
 from kview.analysis.critical_path import iterations_bound_by
 from kview.analysis.iterations import stats_of
 from kview.analysis.rank_summary import summary_of
@@ -47,6 +48,7 @@ from kview.analysis.ranks import UNIT_SCHEMA, Run, make_run, numbered
 from kview.derived import table_of, version_of
 from kview.errors import TraceError
 from kview.io.cache import FORMAT_VERSION
+from kview.trace import open_trace
 
 # the summaries' own version: changes whenever what `summarize` writes changes (columns); the
 # rules of the derived tables it asks for are their own versions (kview.derived.version_of)
@@ -127,7 +129,6 @@ def summarize(
     found = cached_tables(cache_dir, path, extra)
     if found is not None:
         return found
-    from kview.trace import open_trace
 
     try:
         key = entry_key(path, extra)
@@ -157,7 +158,6 @@ COLUMN_SCHEMA = pl.Schema({"rank": pl.Int64, "item": pl.String, "v": pl.Int64})
 
 def _columns(run: Run, by: str, metric: str, root: str | None) -> pl.DataFrame:
     """Each rank's column of `kview compare --ranks` (rank, item, v) of a one-file run."""
-    from kview.analysis.compare import column, rank_windows
 
     ranks = run.units.sort("rank")["rank"].to_list()  # rank_windows' order
     parts = [
@@ -258,7 +258,6 @@ class SummarizedRun:
 
     def compare(self, by: str) -> pl.DataFrame:
         """`kview compare --ranks` (by range, category, kernel or layer) of the files' columns."""
-        from kview.analysis.compare import columns_side_by_side
 
         cols = pl.concat(list(self._each("columns", "rank")))
         labelled = [(f"rank {r}", cols.filter(pl.col("rank") == r).select("item", "v")) for r in self.ranks]

@@ -14,7 +14,7 @@ from kview.analysis.gpu_breakdown import COLUMNS
 from kview.analysis.iterations import iteration_table
 from kview.analysis.ranks import Run
 from kview.derived import derived
-from kview.output.format import stacked_bar
+from kview.notation import stacked_bar
 
 BAR_TITLE = "█comp ▓exposed ▒mem ░idle"
 

@@ -22,6 +22,7 @@ import polars as pl
 
 from kview.analysis.attribution import gpu_ops
 from kview.analysis.categories import name_categories
+from kview.analysis.gpu_time import launch_timeline
 from kview.derived import Store, derived
 from kview.errors import TraceError
 from kview.trace import Trace, make_tables, open_trace, silent
@@ -247,6 +248,7 @@ def _trace_rank(trace: Trace) -> tuple[int | None, str]:
 def _launch_environment(trace: Trace) -> dict[str, str]:
     """The environment of the process an nsys session launched (META_DATA_CAPTURE), so a
     per-rank `nsys profile` under torchrun knows its RANK."""
+    # deferred: the reader of this trace's kind only (connectorx for SQLite, the JSON decoder for Kineto)
     from kview.io.nsys_reader import NsysSource
 
     src = trace.source.db if isinstance(trace.source, NsysSource) else None
@@ -296,7 +298,6 @@ def rank_ops(run: Run) -> pl.DataFrame:
     sets), collective (communication kernels) and bytes (copies, sets, and collectives where
     the trace records them). No kernel names: 8 ranks of a million kernels would hold 8
     million of them."""
-    from kview.analysis.gpu_time import launch_timeline
 
     parts = []
     for i, t in enumerate(run.traces):
@@ -361,6 +362,7 @@ def _canonical_collective(c: pl.Expr) -> pl.Expr:
 
 
 def _collective_bytes(trace: Trace) -> pl.DataFrame | None:
+    # deferred: the reader of this trace's kind only (connectorx for SQLite, the JSON decoder for Kineto)
     from kview.io.kineto_reader import KinetoSource
 
     if not isinstance(trace.source, KinetoSource) or "coll_bytes" not in trace.source.frames["kernels"].columns:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kview.analysis.categories import name_categories
+from kview.analysis.ranks import COLLECTIVE_RE
 from kview.trace import Trace
 
 
@@ -41,8 +43,6 @@ def _span(trace: Trace) -> tuple[int, int] | None:
 def first_collectives(trace: Trace) -> dict[str, int]:
     """Per collective (AllReduce, Broadcast, ...; `other` for a communication kernel of no
     named collective): the end of the trace's first such kernel, from its zero."""
-    from kview.analysis.categories import name_categories
-    from kview.analysis.ranks import COLLECTIVE_RE
 
     if not trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
         return {}

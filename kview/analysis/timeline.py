@@ -21,9 +21,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from kview.analysis import nvtx_ranges as nv
+from kview.analysis.categories import name_categories
+from kview.analysis.ranks import make_run
 from kview.analysis.run_clock import RunClock
 from kview.derived import derived, frames
 from kview.io.schema import PID_MASK
+from kview.notation import fmt_ns, short_names
 from kview.trace import Trace
 
 # a cell's busy fraction in eighths, as the bar glyphs draw it (index 0: idle)
@@ -260,8 +264,6 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
     """One row per (device, stream); (rows, op names by code (short and full), categories by
     class code). Ops are coloured by their name's category until `recolour` gives them the
     attributed one."""
-    from kview.analysis.categories import name_categories
-    from kview.output.format import short_names
 
     ops = gpu_ops_by_idx(trace)
     if ops.height == 0:
@@ -480,7 +482,6 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ...` -> `aten::mm`), numbered among the distinct short names: with autograd shapes nearly
     every range has a label of its own (5.6 million on the dense 1.1M-kernel trace), and
     keeping each as a Python string would cost more than all the rows' arrays."""
-    from kview.analysis import nvtx_ranges as nv
 
     empty = (pl.DataFrame(schema=NVTX_ROWS), pl.DataFrame(schema={"short": pl.String}))
     lab = nv.labels(trace)
@@ -540,7 +541,6 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(thread, depth, start, end, name code) of push/pop ranges in nv.nest()'s order (thread,
     then start, longer first, then id) with nest()'s depths, without the parents nest() finds."""
-    from kview.analysis import nvtx_ranges as nv
 
     r, depth = nv.nest_depths(r.select("global_tid", "start", "end", "name_code", "id"))
     return (
@@ -605,7 +605,6 @@ def rank_units(trace: Trace, rows: list[Row]) -> pl.DataFrame | None:
     kview.analysis.ranks numbers them; None for one process."""
     if len({r.pid for r in rows if r.kind == "gpu" and r.pid != -1}) < 2:
         return None
-    from kview.analysis.ranks import make_run
 
     return make_run([trace]).units.select("global_pid", "device", "rank")
 
@@ -801,7 +800,6 @@ def select_rows(tl: Timeline, kinds: set[str], depth: int) -> list[Row]:
 
 def text(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: int, title: str = "") -> str:
     """The timeline as plain text: a label column, the axis, then a line per row."""
-    from kview.output.format import fmt_ns
 
     rows = select_rows(tl, kinds, depth)
     lw = min(max([len(r.label) for r in rows] + [10]) + 1, 24)
@@ -868,8 +866,6 @@ def table(tl: Timeline, t0: int, t1: int, width: int, kinds: set[str], depth: in
 
 
 def fmt_span(ns: int) -> str:
-    from kview.output.format import fmt_ns
-
     return fmt_ns(ns)
 
 

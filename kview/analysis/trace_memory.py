@@ -22,7 +22,10 @@ from __future__ import annotations
 import polars as pl
 
 from kview.analysis import memory_timeline as mt
+from kview.analysis.attribution import call_contexts
+from kview.analysis.steps import step_instances
 from kview.derived import derived
+from kview.errors import TraceError
 from kview.io.schema import (
     KINETO_MEMORY,
     MEM_KIND_DEVICE,
@@ -32,6 +35,7 @@ from kview.io.schema import (
     MEMORY_USAGE,
     PID_MASK,
 )
+from kview.notation import human_bytes
 from kview.trace import Trace
 
 KINETO, NSYS = "kineto", "nsys"
@@ -148,7 +152,6 @@ def devices(trace: Trace) -> pl.DataFrame:
 def timeline(trace: Trace, device: int | None = None) -> mt.MemoryTimeline | None:
     """The memory timeline of one device (default: the GPU with most events) from the trace's
     own events, or None when it has none."""
-    from kview.errors import TraceError
 
     kind = source_of(trace)
     devs = devices(trace)
@@ -251,7 +254,6 @@ _NO_BLOCKS = pl.DataFrame(schema={"addr": pl.Int64, "size": pl.Int64, "block": p
 def _contexts(trace: Trace, ev: pl.DataFrame) -> pl.DataFrame:
     """idx, Direction, Layer, Op, site of every allocation event: the op and module open on its
     thread when it was made (as a kernel launched there would read)."""
-    from kview.analysis.attribution import call_contexts
 
     calls = ev.filter((pl.col("bytes") > 0) & pl.col("global_tid").is_not_null() & pl.col("c_start").is_not_null())
     calls = calls.select(
@@ -289,7 +291,6 @@ def _static_bytes(trace: Trace, device: int) -> int:
 
 def steps(trace: Trace) -> pl.DataFrame:
     """The trace's steps (ProfilerStep#N, step_N, ...) as Phase, start, end."""
-    from kview.analysis.steps import step_instances
 
     s = step_instances(trace)
     return s.sort("start").select(pl.col("label").alias("Phase"), "start", "end")
@@ -306,7 +307,6 @@ def level_name(tl: mt.MemoryTimeline) -> str:
 
 def summary(tl: mt.MemoryTimeline) -> list[tuple[str, str]]:
     """Facts of a timeline built from the trace's own events, each naming its source."""
-    from kview.output.memory_plot import human_bytes
 
     pk = tl.peak
 

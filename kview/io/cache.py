@@ -35,7 +35,7 @@ from pathlib import Path
 import polars as pl
 
 from kview import __version__, atomic_write
-from kview.errors import warn_once
+from kview.warning import warn_once
 
 # the cache files' format and the readers' frames (a derived table's rules are its own version,
 # kview.derived, written in each file it makes and checked when read):

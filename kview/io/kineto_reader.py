@@ -30,7 +30,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.errors import TraceError
-from kview.io import memory_budget
+from kview.io import cache, memory_budget
 from kview.io.schema import KERNEL as KERNEL_TABLE
 from kview.io.schema import KINETO_MEMORY, MEMCPY_KIND_LABELS, NVTX_DOMAIN_CREATE, NVTX_PUSHPOP, global_pid, global_tid
 from kview.io.schema import MEMCPY as MEMCPY_TABLE
@@ -717,8 +717,6 @@ class KinetoSource:
     persist_frames = False  # cached whole, as one decode
 
     def __init__(self, path: Path, use_cache: bool = True):
-        from kview.io import cache
-
         self.path = path
         self.use_cache = use_cache
         found = cache.load_all(path, [f"json.{k}" for k in FRAME_KEYS]) if use_cache else None
@@ -761,8 +759,6 @@ class KinetoSource:
             schema={"name": pl.String, "value": pl.String},
         )
         if self.use_cache:
-            from kview.io import cache
-
             cache.store_all(self.path, {f"json.{k}": f for k, f in frames.items()})
         return frames
 

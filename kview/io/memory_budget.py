@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 
+from kview.warning import warn_once
+
 PEAK_PER_TEXT_BYTE = 4  # peak RSS / JSON text size, with headroom over the measured 2.6
 ENV = "KVIEW_MAX_MEMORY"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -58,8 +60,6 @@ def budget() -> tuple[int | None, str]:
         try:
             return parse_size(env), ENV
         except ValueError as e:  # no reason to refuse a trace: say so and use what is available
-            from kview.errors import warn_once
-
             warn_once(f"{ENV}: {e}; using the memory available")
     return available(), "the memory available"
 

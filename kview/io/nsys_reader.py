@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.errors import TraceError
+from kview.io.kineto_reader import profiler_clock
 from kview.io.schema import (
     KERNEL,
     MEMCPY,
@@ -277,8 +278,6 @@ class NsysSource:
 
     def clock(self) -> tuple[str, int] | None:
         if self._profiler_clock:
-            from kview.io.kineto_reader import profiler_clock
-
             return profiler_clock(self.metadata().get("KINETO_BASE_TIME_NS"), self._origin)
         utc = session_start_utc_ns(self.db)
         return None if utc is None else ("UTC", utc)

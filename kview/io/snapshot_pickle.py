@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import cast
 
 from kview.errors import TraceError
+from kview.io import memory_budget
 from kview.io.paths import named
 
 KVIEW_KEY = "kview"
@@ -82,15 +83,11 @@ def _opener(path: Path):
 
 
 def _budget() -> tuple[int | None, str]:
-    from kview.io import memory_budget
-
     limit, source = memory_budget.budget()
     return limit, source
 
 
 def _over_budget(path: Path, what: str, limit: int, source: str) -> TraceError:
-    from kview.io import memory_budget
-
     return TraceError(
         path,
         f"{what}, more than {source} {memory_budget.human(limit)} allows; "
@@ -204,7 +201,6 @@ def _read(path: Path, opener, limit: int | None, source: str) -> tuple[bytearray
     """The pickle's bytes (decompressed) and their scan, refused as soon as the bytes and the
     objects they declare pass the budget: a 386 KB xz that inflates to 2 GB is refused at its
     first chunk, never holding more than the budget."""
-    from kview.io import memory_budget
 
     scan = Scan()
     buf = bytearray()

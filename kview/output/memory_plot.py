@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from kview.notation import human_bytes, human_ms
+
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 LETTERS = "FBOSACDEGHIJKLMNPQRTUVWXYZ"  # each once: a letter names one phase
 
@@ -40,17 +42,6 @@ def columns(series: pl.DataFrame, width: int, t0: int | None = None, t1: int | N
         pl.coalesce("a_max", pl.col("a_last").forward_fill().shift(1)).fill_null(0).alias("allocated"),
         pl.coalesce("r_max", pl.col("r_last").forward_fill().shift(1)).fill_null(0).alias("reserved"),
     )
-
-
-def human_bytes(n: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def human_ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms"
 
 
 def plot(

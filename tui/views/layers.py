@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
-from kview.output.format import SHADES, stacked_bar
+from kview.notation import SHADES, stacked_bar
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import LayersReady
 from kview.tui.views.base import Shown, View

@@ -10,7 +10,8 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from kview.analysis import memory_timeline as mt
-from kview.output.memory_plot import human_bytes, human_ms, plot
+from kview.notation import human_bytes, human_ms
+from kview.output.memory_plot import plot
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import MemoryReady, SnapshotOnly
 from kview.tui.views.base import Shown, View

@@ -14,7 +14,7 @@ from textual.widgets import Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from kview.analysis.nvtx_tree import ops_in_windows
-from kview.output.format import bar, fmt_ns
+from kview.notation import bar, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.messages import NvtxTree, OpenKernels, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View

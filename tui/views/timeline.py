@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kview.analysis import timeline as tl_
-from kview.output.format import fmt_ns
+from kview.notation import fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import run_timeline
 from kview.tui.messages import ForView, OpenKernels, ShowOnTimeline, TimelineReady

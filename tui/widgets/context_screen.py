@@ -11,7 +11,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from kview.analysis.kernel_context import KernelContext
-from kview.output.format import distinct_short_names, fmt_ns
+from kview.notation import fmt_ns
+from kview.output.format import distinct_short_names
 from kview.tui.keymap import HELP_SCREEN_KEYS, bindings
 
 
