@@ -22,6 +22,9 @@ import polars as pl
 
 from kview.derived import Store, Table, import_all
 from kview.errors import TraceError
+from kview.io import cache, converted
+from kview.io.kineto_reader import KinetoSource, looks_like_json
+from kview.io.nsys_reader import NsysSource
 from kview.io.paths import named
 from kview.io.source import TraceSource
 from kview.warning import warn_once
@@ -82,8 +85,6 @@ class Trace:
         """Frame `key` of this trace: kept in memory once built, and in the disk cache (the one
         path every cached frame takes) unless --no-cache."""
         if key not in self._frames:
-            from kview.io import cache
-
             self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
         return self._frames[key]
 
@@ -103,8 +104,6 @@ class Trace:
             got: dict[str, pl.Series] = {}
             use = self.use_cache and self.source.persist_frames
             if use:
-                from kview.io import cache
-
                 for n in missing:
                     col = cache.load(self.path, f"{key}.{n}")
                     if col is not None:
@@ -119,8 +118,6 @@ class Trace:
                 for n in todo:
                     got[n] = fresh[n]
                     if use:
-                        from kview.io import cache
-
                         cache.store(self.path, f"{key}.{n}", fresh.select(n))
             new = self._from_zero(pl.DataFrame([got[n] for n in missing]))
             have = new if have is None or have.width == 0 else have.hstack(new)
@@ -184,20 +181,14 @@ class FrameCacheTier:
 
     # deferred, as in Trace.cached: the cache module loads when a table is first kept
     def has(self, table: Table) -> bool:
-        from kview.io import cache
-
         return cache.has(self.path, table.cache_keys(), table.digest)
 
     def load(self, table: Table) -> tuple[pl.DataFrame, ...] | None:
-        from kview.io import cache
-
         keys = table.cache_keys()
         found = cache.load_all(self.path, keys, table.digest)
         return None if found is None else tuple(found[k] for k in keys)
 
     def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None:
-        from kview.io import cache
-
         cache.store_all(self.path, dict(zip(table.cache_keys(), frames)), table.digest)
 
 
@@ -206,8 +197,6 @@ class JsonTrace(Trace):
     model, named so callers can tell the kind apart (the source does the reading)."""
 
     def __init__(self, path: str | os.PathLike, use_cache: bool = True):
-        from kview.io.kineto_reader import KinetoSource
-
         super().__init__(KinetoSource(named(path).absolute(), use_cache), use_cache)
 
 
@@ -223,7 +212,6 @@ def _sniff(p: Path) -> str:
     head = _head(p)
     if head.startswith(b"\x1f\x8b"):
         return "json"
-    from kview.io.kineto_reader import looks_like_json
 
     if looks_like_json(head):
         return "json"
@@ -264,14 +252,12 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
         raise TraceError(p, "is a folder, not a trace file")
     if st.st_size == 0:
         raise TraceError(p, "is empty")
-    from kview.io import converted
 
     kind = converted.kind_of(p, _head(p))
     if kind is not None:  # a report or a compressed export: opened as its copy in the cache
         return open_trace(converted.copy_of(p, kind), use_cache=use_cache)
     if _sniff(p) == "json":
         return JsonTrace(p, use_cache=use_cache)
-    from kview.io.nsys_reader import NsysSource
 
     return Trace(NsysSource(p.absolute()), use_cache=use_cache)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kview.analysis.iterations import iteration_table
+from kview.analysis.iterations import iteration_table, iteration_windows
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
 from kview.analysis.ranks import Run
 from kview.analysis.steps import step_instances
@@ -329,7 +329,6 @@ def iterations_bound_by(run: Run) -> pl.DataFrame:
 def with_bound_by(run: Run, table: pl.DataFrame) -> pl.DataFrame:
     """The iteration table (iterations.iteration_table) with each iteration's critical path
     share on the CPU and its verdict (null where no step range of its rank matches it)."""
-    from kview.analysis.iterations import iteration_windows
 
     parts = []
     for i, t in enumerate(run.traces):

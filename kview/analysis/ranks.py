@@ -25,6 +25,8 @@ from kview.analysis.categories import name_categories
 from kview.analysis.gpu_time import launch_timeline
 from kview.derived import Store, derived
 from kview.errors import TraceError
+from kview.io.kineto_reader import KinetoSource
+from kview.io.nsys_reader import NsysSource
 from kview.trace import Trace, make_tables, open_trace, silent
 
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[-_.]?(\d+)", re.IGNORECASE)
@@ -248,8 +250,6 @@ def _trace_rank(trace: Trace) -> tuple[int | None, str]:
 def _launch_environment(trace: Trace) -> dict[str, str]:
     """The environment of the process an nsys session launched (META_DATA_CAPTURE), so a
     per-rank `nsys profile` under torchrun knows its RANK."""
-    # deferred: the reader of this trace's kind only (connectorx for SQLite, the JSON decoder for Kineto)
-    from kview.io.nsys_reader import NsysSource
 
     src = trace.source.db if isinstance(trace.source, NsysSource) else None
     if src is None or not src.has("META_DATA_CAPTURE"):
@@ -362,9 +362,6 @@ def _canonical_collective(c: pl.Expr) -> pl.Expr:
 
 
 def _collective_bytes(trace: Trace) -> pl.DataFrame | None:
-    # deferred: the reader of this trace's kind only (connectorx for SQLite, the JSON decoder for Kineto)
-    from kview.io.kineto_reader import KinetoSource
-
     if not isinstance(trace.source, KinetoSource) or "coll_bytes" not in trace.source.frames["kernels"].columns:
         return None
     k = trace.columns("kernels", ["correlation", "device", "start", "coll_bytes"])

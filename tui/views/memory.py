@@ -10,6 +10,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from kview.analysis import memory_timeline as mt
+from kview.analysis.trace_memory import level_name
 from kview.notation import human_bytes, human_ms
 from kview.output.memory_plot import plot
 from kview.tui.keymap import VIEW_KEYS, bindings
@@ -84,7 +85,6 @@ class MemoryView(View):
     @staticmethod
     def trace_head(tl: mt.MemoryTimeline) -> Text:
         """The peak of a timeline made from the trace's own events, and which events those are."""
-        from kview.analysis.trace_memory import level_name
 
         pk = tl.peak
         head = Text()

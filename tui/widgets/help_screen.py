@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from kview.tui.keymap import HELP_SCREEN_KEYS, bindings, help_rows
+from kview.tui.views import shown_by
 
 FILTER_EXAMPLES = (
     "gemm  dir:bprop  layer:layer_3  op:linear  cat:gemm  range:softmax  stream:7  dur>50us  "
@@ -26,7 +27,6 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         t = Text(f"Keys of the {self.view} view   (↑ ↓ PgUp PgDn scroll · esc closes)\n\n", style="bold")
-        from kview.tui.views import shown_by
 
         t.append(f"{' '.join(key for key, _ in shown_by()):>22}  ", style="bold cyan")
         t.append(", ".join(v.title for _, v in shown_by()) + "\n")
