@@ -411,7 +411,6 @@ def version_of(*fns: Callable[..., Any] | str) -> str:
 
 def import_all() -> None:
     """Import every module that declares tables (for the whole graph: tests, a worker)."""
-    # deferred: the walk imports the modules that import this one
     import pkgutil
 
     import kview  # deferred: only a worker or a test asks for every module

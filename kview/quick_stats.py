@@ -23,7 +23,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from kview.errors import TraceError
+from kview.io.converted import REPORT_SUFFIXES
 from kview.io.paths import named
+from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, sqlite_uri
+from kview.output.table_text import table_text
+from kview.output.visible import visible_lines
 
 # Above this many kernels the columnar path (connectorx on several threads, polars' group-by)
 # is faster than a Python loop over the rows, its imports included.
@@ -72,12 +76,8 @@ def document(path: Path, fmt: str, width: int | None = None) -> str | None:
     rows = _kernel_summary(path)
     if rows is None:
         return None
-    from kview.output.visible import visible_lines
-
     cells = [[_text(v) for v in r] for r in rows]
     if fmt == "table":
-        from kview.output.table_text import table_text
-
         numeric = [True] * (len(COLUMNS) - 1) + [False]
         return f"** {TITLE} ({NAME}):\n\n" + visible_lines(table_text(COLUMNS, numeric, cells, width))
     return visible_lines(_csv(COLUMNS, cells))
@@ -137,8 +137,6 @@ def _columns(con: sqlite3.Connection, table: str) -> set[str]:
 
 def _kernel_summary(p: Path) -> list[tuple] | None:
     """The report's rows, or None when the columnar path is to answer."""
-    from kview.io.converted import REPORT_SUFFIXES
-    from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, sqlite_uri
 
     try:
         if p.suffix.lower() in REPORT_SUFFIXES or not p.is_file():

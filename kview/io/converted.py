@@ -22,7 +22,6 @@ from pathlib import Path
 
 from kview import atomic_write
 from kview.errors import TraceError, shown
-from kview.io.cache import cache_root, content_fingerprint, fingerprint
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -67,6 +66,9 @@ def _copy_name(p: Path) -> str:
 
 
 def _record(copy: Path) -> dict:
+    # deferred: the frame cache imports polars, which a quick answer (kview/quick_stats.py) never loads
+    from kview.io.cache import content_fingerprint
+
     size = copy.stat().st_size
     return {"size": size, "fingerprint": content_fingerprint(copy, size)}
 
@@ -88,6 +90,8 @@ def _say(text: str) -> None:
 def copy_of(p: Path, kind: str) -> Path:
     """The SQLite (or JSON) file `p` opens as: its verified copy in the cache, made now if
     there is none. TraceError when it cannot be made (no nsys, a failed export, damage)."""
+    # deferred: the frame cache imports polars, which a quick answer (kview/quick_stats.py) never loads
+    from kview.io.cache import cache_root, fingerprint
 
     if kind == "report" and shutil.which("nsys") is None:
         raise TraceError(
