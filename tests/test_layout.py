@@ -128,3 +128,19 @@ def test_every_declared_dependency_is_imported():
         if dist not in INDIRECT and dist.replace("-", "_") not in used:
             unused.append(dist)
     assert unused == []
+
+
+def test_every_package_folder_is_installed():
+    """pyproject lists the packages (the package-dir mapping needs the list): a new folder of the
+    core, the explorer or capture that is left out would be missing from every non-editable install."""
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    mapping = tool["package-dir"]
+    found = set()
+    for package, folder in mapping.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found == listed
