@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kview import __version__, atomic_write
 from kview.errors import (
@@ -36,12 +35,9 @@ from kview.io import memory_budget
 from kview.io.paths import named
 from kview.io.snapshot_pickle import is_snapshot_file, memory_name
 from kview.output import files
-from kview.output.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
+from kview.output.formats import FORMATS, MULTI_TABLE_FORMATS
 from kview.output.stdout_guard import StdoutGuard
 from kview.output.visible import VisibleText, visible_lines
-
-if TYPE_CHECKING:
-    import polars as pl
 
 
 def _trace_flags(defaults: bool) -> argparse.ArgumentParser:
@@ -540,7 +536,8 @@ def cmd_stats(args) -> int:
 def cmd_kernels(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis import filters
-    from kview.analysis.attribution import attribute, shown
+    from kview.analysis.attribution import attribute
+    from kview.documents.kernels import kernels
 
     try:
         pred = filters.parse(args.filter)
@@ -549,28 +546,10 @@ def cmd_kernels(args) -> int:
     trace = _open(args, args.trace)
     table = attribute(trace)
     trace.store.drop()  # only the table is written from here on
-    if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
-        from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
-
-        ops = cpu_op_summary(trace)
-        _note(trace, no_gpu_work_note(trace) + ("; showing its CPU op times instead" if ops.height else ""))
-        return _emit(args, ops if ops.height else shown(table))
-    if pred is not None:
-        table = table.filter(pred)
-    out = shown(table)
-    if args.absolute:
-        out = out.with_columns(absolute_start(trace, out["Start (ns)"]))
-    return _emit(args, out)
-
-
-def absolute_start(trace, start: pl.Series) -> pl.Series:
-    """`start` (from the trace's zero) on the clock the file records: UTC for an nsys export (its
-    session start plus the time), else the time as the file holds it (a torch.profiler trace's
-    own clock)."""
-    clock = trace.clock
-    if clock is not None and clock[0] == "UTC":
-        return (start + clock[1]).alias("Start (UTC, ns)")
-    return (start + trace.origin).alias("Start (as recorded, ns)")
+    doc = kernels(trace, pred, args.absolute, args.filter, table)
+    for note in doc.notes:
+        _note(trace, note)
+    return _emit(args, doc.frame("kernels"))
 
 
 def _note(trace, text: str) -> None:
@@ -580,20 +559,16 @@ def _note(trace, text: str) -> None:
 
 def cmd_layers(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.layers import backward_unplaced, layer_times
-    from kview.notation import stacked_bar
+    from kview.documents.layers import layers
     from kview.output import render
 
     trace = _open(args, args.trace)
-    df = layer_times(trace, args.pattern)
-    if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
-        _note(trace, "no repeated layer ranges found (layer_0.., Enc_0..; give --pattern REGEX)")
+    doc = layers(trace, args.pattern)
+    for note in doc.notes:
+        _note(trace, note)
+    df = doc.section("layers").frame_for(args.format)
+    if df.height == 0:
         return _write(args, render.render(df, args.format) if args.format == "json" else "")
-    unknown = backward_unplaced(trace, args.pattern)
-    if unknown:
-        _note(trace, unknown)
-    if args.format == "table":
-        df = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias("Forward █ / Backward ▓"))
     return _write(args, render.render(df, args.format))
 
 
@@ -607,29 +582,36 @@ def cmd_overview(args) -> int:
     )
     return _write(args, render.render_document(overview(_open(args, args.trace)), args.format))
 
-
-def cmd_phases(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    import polars as pl
 
-    from kview.analysis.layers import phase_times
-    from kview.notation import bar
+
+def cmd_nvtx(args) -> int:
+    from kview.documents.nvtx import nvtx
     from kview.output import render
 
     trace = _open(args, args.trace)
-    df = phase_times(trace)
-    if df.height == 0:
-        _note(trace, "no phase ranges (user NVTX or record_function ranges at the top of a thread)")
-    if args.format == "table" and df.height:
-        gpu = pl.col("GPU Time (ns)")
-        df = df.with_columns(bar(gpu / gpu.max(), width=30).alias("Bar"))
-    return _write(args, render.render(df, args.format))
+    doc = nvtx(trace)
+    for note in doc.notes:
+        _note(trace, note)
+    return _write(args, render.render_document(doc, args.format))
+
+
+def cmd_phases(args) -> int:
+    from kview.documents.layers import phases
+    from kview.output import render
+
+    trace = _open(args, args.trace)
+    doc = phases(trace)
+    for note in doc.notes:
+        _note(trace, note)
+    return _write(args, render.render(doc.section("phases").frame_for(args.format), args.format))
 
 
 def cmd_compare(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.compare import check_metric, distinct_labels, phase_windows, root_window, side_by_side
+    from kview.analysis.compare import check_metric
     from kview.analysis.ranks import make_run, trace_paths
+    from kview.documents import compare
     from kview.output import render
 
     if args.cache_dir is not None and args.cluster is None:
@@ -644,34 +626,26 @@ def cmd_compare(args) -> int:
         if not summarized.ranks:
             names = ", ".join(Path(f).name for f in summarized.files)
             raise UsageError("no GPU work in " + names + ": no ranks to compare")
-        code = _write(args, render.render(summarized.compare(args.by), args.format))
+        doc = compare.summarized(summarized, args.by, args.metric, args.cluster)
+        code = _write(args, render.render(doc.section("compare").frame_for(args.format), args.format))
         return _partial(failed, len(summarized.files)) if failed else code
     traces = [_open(args, str(t)) for t in trace_paths(args.traces)]  # a folder is its traces
     run = make_run(traces) if args.ranks or (len(traces) == 1 and not args.ranges) else None
     if run is not None and (args.ranks or len(run.ranks) > 1):
-        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-        from kview.analysis.compare import rank_windows
-
         if args.ranges:
             raise UsageError("--ranges compares phases within one trace; --ranks compares ranks")
         for note in run.notes:
             print(f"kview: {note}", file=sys.stderr)
         if not run.ranks:
             raise UsageError("no GPU work in " + ", ".join(t.name for t in traces) + ": no ranks to compare")
-        return _write(
-            args, render.render(side_by_side(rank_windows(run, args.root), args.by, args.metric, True), args.format)
-        )
-    if args.ranges:
+        doc = compare.ranks(run, [t.name for t in traces], args.by, args.metric, args.root)
+    elif args.ranges:
         if len(traces) != 1:
             raise UsageError("--ranges compares phases within one trace; give exactly one trace")
-        windows = phase_windows(traces[0], [r for r in args.ranges.split(",") if r], args.root)
+        doc = compare.phases(traces[0], [r for r in args.ranges.split(",") if r], args.by, args.metric, args.root)
     else:
-        stems = [t.stem for t in traces]
-        # a terminal shows what tells the traces apart; machine formats keep the full names
-        labels = distinct_labels(stems) if args.format == "table" else stems
-        windows = [root_window(t, args.root, label) for t, label in zip(traces, labels)]
-    df = side_by_side(windows, args.by, args.metric)
-    return _write(args, render.render(df, args.format))
+        doc = compare.traces(traces, args.by, args.metric, args.root)
+    return _write(args, render.render(doc.section("compare").frame_for(args.format), args.format))
 
 
 def cmd_diff(args) -> int:
@@ -756,6 +730,7 @@ def cmd_run_tables(args) -> int:
     """`kview ranks` and `kview iterations`: the tables of a run, every one or the one asked for."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.ranks import open_run
+    from kview.documents import ranks
     from kview.output import render
 
     if args.table is None:
@@ -768,26 +743,18 @@ def cmd_run_tables(args) -> int:
     if args.cache_dir is not None and args.cluster is None:
         raise UsageError("goes with --cluster (the folder its workers write into)", what="--cache-dir")
     if args.cluster is not None:
-        run, failed = _summarized_run(args)
-        names = [Path(f).name for f in run.files]
-        tables = run.tables_of(args.command)
+        summarized, failed = _summarized_run(args)
+        doc = ranks.summarized(summarized, args.command)
     else:
-        run = open_run(args.traces, use_cache=not args.no_cache)
-        names = [t.name for t in run.traces]
-        tables = run_tables(run, args.command)
-    for note in run.notes:
+        doc = ranks.of_run(open_run(args.traces, use_cache=not args.no_cache), args.command)
+    for note in doc.notes:
         print(f"kview: {note}", file=sys.stderr)
-    if not run.ranks:
-        print("kview: no GPU work in " + ", ".join(names) + ": no ranks to show", file=sys.stderr)
-    sections = _run_sections(tables, args.command, args.format == "table")
     if args.table is not None:
-        frame = sections[args.table][1]
+        frame = doc.section(args.table).frame_for(args.format)
         code = _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
     else:
-        code = _write(
-            args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
-        )
-    return _partial(failed, len(run.files)) if failed else code
+        code = _write(args, render.render_document(doc, args.format))
+    return _partial(failed, len(summarized.files)) if failed else code
 
 
 def _partial(failed: int, good: int) -> int:
@@ -841,58 +808,6 @@ def _cluster_cache_dir(args) -> str:
     except OSError as e:
         raise UsageError(f"cannot be made ({e.strerror})", what=f"--cache-dir {shown(cache_dir)}") from None
     return cache_dir
-
-
-def run_tables(run, command: str) -> dict:
-    """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
-    if command == "iterations":
-        # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-        from kview.analysis.critical_path import iterations_bound_by
-        from kview.analysis.iterations import iteration_stats
-
-        return {"iterations": iterations_bound_by(run), "statistics": iteration_stats(run)}
-    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
-    from kview.analysis.rank_summary import rank_summary
-    from kview.analysis.ranks import rank_table
-
-    return {
-        "ranks": rank_table(run),
-        "time": rank_summary(run),
-        "collectives": collectives_by_rank(run),
-        "stragglers": stragglers(run),
-        "waits": straggler_instances(run),
-    }
-
-
-def _run_sections(tables: dict, command: str, for_person: bool) -> dict:
-    """name -> (title, table) of `kview ranks` or `kview iterations`."""
-    if command == "iterations":
-        return {
-            "iterations": ("Iterations", tables["iterations"]),
-            "statistics": ("Statistics across iterations", tables["statistics"]),
-        }
-    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.rank_summary import BAR_TITLE, with_time_bar
-
-    time = tables["time"]
-    if for_person and time.height:  # where each rank's wall time went, at a glance, in 80 columns
-        time = with_time_bar(time).select(
-            "Rank",
-            "Wall (ns)",
-            "Busy (% of wall)",
-            "Exposed comm (ns)",
-            "Exposed (% of comm)",
-            "Waited (ns)",
-            BAR_TITLE,
-        )
-    return {
-        "ranks": ("Ranks", tables["ranks"]),
-        "time": ("GPU time by rank", time),
-        "collectives": ("Collectives", tables["collectives"]),
-        "stragglers": ("Stragglers by iteration", tables["stragglers"]),
-        "waits": ("Waiting in each collective", tables["waits"]),
-    }
 
 
 def cmd_launches(args) -> int:
@@ -963,6 +878,7 @@ def cmd_timeline(args) -> int:
     import shutil
 
     from kview.analysis import timeline
+    from kview.documents.timeline import window
     from kview.output import render
 
     kinds = {k.strip() for k in args.rows.split(",") if k.strip()}
@@ -1010,11 +926,7 @@ def cmd_timeline(args) -> int:
     t1 = tl.span[1] if t_to is None else t_to
     if t1 <= t0:
         raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
-    if args.format in ("table", "md"):
-        text = timeline.text(tl, t0, t1, width, kinds, args.depth, title)
-        return _write(args, render.code_block(text) if args.format == "md" else text)
-    cells = timeline.table(tl, t0, t1, max(width - 25, 10), kinds, args.depth)
-    return _write(args, render.render(cells, args.format))
+    return _write(args, render.render_document(window(tl, t0, t1, width, kinds, args.depth, title), args.format))
 
 
 def cmd_export(args) -> int:
@@ -1063,10 +975,10 @@ def cmd_memory(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     import shutil
 
-    import polars as pl
-
     from kview.analysis import memory
     from kview.analysis import memory_timeline as mt
+    from kview.documents.memory import PLOT
+    from kview.documents.memory import memory as memory_document
     from kview.output import render
     from kview.output.memory_plot import plot
 
@@ -1075,50 +987,15 @@ def cmd_memory(args) -> int:
             args.format, "the memory tables", f"give --table ({', '.join(MEMORY_TABLES)}), or use -f json, md or table"
         )
     tl = memory.open_memory(args.trace, args.device, use_cache=not args.no_cache)
-    facts = memory.summary(tl)
-    live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
-    t0 = tl.start
-
-    # a trace's own events know no requested bytes (and nsys's no reserved): those columns go
-    levels = [c for c in ("allocated", "requested", "reserved") if tl.series[c].null_count() < tl.series.height]
-    sections = {
-        # a person reads the facts with their units; data formats get numbers, units in the names
-        "summary": memory.summary_data(tl)
-        if args.format in DATA_FORMATS
-        else pl.DataFrame({"": [k for k, _ in facts], "value": [v for _, v in facts]}),
-        "timeline": tl.series.select("idx", ((pl.col("t") - t0) / 1e6).round(6).alias("Time (ms)"), *levels).rename(
-            {"idx": "Event", **{c: c.capitalize() for c in levels}}
-        ),
-        "phases": mt.phase_peaks(tl),
-        "steps": mt.step_peaks(tl),
-        "by-site": mt.by_site(live, args.top),
-        "by-size": mt.by_size(live, args.top),
-        "top": mt.top_allocations(tl, args.top),
-    }
-    if args.table:
-        return _write(args, render.render(sections[args.table], args.format))
-    titles = {
-        "summary": "Memory",
-        "phases": "Allocated bytes per phase",
-        "steps": "Allocated bytes per step",
-        "by-site": mt.by_site_title(tl),
-        "by-size": "Live at the peak, by size",
-        "top": "Largest allocations",
-    }
-    # the steps when they are not the phases already
-    steps_too = tl.steps.height > 0 and not tl.steps.equals(tl.phases)
-    shown = {titles[k]: v for k, v in sections.items() if k in titles and (k != "steps" or steps_too)}
+    doc = memory_document(tl, args.top)
     texts = {}
-    if args.format == "table":
+    if args.format == "table" and not args.table:
         width = args.width or min(shutil.get_terminal_size((100, 24)).columns, 160)
-        shown = {"Allocated and reserved over time": pl.DataFrame(), **shown}
-        texts["Allocated and reserved over time"] = (
+        texts[PLOT] = (
             "\n".join(plot(tl.series, tl.phases, width, args.height, tl.peak, zero=tl.start, level=mt.level_word(tl)))
             + "\n"
         )
-    elif args.format == "json":
-        shown["timeline"] = sections["timeline"]
-    return _write(args, render.render_sections(shown, args.format, empty="(none)\n", texts=texts))
+    return _write(args, render.render_document(doc, args.format, args.table, texts))
 
 
 COMMANDS = [
@@ -1147,6 +1024,14 @@ COMMANDS = [
         _one_trace,
     ),
     Command("phases", "GPU time per phase (forward_pass, backward_pass, optimizer_step, ...)", cmd_phases, _one_trace),
+    Command(
+        "nvtx",
+        "GPU and CPU time per NVTX range path, parents before children (the explorer's NVTX tree)",
+        cmd_nvtx,
+        _one_trace,
+        "One row per NVTX (or record_function) range path: its depth, instances, the GPU time of the work "
+        "launched while it was open (from any thread), the CPU time it was open, and its GPU ops.",
+    ),
     Command(
         "compare",
         "traces side by side, or phases within one trace",

@@ -17,7 +17,8 @@ import pytest
 
 from kview.analysis.rank_files import Step, SummarizedRun, cached_tables, entry_key, summarize
 from kview.analysis.ranks import open_run
-from kview.cli import PARTIAL_EXIT, main, run_tables
+from kview.cli import PARTIAL_EXIT, main
+from kview.documents.ranks import run_tables
 
 from conftest import KINETO, PUBLIC, ROOT
 
@@ -250,8 +251,9 @@ async def test_the_explorer_opens_a_run_from_its_summaries_and_loads_a_rank_when
         await loaded(pilot)
         assert app.run_in_processes and app.started == {0} and set(app.loaded) == {0}
         data = app.view("ranks").data
-        assert data.ranks.drop(BAR_TITLE).equals(rank_summary(run)), data.caption
-        assert data.iterations.equals(with_bound_by(run, iteration_table(run)))
+        assert data.ranks.frame("time").equals(rank_summary(run)), data.caption
+        assert BAR_TITLE in data.ranks.section("time").frame_for("table").columns
+        assert data.iterations.frame("iterations").equals(with_bound_by(run, iteration_table(run)))
         assert "straggler: rank 1 in 3 of 3 iterations" in data.caption
         await pilot.press("5")
         await loaded(pilot)

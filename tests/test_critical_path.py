@@ -112,7 +112,7 @@ def test_iterations_carry_each_steps_verdict(path):
     """`kview iterations` takes each iteration's verdict from the step of its own process."""
     from kview.analysis.iterations import iteration_table
     from kview.analysis.ranks import make_run
-    from kview.cli import run_tables
+    from kview.documents.ranks import run_tables
 
     trace = open_trace(path, use_cache=False)
     run = make_run([trace])

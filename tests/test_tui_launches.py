@@ -45,7 +45,7 @@ async def test_ranks_view_iterations_carry_the_verdict_of_kview_iterations():
     """HTA's trace_filter ranks 0 and 1 as one run: the Ranks view's iterations are those of
     `kview iterations`, each with its critical path's CPU share and verdict."""
     from kview.analysis.ranks import make_run
-    from kview.cli import run_tables
+    from kview.documents.ranks import run_tables
 
     paths = [KINETO / f"trace_filter__sampled_rank-{r}.json.gz" for r in (0, 1)]
     want = run_tables(make_run([open_trace(p, use_cache=False) for p in paths]), "iterations")["iterations"]

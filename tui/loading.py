@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -37,6 +36,7 @@ from kview.tui.messages import (
 if TYPE_CHECKING:
     from kview.analysis.memory_timeline import MemoryTimeline, Snapshot
     from kview.analysis.rank_files import SummarizedRun
+    from kview.documents import Document
     from kview.trace import Trace
 
 # the filter line suggests at most this many kernel names
@@ -49,8 +49,11 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     from kview.analysis import memory_timeline
     from kview.analysis.attribution import attribute, launched_ops
     from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.layers import backward_unplaced, layer_times, phase_times
-    from kview.analysis.nvtx_tree import path_table, path_windows
+    from kview.analysis.layers import phase_times
+    from kview.analysis.nvtx_tree import path_windows
+    from kview.documents.kernels import kernels
+    from kview.documents.layers import layers
+    from kview.documents.nvtx import nvtx
     from kview.documents.overview import overview
     from kview.io.snapshot_pickle import is_snapshot_file
     from kview.notation import short_names
@@ -70,10 +73,10 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     report = cuda_gpu_kern_sum(trace)
     if report.skipped or report.empty:  # no GPU kernels: say what the trace holds, show its CPU ops
         from kview.analysis.attribution import gpu_ops
-        from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
 
-        if gpu_ops(trace).height == 0:
-            yield KernelSummary(report.frame, no_gpu_work_note(trace), cpu_op_summary(trace))
+        if gpu_ops(trace).height == 0:  # no GPU work: what `kview kernels` prints instead, and why
+            doc = kernels(trace)
+            yield KernelSummary(report.frame, doc.notes[0], doc.frame("kernels"), doc)
         else:  # copies and memsets only
             yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
     else:
@@ -105,7 +108,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     widths = table.select([pl.col(c).str.len_chars().max() for c in text]).row(0, named=True) if table.height else {}
     widths = {c: int(v or 0) for c, v in widths.items()}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
-    yield AttributedKernels(table, names, names + field_words(table), shown, widths)
+    yield AttributedKernels(table, names, names + field_words(table), shown, widths, kernels(trace, table=table))
     # each op's launch time (NVTX tree, phases, Compare) is kept; the launches joined to the
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
     # nothing the views show reads it again)
@@ -124,9 +127,9 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     yield Stage("efficiency")
     yield efficiency(trace)
     yield Stage("NVTX tree")
-    yield NvtxTree(trace.name, path_table(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
+    yield NvtxTree(trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
     yield Stage("layers")
-    yield LayersReady(layer_times(trace), backward_unplaced(trace))
+    yield LayersReady(layers(trace))
     yield from load_memory_beside(trace, use_cache)
     phases = phase_times(trace)
     yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
@@ -174,26 +177,14 @@ def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
         yield MemoryReady(None, f"{snap.name} {e.problem}")
 
 
-MEMORY_ROWS = 50  # rows of each table of the Memory view (`kview memory --top`)
+MEMORY_ROWS = 50  # rows of the Memory view's tables (`kview memory --top 50`)
 
 
 def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
-    """The Memory view's message: the timeline and its tables, made here, off the UI thread."""
-    return MemoryReady(tl, tables=memory_tables(tl) if tl is not None else ())
+    """The Memory view's timeline (its plot and peak) and document."""
+    from kview.documents.memory import memory
 
-
-def memory_tables(tl: MemoryTimeline) -> tuple[pl.DataFrame, ...]:
-    """Live at the peak by call site and by size, the largest allocations, per phase, per step."""
-    from kview.analysis import memory_timeline as mt  # deferred: loaded in the worker, as load's analysis
-
-    live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
-    return (
-        mt.by_site(live, MEMORY_ROWS),
-        mt.by_size(live, MEMORY_ROWS),
-        mt.top_allocations(tl, MEMORY_ROWS),
-        mt.phase_peaks(tl),
-        mt.step_peaks(tl),
-    )
+    return MemoryReady(tl, document=None if tl is None else memory(tl, MEMORY_ROWS))
 
 
 def launches(trace: Trace) -> LaunchesReady:
@@ -259,13 +250,6 @@ def field_words(table: pl.DataFrame) -> tuple[str, ...]:
 
 
 BY = ("range", "layer", "category", "kernel")
-WHAT = {
-    "range": "the GPU time of the work launched while each range was open, from any thread (a layer's "
-    "backward runs after its range closed: b shows by layer)",
-    "layer": "the GPU time of each layer's kernels, forward and backward",
-    "category": "the GPU time per kernel category",
-    "kernel": "the GPU time per kernel",
-}
 
 
 def compare(
@@ -273,11 +257,12 @@ def compare(
 ) -> CompareReady:
     """Several traces side by side (within their last `profiled_step` when every trace has
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
-    one trace holds several), by range, layer, category or kernel: exactly `kview compare`
-    (`side_by_side`), whose command line the caption gives."""
-    from kview.analysis.compare import distinct_labels, root_window, side_by_side
+    one trace holds several), by range, layer, category or kernel: the document of
+    `kview compare` (kview.documents.compare), whose command line the caption gives."""
+    from kview.analysis.compare import distinct_labels
     from kview.analysis.nvtx_ranges import user_ranges
     from kview.analysis.ranks import make_run
+    from kview.documents import compare as cd
 
     first = traces[0]
     several = len(traces) > 1
@@ -295,18 +280,14 @@ def compare(
         if several:
             ts = [t.trace for t in traces]
             has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in ts)
+            doc = cd.traces(ts, by, metric, "profiled_step" if has_root else None)
             labels = distinct_labels([t.stem for t in ts])
-            windows = [root_window(t, "profiled_step" if has_root else None, label) for t, label in zip(ts, labels)]
             legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, ts) if label != t.stem)
-            command = "kview compare " + " ".join(t.name for t in ts) + (" --root profiled_step" if has_root else "")
             head = f"{len(ts)} traces by {by}" + (f" · {legend}" if legend else "")
         else:
-            windows = _phase_windows(first)
-            command = f"kview compare {first.trace.name} --ranges {','.join(first.phase_names)}"
+            doc = cd.phases(first.trace, list(first.phase_names), by, metric, windows=_phase_windows(first))
             head = f"the phases of this trace by {by}"
-        command += f" --by {by}" + (" --metric cpu" if metric == "cpu" else "")
-        what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
-        return CompareReady(side_by_side(windows, by, metric), f"{head}: {what}  ·  = {command}", by, metric)
+        return CompareReady(doc, f"{head}: {cd.what(by, metric)}  ·  = {doc.command}", by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric)
 
@@ -318,6 +299,7 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
     """The regression gate of the last trace against the first (`kview diff A B --gate 5`):
     every gated item, those past the gate first."""
     from kview.analysis.gate import SCOPES, gate
+    from kview.documents import Document, Section
 
     if len(traces) < 2:
         return CompareReady(None, "The gate compares two traces: open a baseline and a new run (kview A B).", "gate")
@@ -330,8 +312,14 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
         else f"passed: none of {v.checked} items regressed past {GATE_PCT:g}%"
     )
     command = f"kview diff {a.name} {b.name} --gate {GATE_PCT:g}"
+    # every gated item (the command prints those past the gate: `regressed`)
+    doc = Document(
+        "Gate",
+        (Section("items", "Gated items", v.items, formats=()), Section("regressed", "Regressed", v.regressed)),
+        command=command,
+    )
     return CompareReady(
-        v.items, f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {command} (exit {1 if n else 0})", "gate"
+        doc, f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {command} (exit {1 if n else 0})", "gate"
     )
 
 
@@ -348,32 +336,33 @@ def _phase_windows(loaded: TraceLoaded) -> list:
 
 def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> CompareReady:
     """The ranks of the run side by side (`kview compare --ranks`), and the spread across them."""
-    from kview.analysis.compare import rank_windows, side_by_side
+    from kview.documents import compare as cd
 
     if len(run.ranks) < 1:
         return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
     try:
-        frame = side_by_side(rank_windows(run), by, metric, spread=True)
+        doc = cd.ranks(run, [t.trace.name for t in traces], by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric, True)
     other = "traces" if len(traces) > 1 else "phases"
-    return _ranks_compared(frame, len(run.ranks), [t.trace.name for t in traces], by, metric, other, "--ranks")
+    return _ranks_compared(doc, len(run.ranks), by, metric, other)
 
 
 def summarized_compare(run: SummarizedRun, by: str, metric: str, cluster: str) -> CompareReady:
     """The ranks side by side from each rank file's columns (`kview compare --cluster`)."""
+    from kview.documents import compare as cd
+
     if not run.ranks:
         return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
-    names = [Path(f).name for f in run.files]
-    return _ranks_compared(run.compare(by), len(run.ranks), names, by, metric, "traces", f"--cluster {cluster}")
+    return _ranks_compared(cd.summarized(run, by, metric, cluster), len(run.ranks), by, metric, "traces")
 
 
-def _ranks_compared(frame, n: int, names: list[str], by: str, metric: str, other: str, how: str) -> CompareReady:
-    command = "kview compare " + " ".join(names) + f" {how} --by {by}"
-    command += " --metric cpu" if metric == "cpu" else ""
-    what = WHAT[by] if metric == "gpu" else "the CPU time each range was open"
+def _ranks_compared(doc: Document, n: int, by: str, metric: str, other: str) -> CompareReady:
+    from kview.documents.compare import what
+
     head = f"{n} ranks by {by} (r: {other} as columns)"
-    return CompareReady(frame, f"{head}: {what}, and the spread across ranks  ·  = {command}", by, metric, True)
+    caption = f"{head}: {what(by, metric)}, and the spread across ranks  ·  = {doc.command}"
+    return CompareReady(doc, caption, by, metric, True)
 
 
 def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> TimelineReady | None:
@@ -394,51 +383,46 @@ def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> T
 
 
 def ranks(traces: list[Trace]) -> RanksReady:
-    """The traces as one run (`kview ranks` over the same files): a row per rank with its bar,
-    the iterations of every rank, the stragglers by iteration and the collectives."""
-    from kview.analysis.collectives import collectives_by_rank, stragglers
-    from kview.analysis.critical_path import iterations_bound_by
-    from kview.analysis.rank_summary import rank_summary
+    """The traces as one run: the documents of `kview ranks` and `kview iterations` over the
+    same files (a row per rank with its bar, the iterations of every rank, the stragglers by
+    iteration and the collectives)."""
     from kview.analysis.ranks import make_run
+    from kview.documents import ranks as rd
 
     run = make_run(traces)
-    summary = rank_summary(run)
-    if summary.height == 0:
-        return _no_ranks_ready()
-    # the iterations as `kview iterations` shows them: with each one's critical-path verdict
-    iterations = iterations_bound_by(run)
-    return _ranks_ready(summary, iterations, stragglers(run), collectives_by_rank(run), run.notes)
+    return _ranks_ready(rd.of_run(run, "ranks"), rd.of_run(run, "iterations"))
 
 
 def summarized_ranks(run: SummarizedRun) -> RanksReady:
     """The Ranks view of a run summarized rank file by rank file (`kview ranks --cluster`)."""
-    tables = run.tables_of("ranks")
-    if tables["time"].height == 0:
-        return _no_ranks_ready()
-    return _ranks_ready(tables["time"], run.iteration_table(), tables["stragglers"], tables["collectives"], run.notes)
+    from kview.documents import ranks as rd
+
+    return _ranks_ready(rd.summarized(run, "ranks"), rd.summarized(run, "iterations"))
 
 
-def _no_ranks_ready() -> RanksReady:
-    empty = pl.DataFrame()
-    return RanksReady(empty, empty, empty, empty, "No GPU work in these traces: no ranks to show.")
+def nothing_ranked(caption: str) -> RanksReady:
+    """The Ranks view's message when there is no run to show, and why."""
+    from kview.documents import Document
+
+    return RanksReady(Document("Ranks"), Document("Iterations"), caption)
 
 
-def _ranks_ready(
-    summary: pl.DataFrame, iterations: pl.DataFrame, st: pl.DataFrame, collectives: pl.DataFrame, notes: list[str]
-) -> RanksReady:
-    from kview.analysis.rank_summary import with_time_bar
-
+def _ranks_ready(ranks: Document, iterations: Document) -> RanksReady:
+    """The documents, and a caption: what the run is, or why there is nothing to show."""
+    summary = ranks.frame("time")
+    if summary.height == 0:
+        return RanksReady(ranks, iterations, "No GPU work in these traces: no ranks to show.")
     n = summary.height
-    steps = iterations["Iteration"].drop_nulls().n_unique()
+    steps = iterations.frame("iterations")["Iteration"].drop_nulls().n_unique()
     caption = f"{n} rank{'s' if n > 1 else ''} · {steps} iteration{'s' if steps != 1 else ''}"
-    joined_last = st["Straggler"].drop_nulls()
+    joined_last = ranks.frame("stragglers")["Straggler"].drop_nulls()
     if joined_last.len():
         top = joined_last.mode().sort()[0]
         caption += f" · straggler: rank {top} in {(joined_last == top).sum()} of {joined_last.len()} iterations"
     elif n == 1:
         caption += " · one rank: open its other ranks' traces too (kview rank0.sqlite rank1.sqlite, or a folder)"
-    caption += "".join(f" · {note}" for note in notes)
-    return RanksReady(with_time_bar(summary), iterations, st, collectives, caption)
+    caption += "".join(f" · {note}" for note in ranks.notes)
+    return RanksReady(ranks, iterations, caption)
 
 
 def on_cluster(view, members: list[int], compare: tuple[str, str, str | None] | None, stage: str) -> SummarizedRun:
@@ -469,6 +453,5 @@ def on_cluster(view, members: list[int], compare: tuple[str, str, str | None] | 
 
 
 def no_ranks(e: Exception) -> RanksReady:
-    """The Ranks view's message when its tables could not be made: empty tables and why."""
-    empty = pl.DataFrame()
-    return RanksReady(empty, empty, empty, empty, f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0])
+    """The Ranks view's message when its tables could not be made: why."""
+    return nothing_ranked(f"cannot make the ranks: {type(e).__name__}: {e}".splitlines()[0])

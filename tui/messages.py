@@ -69,6 +69,7 @@ class KernelSummary(ViewMessage):
     # a trace without GPU kernels: what it holds, and its CPU op times to show instead
     note: str = ""
     cpu_ops: pl.DataFrame | None = None
+    document: Document | None = None  # of `kview kernels` (its CPU op times), when there is no GPU work
 
 
 @frozen_message
@@ -85,6 +86,8 @@ class AttributedKernels(ViewMessage):
     names_shown: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the widest value of each text column, so a million-row table is measured once
     text_widths: dict[str, int] = field(default_factory=dict)
+    # the rows of `kview kernels` (kview.documents.kernels): `table` without its helper columns
+    document: Document | None = None
 
 
 @frozen_message
@@ -97,24 +100,38 @@ class OverviewReady(ViewMessage):
 
 @frozen_message
 class NvtxTree(ViewMessage):
-    """GPU and CPU time per NVTX path (`path_table`); empty when the trace has no ranges. With
-    the merged windows of each path (`path_windows`) and the launch time of every op
-    (`launch_timeline`), so a range opens Kernels on exactly the ops its GPU time counts."""
+    """The document of `kview nvtx` (kview.documents.nvtx): GPU and CPU time per NVTX path
+    (`path_table`), empty when the trace has no ranges. With the merged windows of each path
+    (`path_windows`) and the launch time of every op (`launch_timeline`), so a range opens
+    Kernels on exactly the ops its GPU time counts."""
 
     view: ClassVar[str] = "nvtx"
     trace_name: str
-    paths: pl.DataFrame
+    document: Document
     windows: pl.DataFrame
     timeline: pl.DataFrame
+
+    @property
+    def paths(self) -> pl.DataFrame:
+        return self.document.frame("ranges")
 
 
 @frozen_message
 class LayersReady(ViewMessage):
-    """Forward/backward time per repeated layer range (`layer_times`); empty when none repeat."""
+    """The document of `kview layers` (kview.documents.layers): forward/backward time per
+    repeated layer range, empty when none repeat."""
 
     view: ClassVar[str] = "layers"
-    layers: pl.DataFrame
-    note: str = ""  # why Backward is empty (layers.backward_unplaced)
+    document: Document
+
+    @property
+    def layers(self) -> pl.DataFrame:
+        return self.document.frame("layers")
+
+    @property
+    def note(self) -> str:
+        """Why Backward is empty (layers.backward_unplaced), when there are layers."""
+        return "; ".join(self.document.notes) if self.layers.height else ""
 
 
 @frozen_message
@@ -122,11 +139,16 @@ class CompareReady(ViewMessage):
     """The Compare table, or (frame None) the sentence saying why there is nothing to compare."""
 
     view: ClassVar[str] = "compare"
-    frame: pl.DataFrame | None
+    document: Document | None  # of `kview compare` (kview.documents.compare), or of the gate
     caption: str
     by: str = "range"
     metric: str = "gpu"
     ranks: bool = False  # columns are the ranks of the run (else the traces, or one trace's phases)
+
+    @property
+    def frame(self) -> pl.DataFrame | None:
+        """The table shown: the document's first, as a terminal shows it (None: nothing to compare)."""
+        return None if self.document is None else self.document.sections[0].frame_for("table")
 
 
 @frozen_message
@@ -147,15 +169,13 @@ class TimelineReady(ViewMessage):
 
 @frozen_message
 class RanksReady(ViewMessage):
-    """Every trace on the command line as one run, rank by rank (`rank_summary` with its bar),
-    its iterations, stragglers and collectives, and a caption: what the run is, or (no ranks
-    rows) why there is nothing to show."""
+    """Every trace on the command line as one run: the documents of `kview ranks` and
+    `kview iterations` (kview.documents.ranks), and a caption: what the run is, or (no ranks)
+    why there is nothing to show."""
 
     view: ClassVar[str] = "ranks"
-    ranks: pl.DataFrame
-    iterations: pl.DataFrame
-    stragglers: pl.DataFrame
-    collectives: pl.DataFrame
+    ranks: Document
+    iterations: Document
     caption: str
 
 
@@ -185,9 +205,8 @@ class MemoryReady(ViewMessage):
     view: ClassVar[str] = "memory"
     timeline: MemoryTimeline | None
     note: str = ""
-    # the view's tables, made in the worker (`loading.memory_tables`): live at the peak by site and by
-    # size, the largest allocations, per phase, per step
-    tables: tuple[pl.DataFrame, ...] = ()
+    # its document (`kview memory --top 50`, kview.documents.memory), when there is a timeline
+    document: Document | None = None
 
 
 # a message for every view that shows one trace (each handles it in View.on_snapshot_only)

@@ -29,14 +29,26 @@ class Section:
     # what a data format (CSV, TSV, JSON) carries instead of `frame`, when a person reads the
     # figures with their units and a program wants numbers (the memory summary)
     data: pl.DataFrame | None = None
+    # what a terminal table shows instead of `frame` (a bar beside the figures, fewer columns)
+    terminal: pl.DataFrame | None = None
     # the formats whose whole document holds this section (None: every one); `--table NAME`
     # gives it in any format
     formats: tuple[str, ...] | None = None
     # a list of sentences, shown as bullets to a person (the overview's findings)
     bullets: bool = False
+    # a picture (text) a terminal table shows, and Markdown in a code block, instead of the
+    # frame, the numbers behind it (the timeline)
+    picture: str | None = None
+    # the columns a reader sees (None: every one); the rest help a view (ids, a first instance)
+    columns: tuple[str, ...] | None = None
 
     def frame_for(self, fmt: str) -> pl.DataFrame:
-        return self.data if self.data is not None and fmt in DATA_FORMATS else self.frame
+        """What a document in `fmt` shows of this section."""
+        if fmt == "table" and self.terminal is not None:
+            return self.terminal
+        if self.data is not None and fmt in DATA_FORMATS:
+            return self.data
+        return self.frame if self.columns is None else self.frame.select(self.columns)
 
     def in_whole(self, fmt: str) -> bool:
         return self.formats is None or fmt in self.formats

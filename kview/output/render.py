@@ -447,12 +447,15 @@ def _to_stdout(writer) -> None:
 def render_document(
     doc: Document, fmt: str, table: str | None = None, texts: dict[str, str] | None = None, suffix: str = ""
 ) -> str:
-    """A Document in `fmt`: its one section `table` (by name), or every section its whole
+    """A Document in `fmt`: its one section `table` (by name) or its only one, or every section its whole
     document holds in `fmt` (render_sections). A terminal table shows a list of sentences as
     wrapped bullets; `texts` (by title) replaces a section's body in a terminal table or
     Markdown (a plot drawn for the terminal's width)."""
-    if table is not None:
-        return render(doc.section(table).frame_for(fmt), fmt)
+    if table is not None or len(doc.sections) == 1:  # one table: that table alone, untitled
+        one = doc.section(table) if table else doc.sections[0]
+        if one.picture is not None and fmt in ("table", "md"):
+            return code_block(one.picture) if fmt == "md" else one.picture
+        return render(one.frame_for(fmt), fmt)
     shown = [s for s in doc.sections if s.in_whole(fmt)]
     bodies = dict(texts or {})
     if fmt == "table":

@@ -259,8 +259,8 @@ class KernelsView(View):
         if self.kern_sum is not None and self.kern_sum.note:  # no GPU kernels: what there is instead
             cpu = self.kern_sum.cpu_ops
             self.table.set_frame(cpu if cpu is not None else self.summary())
-            shown = " · its CPU op times (calls, total and self time)" if cpu is not None and cpu.height else ""
-            self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:] + shown, style="bold"))
+            # the note of `kview kernels`'s document: what the trace holds, and that its CPU op times are shown
+            self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:], style="bold"))
             self.detail.update("")
             return
         if self.attributed is None or self.attributed.table.height <= INLINE_ROWS:

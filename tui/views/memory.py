@@ -18,13 +18,13 @@ from kview.tui.messages import MemoryReady, SnapshotOnly
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
 
-# (title, what copy/export calls it); `t` cycles them
+# (the document's section, what copy/export calls it); `t` cycles them
 TABLES = (
-    ("Live at the peak, by call site", "memory by site"),
-    ("Live at the peak, by size", "memory by size"),
-    ("Largest allocations", "memory top"),
-    ("Allocated bytes per phase", "memory phases"),
-    ("Allocated bytes per step", "memory steps"),
+    ("by-site", "memory by site"),
+    ("by-size", "memory by size"),
+    ("top", "memory top"),
+    ("phases", "memory phases"),
+    ("steps", "memory steps"),
 )
 
 
@@ -50,7 +50,9 @@ class MemoryView(View):
             self.show(Static(m.note, classes="note"))
             return
         tl = m.timeline
-        self.tables = m.tables  # made in the loader's worker (loading.memory_tables)
+        assert m.document is not None
+        # the tables of `kview memory` (its document, made by the loader)
+        self.tables = [m.document.section(name) for name, _ in TABLES]
         self.head = Static(self.head_text(tl), id="memory-head")
         self.plot = Static("", id="memory-plot")
         self.status = Static("", id="memory-status")
@@ -119,9 +121,9 @@ class MemoryView(View):
     def render_table(self) -> None:
         if self.data is None or self.data.timeline is None or not hasattr(self, "table"):
             return
-        title = mt.by_site_title(self.data.timeline) if self.table_index == 0 else TABLES[self.table_index][0]
-        self.table.set_frame(self.tables[self.table_index])
-        self.status.update(Text(f"{title} · t: next table", style="bold"))
+        section = self.tables[self.table_index]
+        self.table.set_frame(section.frame)
+        self.status.update(Text(f"{section.title} · t: next table", style="bold"))
 
     def action_sort(self, descending: bool) -> None:
         if self.data is not None and self.data.timeline is not None:

@@ -16,18 +16,17 @@ from textual.widgets import Static
 
 from kview.analysis.rank_summary import BAR_TITLE
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.loading import no_ranks, on_cluster, ranks, summarized_ranks
+from kview.tui.loading import no_ranks, nothing_ranked, on_cluster, ranks, summarized_ranks
 from kview.tui.messages import RanksReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
 
-# what fits 80 columns; the lower table and `kview ranks` have the rest
-RANK_COLUMNS = ("Rank", BAR_TITLE, "Busy (% of wall)", "Exposed (% of comm)", "Waited (ns)", "Wall (ns)")
 BAR_COLOURS = {BAR_TITLE: {"█": "green", "▓": "red", "▒": "yellow", "░": "grey50"}}
+# the lower table: (document, section) of each, `t` cycles them
 LOWER = {
-    "iterations": "Iterations of every rank (outliers flagged)",
-    "stragglers": "Stragglers by iteration: the rank the others waited for, and how long",
-    "collectives": "Collectives by rank: count, GPU time, bytes where the trace records them",
+    "iterations": ("iterations", "iterations"),
+    "stragglers": ("ranks", "stragglers"),
+    "collectives": ("ranks", "collectives"),
 }
 SHOWN_RANKS = 8  # rows of the ranks table before it scrolls (8 ranks and the lower table fit 80x24)
 
@@ -58,9 +57,8 @@ class RanksView(View):
     def all_traces_in(self) -> None:
         s = self.session
         if not s.loaded and s.snapshots:
-            empty = pl.DataFrame()
             note = "Memory snapshots only: open a run's traces to see its ranks (kview rank0.sqlite rank1.sqlite)."
-            self.post_message(RanksReady(empty, empty, empty, empty, note))
+            self.post_message(nothing_ranked(note))
         elif s.loaded and not s.run_in_processes:
             self.show_stage("ranks")
             self.rank_run()
@@ -111,30 +109,35 @@ class RanksView(View):
         self.data = m
 
     def watch_data(self, m: RanksReady) -> None:
-        if m.ranks.height == 0:
+        if not self.has_ranks():
             self.show(Static(m.caption, id="ranks-caption"))
             return
         caption = Static(Text(m.caption, style="bold"), id="ranks-caption")
-        self.ranks_table = FrameTable(
-            m.ranks.select(RANK_COLUMNS), id="ranks-table", bar_colours=BAR_COLOURS, narrow=("Wall (ns)",)
-        )
-        self.ranks_table.styles.height = min(m.ranks.height, SHOWN_RANKS) + 2  # header, rows, a scrollbar
+        # the GPU time by rank as `kview ranks` prints it in a terminal, with its bar
+        time = m.ranks.section("time").frame_for("table")
+        self.ranks_table = FrameTable(time, id="ranks-table", bar_colours=BAR_COLOURS, narrow=("Wall (ns)",))
+        self.ranks_table.styles.height = min(time.height, SHOWN_RANKS) + 2  # header, rows, a scrollbar
         self.lower_title = Static("", id="ranks-lower-title")
         self.table = FrameTable(id="ranks-lower", narrow=("Overlapped comm (ns)", "Memory (ns)", "Step"))
         self.show(caption, self.ranks_table, self.lower_title, self.table)
         self.render_lower()
         self.focus_if_active(self.ranks_table)
 
+    def has_ranks(self) -> bool:
+        return self.data is not None and self.data.ranks.has("time") and self.data.ranks.frame("time").height > 0
+
     def watch_lower(self) -> None:
-        if self.data is not None and self.data.ranks.height:
+        if self.has_ranks():
             self.render_lower()
 
     def render_lower(self) -> None:
         assert self.data is not None
-        self.table.set_frame(getattr(self.data, self.lower))
+        doc, name = LOWER[self.lower]
+        section = getattr(self.data, doc).section(name)
+        self.table.set_frame(section.frame)
         names = list(LOWER)
         following = names[(names.index(self.lower) + 1) % len(names)]
-        self.lower_title.update(Text(f"{LOWER[self.lower]} · t: {following}", style="bold"))
+        self.lower_title.update(Text(f"{section.title} · t: {following}", style="bold"))
 
     def action_cycle_table(self) -> None:
         names = list(LOWER)
@@ -144,12 +147,12 @@ class RanksView(View):
         return self.ranks_table if self.ranks_table.has_focus else self.table
 
     def action_sort(self, descending: bool) -> None:
-        if self.data is not None and self.data.ranks.height:
+        if self.has_ranks():
             self.focused_table().sort_by_cursor(descending)
 
     def shown(self) -> Shown:
         """The focused table: the ranks (with their bar) or the lower table."""
-        if self.data is None or self.data.ranks.height == 0:
+        if not self.has_ranks():
             return Shown(pl.DataFrame(), "ranks")
         if self.focused_table() is self.ranks_table:
             return Shown(self.ranks_table.shown(), "ranks", (BAR_TITLE,))

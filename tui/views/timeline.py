@@ -25,6 +25,8 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from kview.analysis import timeline as tl_
+from kview.documents import Document
+from kview.documents.timeline import window
 from kview.notation import fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import run_timeline
@@ -789,18 +791,31 @@ class TimelineView(View):
             parts.append(tl.threads.get(row.group, row.group))
         return " · ".join(parts)
 
-    def shown(self) -> Shown:
-        """The numbers behind the cells on screen, for copy and export: per row and cell, op
-        time and op count."""
+    def window_document(self) -> Document | None:
+        """The document of `kview timeline` for the window, width and rows on screen: the
+        picture (what `y` copies) and the numbers behind the cells, per row and cell op time
+        and op count (what `Y` and the data formats carry)."""
         if self.canvas is None or self.data is None:
-            return Shown(pl.DataFrame(), "timeline")
+            return None
         rows = [e.row for e in self.entries if e.row is not None]
-        cw = self.canvas.cells_width()
         tl = self.timeline
         sub = tl_.Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, tl.threads, tl.ranks)
+        width, depth = self.canvas.size.width, 1 << 30
+        paths = getattr(self.app, "paths", None) or []
+        names = " ".join(Path(p).name for p in paths) if tl.ranks and len(paths) > 1 else self.trace_title()
+        command = f"kview timeline {names} --width {width} --depth {depth} --from {self.t0} --to {self.t1}"
         kinds = {"gpu", "api", "nvtx"}
-        picture = tl_.text(sub, self.t0, self.t1, self.canvas.size.width, kinds, 1 << 30, self.trace_title())
-        return Shown(tl_.table(sub, self.t0, self.t1, cw, kinds, 1 << 30), "timeline cells", picture=picture)
+        return window(
+            sub, self.t0, self.t1, width, kinds, depth, self.trace_title(), self.canvas.cells_width(), command
+        )
+
+    def shown(self) -> Shown:
+        """What copy and export carry: the document of the window on screen."""
+        doc = self.window_document()
+        if doc is None:
+            return Shown(pl.DataFrame(), "timeline")
+        section = doc.section("timeline")
+        return Shown(section.frame, "timeline cells", picture=section.picture)
 
     def trace_title(self) -> str:
         """The trace's name, as `kview timeline` titles its picture."""

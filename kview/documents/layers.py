@@ -1,0 +1,45 @@
+"""Layers and phases: `kview layers`, `kview phases` and the explorer's Layers view."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from kview.documents import Document, Section
+from kview.notation import bar, stacked_bar
+
+if TYPE_CHECKING:
+    from kview.trace import Trace
+
+NO_LAYERS = "no repeated layer ranges found (layer_0.., Enc_0..; give --pattern REGEX)"
+BAR = "Forward █ / Backward ▓"
+
+
+def layers(trace: Trace, pattern: str | None = None) -> Document:
+    """Forward and backward GPU time per repeated layer range (and per sublayer); a terminal
+    adds a bar of the two. The notes: why there is no table, or why Backward is empty."""
+    from kview.analysis.layers import backward_unplaced, layer_times
+
+    df = layer_times(trace, pattern)
+    command = f"kview layers {trace.name}" + (f" --pattern {pattern}" if pattern else "")
+    if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
+        return Document("Layers", (Section("layers", "Layers", df),), (NO_LAYERS,), command)
+    unknown = backward_unplaced(trace, pattern)
+    terminal = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias(BAR))
+    return Document(
+        "Layers", (Section("layers", "Layers", df, terminal=terminal),), (unknown,) if unknown else (), command
+    )
+
+
+def phases(trace: Trace) -> Document:
+    """GPU time per phase (forward_pass, backward_pass, optimizer_step, ...); a terminal adds a bar."""
+    from kview.analysis.layers import phase_times
+
+    df = phase_times(trace)
+    notes = () if df.height else ("no phase ranges (user NVTX or record_function ranges at the top of a thread)",)
+    gpu = pl.col("GPU Time (ns)")
+    terminal = df.with_columns(bar(gpu / gpu.max(), width=30).alias("Bar")) if df.height else None
+    return Document(
+        "Phases", (Section("phases", "Phases", df, terminal=terminal),), notes, f"kview phases {trace.name}"
+    )

@@ -1,0 +1,95 @@
+"""A distributed run: `kview ranks`, `kview iterations` and the explorer's Ranks view."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from kview.documents import Document, Section
+
+if TYPE_CHECKING:
+    from kview.analysis.rank_files import SummarizedRun
+    from kview.analysis.ranks import Run
+
+TITLES = {
+    "ranks": {
+        "ranks": "Ranks",
+        "time": "GPU time by rank",
+        "collectives": "Collectives",
+        "stragglers": "Stragglers by iteration",
+        "waits": "Waiting in each collective",
+    },
+    "iterations": {"iterations": "Iterations", "statistics": "Statistics across iterations"},
+}
+# the GPU time by rank as a terminal shows it: where each rank's wall time went, at a glance, in 80 columns
+TIME_SHOWN = ("Rank", "Wall (ns)", "Busy (% of wall)", "Exposed comm (ns)", "Exposed (% of comm)", "Waited (ns)")
+
+
+def run_tables(run: Run, command: str) -> dict[str, pl.DataFrame]:
+    """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
+    if command == "iterations":
+        from kview.analysis.critical_path import iterations_bound_by
+        from kview.analysis.iterations import iteration_stats
+
+        return {"iterations": iterations_bound_by(run), "statistics": iteration_stats(run)}
+    from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
+    from kview.analysis.rank_summary import rank_summary
+    from kview.analysis.ranks import rank_table
+
+    return {
+        "ranks": rank_table(run),
+        "time": rank_summary(run),
+        "collectives": collectives_by_rank(run),
+        "stragglers": stragglers(run),
+        "waits": straggler_instances(run),
+    }
+
+
+def run_document(command: str, tables: dict[str, pl.DataFrame], names: list[str], notes: list[str]) -> Document:
+    """The document of `kview ranks` or `kview iterations` from its tables; `names`: the run's
+    files, `notes`: what the run's numbering says (and that there is no GPU work)."""
+    from kview.analysis.rank_summary import BAR_TITLE, with_time_bar
+
+    sections = []
+    for name, title in TITLES[command].items():
+        frame = tables[name]
+        terminal = None
+        if name == "time" and frame.height:
+            terminal = with_time_bar(frame).select(*TIME_SHOWN, BAR_TITLE)
+        sections.append(Section(name, title, frame, terminal=terminal))
+    return Document(
+        command.capitalize(),
+        tuple(sections),
+        notes=tuple(notes),
+        command=f"kview {command} " + " ".join(names),
+        empty="(none)\n",
+    )
+
+
+def ranks(run: Run) -> Document:
+    """`kview ranks` of a run of open traces."""
+    return of_run(run, "ranks")
+
+
+def iterations(run: Run) -> Document:
+    """`kview iterations` of a run of open traces."""
+    return of_run(run, "iterations")
+
+
+def of_run(run: Run, command: str) -> Document:
+    """`kview ranks` or `kview iterations` of a run of open traces."""
+    names = [t.name for t in run.traces]
+    return run_document(command, run_tables(run, command), names, [*run.notes, *no_ranks(run.ranks, names)])
+
+
+def summarized(run: SummarizedRun, command: str) -> Document:
+    """`kview ranks --cluster` or `kview iterations --cluster`: from each rank file's summary."""
+    from pathlib import Path
+
+    names = [Path(f).name for f in run.files]
+    return run_document(command, run.tables_of(command), names, [*run.notes, *no_ranks(run.ranks, names)])
+
+
+def no_ranks(ranks: list[int], names: list[str]) -> list[str]:
+    return [] if ranks else ["no GPU work in " + ", ".join(names) + ": no ranks to show"]

@@ -1,0 +1,150 @@
+"""The explorer shows the Document the command line prints: for each view, the Document its
+message carries (and the view's tables come from) renders, as JSON, byte for byte what the
+command the Document names prints with -f json. Three traces: the bundled sample, a B200
+torch.profiler trace and a two-rank DDP run (plus a trace with its allocator snapshot, for
+Memory)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import lzma
+import shlex
+import shutil
+
+import pytest
+from test_tui import loaded
+
+from kview.cli import main
+from kview.output.render import render_document
+
+from conftest import FIXTURES, SAMPLES
+
+SAMPLE = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+B200 = FIXTURES / "kineto" / "traces__b200__eager_trace.json.gz"
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory):
+    """name -> path of every trace the tests open."""
+    folder = tmp_path_factory.mktemp("documents")
+    out = {SAMPLE.name: SAMPLE, B200.name: B200}
+    for packed in [FIXTURES / "capture" / f"ddp_nsys.rank{r}.sqlite.xz" for r in (0, 1)] + [
+        FIXTURES / "memory" / "tiny_train.sqlite.xz",
+        FIXTURES / "memory" / "tiny_train.memory.pickle.xz",
+    ]:
+        path = folder / packed.name.removesuffix(".xz")
+        with lzma.open(packed) as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out[path.name] = path
+    return out
+
+
+RUNS = {
+    "sample": [SAMPLE.name],
+    "b200": [B200.name],
+    "ddp": ["ddp_nsys.rank0.sqlite", "ddp_nsys.rank1.sqlite"],
+    "memory": ["tiny_train.sqlite"],
+}
+
+
+@pytest.fixture(scope="session")
+def shown(files, tmp_path_factory):
+    """run -> view -> what the explorer's view holds: its message (with its Document), and the
+    frames its widgets show, read once per run."""
+    import asyncio
+
+    from kview.tui.app import KviewApp
+
+    async def drive(names):
+        app = KviewApp([str(files[n]) for n in names], use_cache=False)
+        views = {}
+        async with app.run_test(size=(160, 50)) as pilot:
+            await loaded(pilot)
+            for key, view in (
+                ("1", "overview"),
+                ("3", "nvtx"),
+                ("4", "layers"),
+                ("5", "compare"),
+                ("7", "ranks"),
+                ("8", "memory"),
+            ):
+                await pilot.press(key)
+                await loaded(pilot)
+                v = app.view(view)
+                views[view] = (v.data, _widget_frames(v))
+            kv = app.view("kernels")
+            views["kernels"] = ((kv.attributed or kv.kern_sum), [])
+            await pilot.press("6")
+            await loaded(pilot)
+            views["timeline"] = (app.view("timeline").document(), [])
+        return views
+
+    return {run: asyncio.run(drive(names)) for run, names in RUNS.items()}
+
+
+def _widget_frames(view) -> list:
+    """The frames the view's tables show."""
+    from kview.tui.widgets.frame_table import FrameTable
+
+    frames = [t.frame for t in view.query(FrameTable)]
+    sections = getattr(view, "sections", None)  # the Overview: a section per table
+    return frames + [s.frame for s in sections or []]
+
+
+def cli(doc, files, fmt: str = "json") -> tuple[int, str]:
+    """What the command the Document names prints in `fmt` (its file names as paths)."""
+    argv = [str(files.get(a, a)) for a in shlex.split(doc.command)[1:]]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main([*argv, "-f", fmt])
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize("view", ["overview", "kernels", "nvtx", "layers", "compare", "memory"])
+def test_the_view_shows_the_document_the_command_prints(shown, files, run, view):
+    data, frames = shown[run][view]
+    doc = data.document
+    if view == "memory" and doc is None:  # nothing to show: the command says so too (exit 2)
+        assert cli_memory(files, RUNS[run][0]) == 2
+        return
+    if view == "compare" and doc is None:  # one trace without phases: nothing to compare
+        return
+    code, printed = cli(doc, files)
+    assert code == 0 and printed == render_document(doc, "json")
+    # the view's tables are the Document's (a view that made its own would differ)
+    docs = [s.frame_for(fmt) for s in doc.sections for fmt in ("table", "json")]
+    for f in frames:
+        if f.height and view != "layers":
+            assert any(f.equals(d) for d in docs), (view, f.columns)
+    if view == "layers" and frames and doc.frame("layers").height:
+        numbers = [c for c in doc.frame("layers").columns]
+        assert frames[0].select(numbers).equals(doc.frame("layers"))
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_the_ranks_view_shows_the_documents_of_ranks_and_iterations(shown, files, run):
+    data, frames = shown[run]["ranks"]
+    for doc in (data.ranks, data.iterations):
+        code, printed = cli(doc, files)
+        assert code == 0 and printed == render_document(doc, "json")
+    if frames:
+        assert frames[0].equals(data.ranks.section("time").frame_for("table"))
+        assert frames[1].equals(data.iterations.frame("iterations"))
+
+
+def cli_memory(files, name) -> int:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return main(["memory", str(files[name]), "-f", "json"])
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_the_timeline_copies_the_picture_and_cells_of_kview_timeline(shown, files, run):
+    """The Timeline's copy (its picture, `y`) and export (the cells behind it) are the document
+    `kview timeline` prints for that window, width and rows."""
+    doc, _ = shown[run]["timeline"]
+    assert doc.section("timeline").picture
+    for fmt in ("md", "json"):
+        code, printed = cli(doc, files, fmt)
+        assert code == 0 and printed == render_document(doc, fmt), fmt
