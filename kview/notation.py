@@ -30,6 +30,20 @@ def fmt_ns(ns: float | int | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def fmt_cell(v, decimals: int = 1) -> str:
+    """A cell of the explorer's tables: numbers with thousands separators (floats to `decimals`),
+    booleans as the data formats write them, nothing for a missing value."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):  # as the data formats write it
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:,.{decimals}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
 def bar(frac: pl.Expr, width: int = 10) -> pl.Expr:
     """A bar `frac` (0..1) of `width` cells long, rounded to the nearest 1/8 cell; empty for a
     missing or undefined fraction (0/0)."""

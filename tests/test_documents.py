@@ -40,7 +40,7 @@ def files(tmp_path_factory):
     return out
 
 
-RUNS = {
+RUNS = {  # the three traces, and a trace with its allocator snapshot beside it (Memory)
     "sample": [SAMPLE.name],
     "b200": [B200.name],
     "ddp": ["ddp_nsys.rank0.sqlite", "ddp_nsys.rank1.sqlite"],
@@ -49,38 +49,41 @@ RUNS = {
 
 
 @pytest.fixture(scope="session")
-def shown(files, tmp_path_factory):
+def shown(files):
     """run -> view -> what the explorer's view holds: its message (with its Document), and the
-    frames its widgets show, read once per run."""
+    frames its widgets show; each run driven once, when a test first asks for it."""
     import asyncio
 
     from kview.tui.app import KviewApp
 
-    async def drive(names):
+    async def drive(names, memory_only):
         app = KviewApp([str(files[n]) for n in names], use_cache=False)
         views = {}
+        keys = (("8", "memory"),) if memory_only else VIEW_KEYS
         async with app.run_test(size=(160, 50)) as pilot:
             await loaded(pilot)
-            for key, view in (
-                ("1", "overview"),
-                ("3", "nvtx"),
-                ("4", "layers"),
-                ("5", "compare"),
-                ("7", "ranks"),
-                ("8", "memory"),
-            ):
+            for key, view in keys:
                 await pilot.press(key)
                 await loaded(pilot)
                 v = app.view(view)
                 views[view] = (v.data, _widget_frames(v))
-            kv = app.view("kernels")
-            views["kernels"] = ((kv.attributed or kv.kern_sum), [])
-            await pilot.press("6")
-            await loaded(pilot)
-            views["timeline"] = (app.view("timeline").document(), [])
+            if not memory_only:
+                kv = app.view("kernels")
+                views["kernels"] = ((kv.attributed or kv.kern_sum), [])
+                await pilot.press("6")
+                await loaded(pilot)
+                views["timeline"] = (app.view("timeline").window_document(), [])
         return views
 
-    return {run: asyncio.run(drive(names)) for run, names in RUNS.items()}
+    class Runs(dict):
+        def __missing__(self, run):
+            self[run] = asyncio.run(drive(RUNS[run], run == "memory"))
+            return self[run]
+
+    return Runs()
+
+
+VIEW_KEYS = (("1", "overview"), ("3", "nvtx"), ("4", "layers"), ("5", "compare"), ("7", "ranks"), ("8", "memory"))
 
 
 def _widget_frames(view) -> list:
@@ -101,8 +104,14 @@ def cli(doc, files, fmt: str = "json") -> tuple[int, str]:
     return code, out.getvalue()
 
 
-@pytest.mark.parametrize("run", list(RUNS))
-@pytest.mark.parametrize("view", ["overview", "kernels", "nvtx", "layers", "compare", "memory"])
+TRACES = ["sample", "b200", "ddp"]
+
+
+@pytest.mark.parametrize(
+    "run, view",
+    [(r, v) for r in TRACES for v in ("overview", "kernels", "nvtx", "layers", "compare", "memory")]
+    + [("memory", "memory")],
+)
 def test_the_view_shows_the_document_the_command_prints(shown, files, run, view):
     data, frames = shown[run][view]
     doc = data.document
@@ -123,7 +132,7 @@ def test_the_view_shows_the_document_the_command_prints(shown, files, run, view)
         assert frames[0].select(numbers).equals(doc.frame("layers"))
 
 
-@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize("run", TRACES)
 def test_the_ranks_view_shows_the_documents_of_ranks_and_iterations(shown, files, run):
     data, frames = shown[run]["ranks"]
     for doc in (data.ranks, data.iterations):
@@ -137,14 +146,3 @@ def test_the_ranks_view_shows_the_documents_of_ranks_and_iterations(shown, files
 def cli_memory(files, name) -> int:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return main(["memory", str(files[name]), "-f", "json"])
-
-
-@pytest.mark.parametrize("run", list(RUNS))
-def test_the_timeline_copies_the_picture_and_cells_of_kview_timeline(shown, files, run):
-    """The Timeline's copy (its picture, `y`) and export (the cells behind it) are the document
-    `kview timeline` prints for that window, width and rows."""
-    doc, _ = shown[run]["timeline"]
-    assert doc.section("timeline").picture
-    for fmt in ("md", "json"):
-        code, printed = cli(doc, files, fmt)
-        assert code == 0 and printed == render_document(doc, fmt), fmt

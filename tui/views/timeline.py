@@ -800,7 +800,9 @@ class TimelineView(View):
         rows = [e.row for e in self.entries if e.row is not None]
         tl = self.timeline
         sub = tl_.Timeline(tl.origin, tl.span, rows, tl.names, tl.classes, tl.threads, tl.ranks)
-        width, depth = self.canvas.size.width, 1 << 30
+        # NVTX rows down to the depth shown (`kview timeline --depth`); a thread expanded past it
+        # shows every row of the window (no command line draws exactly that)
+        width, depth = self.canvas.size.width, (1 << 30 if self.expanded else self.depth)
         paths = getattr(self.app, "paths", None) or []
         names = " ".join(Path(p).name for p in paths) if tl.ranks and len(paths) > 1 else self.trace_title()
         command = f"kview timeline {names} --width {width} --depth {depth} --from {self.t0} --to {self.t1}"

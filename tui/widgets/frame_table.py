@@ -24,6 +24,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from kview.notation import fmt_cell  # noqa: F401 - the one cell format, re-exported
 from kview.output.format import (  # noqa: F401 - cut and distinct_cuts: the one scheme, re-exported
     NAME_COLUMNS,
     cut,
@@ -76,18 +77,6 @@ MIN_WIDTH = {
 HARD_MIN_WIDTH = 14  # the narrowest any text column gets before the table scrolls sideways
 EXACT_ROWS = 100_000  # above this, text widths come from the frame's width hints (computed once)
 UNITS = {"ns": 1, "µs": 1_000, "ms": 1_000_000}
-
-
-def fmt_cell(v, decimals: int = 1) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):  # as the data formats write it
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:,.{decimals}f}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
 
 
 def is_duration(column: str) -> bool:
