@@ -15,6 +15,7 @@ from kview.reports import cuda_gpu_kern_sum
 from kview.trace import open_trace
 from kview.tui.app import KviewApp
 from kview.tui.commands import commands
+from kview.tui.keymap import VIEW_KEYS, Key, bindings
 from kview.tui.messages import KernelSummary, Stage
 from kview.tui.views import kernels, register, registered, shown_by, unregister
 from kview.tui.views.base import View
@@ -30,16 +31,24 @@ def kernel_count(trace, use_cache: bool):
     yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
 
 
-class KernelCountView(View):
-    """How many kernel names the trace's kernel summary holds."""
+class KernelCountView(View, can_focus=True):
+    """How many kernel names the trace's kernel summary holds; `w` says how many are GEMMs."""
 
     view_id = "kernel-count"
     title = "Kernel count"
     key = "x"  # the 11th view: past 0, it names its own key
     document = kernel_count
+    keys = (Key("w", "gemms", "Count the GEMM kernels too", "gemms"),)
+    BINDINGS = bindings(list(keys))
+    names: list[str] = []
 
     def on_kernel_summary(self, m: KernelSummary) -> None:
+        self.names = m.frame["Name"].to_list()
         self.show(Static(f"{m.frame.height} kernel names", id="kernel-count"))
+
+    def action_gemms(self) -> None:
+        gemms = sum("gemm" in n for n in self.names)
+        self.query_one("#kernel-count", Static).update(f"{len(self.names)} kernel names, {gemms} GEMMs")
 
 
 @pytest.fixture
@@ -47,6 +56,7 @@ def count_view():
     register(KernelCountView)
     yield KernelCountView
     unregister(KernelCountView.view_id)
+    assert KernelCountView.view_id not in VIEW_KEYS  # its keys leave with it
 
 
 async def test_a_view_registered_here_is_shown_on_its_key(count_view):
@@ -58,12 +68,17 @@ async def test_a_view_registered_here_is_shown_on_its_key(count_view):
         view = app.views[count_view.view_id]
         await pilot.press(key)
         assert app.query_one("#tabs").active == count_view.view_id
-        expected = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame.height
-        assert str(view.query_one("#kernel-count", Static).render()) == f"{expected} kernel names"
-        assert f"View: {count_view.title}" in [text for text, _ in commands(app)]
+        names = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame["Name"]
+        assert str(view.query_one("#kernel-count", Static).render()) == f"{names.len()} kernel names"
+        palette = [text for text, _ in commands(app)]
+        assert f"View: {count_view.title}" in palette and f"{count_view.title}: Count the GEMM kernels too" in palette
         await pilot.press("question_mark")
-        assert count_view.title in str(app.screen.query_one("#help-text").render())
-        await pilot.press("escape", "1")
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert count_view.title in help_text and "Count the GEMM kernels too" in help_text
+        await pilot.press("escape", "w")
+        gemms = int(names.str.contains("gemm").sum())
+        assert gemms > 0 and str(view.query_one("#kernel-count", Static).render()).endswith(f", {gemms} GEMMs")
+        await pilot.press("1")
         assert app.query_one("#tabs").active == registered()[0].view_id
 
 

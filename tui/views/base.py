@@ -15,6 +15,7 @@ from textual.widget import Widget
 from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
 from textual.worker import get_current_worker
 
+from kview.tui.keymap import Key
 from kview.tui.messages import ForView, SnapshotOnly, Stage, frozen_message
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -79,6 +80,9 @@ class View(Vertical):
     key: ClassVar[str] = ""  # the key that shows it ("": its place among the views; registry.shown_by)
     title: ClassVar[str] = ""
     shown_first: ClassVar[bool] = False  # the tab in front when the app starts
+    # a view's keys beyond the keymap's (keymap.VIEW_KEYS, by view id): registering it adds them
+    # there; its BINDINGS are `keymap.bindings(keys)`
+    keys: ClassVar[tuple[Key, ...]] = ()
     data_vars: ClassVar[tuple[str, ...]] = ("data",)  # the reactive attributes holding messages
     every_trace: ClassVar[bool] = False  # True: shows all open traces at once (not switched)
     shown_at: float | None = None  # perf_counter() when its first table was built (the first view's: ready)
@@ -174,10 +178,10 @@ class View(Vertical):
         self.show(Static(m.note, classes="note"))
 
     def focus_content(self) -> None:
-        """Give the keys to the view's table or tree (when it has one yet). With nothing to
-        focus, no widget keeps the focus: a focused widget in a hidden pane would bring its tab
-        forward again."""
-        widgets: list[Widget] = [*self.query(FrameTable)] or [*self.query(Tree)]
+        """Give the keys to the view's table or tree (when it has one yet), or to the view itself
+        where it can take the focus. With nothing to focus, no widget keeps the focus: a focused
+        widget in a hidden pane would bring its tab forward again."""
+        widgets: list[Widget] = [*self.query(FrameTable)] or [*self.query(Tree)] or ([self] if self.can_focus else [])
         for w in widgets:
             self.focus_if_active(w)
             break

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kview.tui.keymap import VIEW_KEYS
+
 if TYPE_CHECKING:
     from kview.tui.views.base import View
 
@@ -17,15 +19,21 @@ _REGISTERED: list[type[View]] = []
 
 
 def register(view: type[View]) -> type[View]:
-    """Add `view` after those registered (its tab, its key, its palette entry); again: moved last."""
+    """Add `view` after those registered (its tab, its key, its palette entry); again: moved last.
+    Keys it declares itself (`keys`) join the keymap's, so the help screen and the palette list them."""
     if not view.view_id or not view.title:
         raise ValueError(f"{view.__name__}: a view needs a view_id and a title")
     unregister(view.view_id)
     _REGISTERED.append(view)
+    if view.keys:
+        VIEW_KEYS[view.view_id] = list(view.keys)
     return view
 
 
 def unregister(view_id: str) -> None:
+    for v in _REGISTERED:
+        if v.view_id == view_id and v.keys:
+            VIEW_KEYS.pop(view_id, None)
     _REGISTERED[:] = [v for v in _REGISTERED if v.view_id != view_id]
 
 
