@@ -146,3 +146,15 @@ def test_the_ranks_view_shows_the_documents_of_ranks_and_iterations(shown, files
 def cli_memory(files, name) -> int:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return main(["memory", str(files[name]), "-f", "json"])
+
+
+@pytest.mark.parametrize("run", TRACES)
+def test_the_timeline_copies_the_picture_and_cells_of_kview_timeline(shown, files, run):
+    """The Timeline's copy (its picture, `y`) and export (the numbers behind it, `Y`) are the
+    document `kview timeline` prints for that window, width and rows."""
+    doc, _ = shown[run]["timeline"]
+    assert doc.section("timeline").picture
+    for fmt in ("md", "json"):
+        code, printed = cli(doc, files, fmt)
+        same = printed == render_document(doc, fmt)  # not in the assert: pytest's diff of pictures is slow
+        assert code == 0 and same, (fmt, doc.command)

@@ -793,8 +793,8 @@ class TimelineView(View):
 
     def window_document(self) -> Document | None:
         """The document of `kview timeline` for the window, width and rows on screen: the
-        picture (what `y` copies) and the numbers behind the cells, per row and cell op time
-        and op count (what `Y` and the data formats carry)."""
+        picture (what `y` copies) and the numbers behind it, per row and cell op time and op
+        count (what `Y` and the data formats carry)."""
         if self.canvas is None or self.data is None:
             return None
         rows = [e.row for e in self.entries if e.row is not None]
@@ -803,13 +803,14 @@ class TimelineView(View):
         # NVTX rows down to the depth shown (`kview timeline --depth`); a thread expanded past it
         # shows every row of the window (no command line draws exactly that)
         width, depth = self.canvas.size.width, (1 << 30 if self.expanded else self.depth)
-        paths = getattr(self.app, "paths", None) or []
-        names = " ".join(Path(p).name for p in paths) if tl.ranks and len(paths) > 1 else self.trace_title()
+        paths = [Path(p).name for p in getattr(self.app, "paths", None) or []]
+        run = bool(tl.ranks) and len(paths) > 1  # the ranks of a run on one timeline, titled as the command does
+        title = f"{len(paths)} traces ({paths[0]} .. {paths[-1]})" if run else self.trace_title()
+        names = " ".join(paths) if run else self.trace_title()
         command = f"kview timeline {names} --width {width} --depth {depth} --from {self.t0} --to {self.t1}"
         kinds = {"gpu", "api", "nvtx"}
-        return window(
-            sub, self.t0, self.t1, width, kinds, depth, self.trace_title(), self.canvas.cells_width(), command
-        )
+        # the cells as `kview timeline -f csv` counts them for this width (one document, not the canvas's own grid)
+        return window(sub, self.t0, self.t1, width, kinds, depth, title, command=command)
 
     def shown(self) -> Shown:
         """What copy and export carry: the document of the window on screen."""
