@@ -107,7 +107,7 @@ def exact_round(x: float, digits: int = 1) -> float:
 
 
 def sqlite_round(x: float) -> float:
-    """One value as summary_stats.sqlite_round makes it (SQLite's round(x, 1)), operation for operation."""
+    """One value as analysis.summary_stats.sqlite_round makes it (SQLite's round(x, 1)), operation for operation."""
     if not math.isfinite(x):
         return x
     y = abs(x) * 10

@@ -13,9 +13,9 @@ import pytest
 
 from kview import quick_stats
 from kview.analysis.sanity import warning
+from kview.analysis.summary_stats import sqlite_round
 from kview.output import render
 from kview.reports import REPORTS
-from kview.reports.summary_stats import sqlite_round
 from kview.trace import open_trace
 
 from conftest import FIXTURES, LM_TRACES, PUBLIC_TRACES, SAMPLES, TORCH_TRACES
