@@ -31,11 +31,11 @@ from kview.errors import (
     is_out_of_memory,
     shown,
 )
+from kview.formats import FORMATS, MULTI_TABLE_FORMATS
 from kview.io import memory_budget
 from kview.io.paths import named
 from kview.io.snapshot_pickle import is_snapshot_file, memory_name
 from kview.output import files
-from kview.output.formats import FORMATS, MULTI_TABLE_FORMATS
 from kview.output.stdout_guard import StdoutGuard
 from kview.output.visible import VisibleText, visible_lines
 

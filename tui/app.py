@@ -28,13 +28,18 @@ import polars as pl
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.await_complete import AwaitComplete
+from textual.command import CommandPalette
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
+from kview import atomic_write
+from kview.analysis import ranks as rk
 from kview.analysis.memory_timeline import Snapshot
+from kview.io.snapshot_pickle import is_snapshot_file
 from kview.output import render
+from kview.output.visible import visible_lines
 from kview.trace import Trace
-from kview.tui.clipboard import copy
-from kview.tui.commands import KviewCommands
+from kview.tui.clipboard import copy, copy_dir
+from kview.tui.commands import KviewCommands, SafeCommandPalette
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
 from kview.tui.loading import load
@@ -73,10 +78,6 @@ class KviewApp(App):
     CSS_PATH = "kview.tcss"
 
     def action_command_palette(self) -> None:
-        from textual.command import CommandPalette
-
-        from kview.tui.commands import SafeCommandPalette
-
         if self.use_command_palette and not CommandPalette.is_open(self):
             self.push_screen(SafeCommandPalette(id="--command-palette"))
 
@@ -175,7 +176,6 @@ class KviewApp(App):
 
     def run_members(self) -> list[int]:
         """The places of the traces (not memory snapshots) on the command line."""
-        from kview.io.snapshot_pickle import is_snapshot_file
 
         if self.traces:
             return [i for i, t in enumerate(self.traces) if isinstance(t, Trace)]
@@ -184,7 +184,6 @@ class KviewApp(App):
     def large_run(self, members: list[int]) -> bool:
         """Several traces this large in all are read as `kview ranks` reads them (worker
         processes filling the frame cache), not every view of every trace in this process."""
-        from kview.analysis import ranks as rk
 
         if self.cluster is not None and len(members) > 1:
             return True
@@ -463,8 +462,6 @@ class KviewApp(App):
             with open(out, "x") as f:
                 f.write(text)
         except OSError:
-            from kview.tui.clipboard import copy_dir
-
             copy_dir().mkdir(parents=True, exist_ok=True)
             out = destination(stem, fmt, copy_dir())
             with open(out, "x") as f:
@@ -490,8 +487,6 @@ def _document(shown, frame: pl.DataFrame, fmt: str) -> str:
     the export of the same view. A picture (the Timeline) is its text in Markdown, as
     `kview timeline -f md` writes it; its numbers in the other formats."""
     if fmt == "md" and shown.picture is not None:
-        from kview.output.visible import visible_lines
-
         return render.code_block(visible_lines(shown.picture))
     return render.render(frame, fmt)
 
@@ -503,8 +498,6 @@ def _leave_now(code: int) -> None:
     """Leave as run() does, without the terminal: temporaries removed, atexit handlers run (a
     run's worker processes end)."""
     import atexit
-
-    from kview import atomic_write
 
     atomic_write.remove_pending()
     atexit._run_exitfuncs()
@@ -552,8 +545,6 @@ def run(
     app.run()  # the terminal is restored when this returns
     code = app.return_code or 0
     if app.working:
-        from kview import atomic_write
-
         atomic_write.remove_pending()  # a cache entry a worker was writing
     atexit._run_exitfuncs()
     sys.stdout.flush()

@@ -10,6 +10,7 @@ from typing import Any, Protocol, cast
 
 from textual.command import CommandList, CommandPalette, DiscoveryHit, Hit, Hits, Provider
 
+from kview.tui.export import EXPORT_FORMATS
 from kview.tui.keymap import GLOBAL_KEYS, TABLE_KEYS, TABLE_VIEWS, VIEW_KEYS
 from kview.tui.views import registered
 from kview.tui.views.base import View
@@ -36,8 +37,6 @@ MOVES = ("cursor", "page", "jump", "column", "select")
 
 
 def commands(app: Host) -> list[tuple[str, object]]:
-    from kview.tui.export import EXPORT_FORMATS
-
     views = registered()
     out: list[tuple[str, object]] = [(f"View: {v.title}", partial(app.action_show_view, v.view_id)) for v in views]
     if len(app.paths) > 1:

@@ -46,6 +46,7 @@ SUGGESTED_NAMES = 5000
 def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iterator[Message]:
     """The messages of one trace, in the order a user needs them. `trace` is the Trace (or the
     memory Snapshot) the CLI opened and checked, or a path to open here."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import memory_timeline
     from kview.analysis.attribution import attribute, launched_ops
     from kview.analysis.gpu_time import launch_timeline
@@ -82,10 +83,12 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     else:
         yield KernelSummary(report.frame)
     yield Stage("timeline")
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import timeline
 
     gpu_timeline = timeline.build(trace, cpu=False)
     yield TimelineReady(gpu_timeline, cpu_pending=True)
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.tui import prepare
 
     if prepare.worth_it(trace, use_cache):
@@ -138,6 +141,7 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
 def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Message]:
     """A memory snapshot opened alone: its timeline in the Memory view; the views of a trace
     say what the file is."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.memory_timeline import timeline
 
     yield SnapshotOnly(f"{snap.name} is a memory snapshot, not a trace: see the Memory view.")
@@ -149,11 +153,13 @@ def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Messa
 def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
     """The timeline of the allocator history `kview capture --memory` wrote beside the trace
     (phases from the trace, already open), or the sentence saying there is none."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.memory_timeline import open_snapshot, timeline
     from kview.io.snapshot_pickle import memory_name
 
     snap = memory_name(trace.path)
     if not snap.exists():
+        # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
         from kview.analysis import trace_memory
 
         if trace_memory.source_of(trace) is not None:  # the trace's own memory events
@@ -182,6 +188,7 @@ MEMORY_ROWS = 50  # rows of the Memory view's tables (`kview memory --top 50`)
 
 def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
     """The Memory view's timeline (its plot and peak) and document."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.memory import memory
 
     return MemoryReady(tl, document=None if tl is None else memory(tl, MEMORY_ROWS))
@@ -189,6 +196,7 @@ def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
 
 def launches(trace: Trace) -> LaunchesReady:
     """The tables of `kview launches` (its defaults), for the Launches view."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import critical_path as cp
     from kview.analysis import launches as la
 
@@ -207,6 +215,7 @@ def launches(trace: Trace) -> LaunchesReady:
 
 def efficiency(trace: Trace) -> EfficiencyReady:
     """The tables of `kview efficiency` for the Efficiency view, and the caption naming the GPU."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.efficiency import document
 
     tables = {name: frame for name, (_, frame) in document(trace).items()}
@@ -259,6 +268,7 @@ def compare(
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
     one trace holds several), by range, layer, category or kernel: the document of
     `kview compare` (kview.documents.compare), whose command line the caption gives."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.compare import distinct_labels
     from kview.analysis.nvtx_ranges import user_ranges
     from kview.analysis.ranks import make_run
@@ -298,6 +308,7 @@ GATE_PCT = 5.0  # the Compare view's gate: every scope at 5%, as `kview diff A B
 def _gate(traces: list[TraceLoaded]) -> CompareReady:
     """The regression gate of the last trace against the first (`kview diff A B --gate 5`):
     every gated item, those past the gate first."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.gate import SCOPES, gate
     from kview.documents import Document, Section
 
@@ -326,6 +337,7 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
 def _phase_windows(loaded: TraceLoaded) -> list:
     """The windows of the phases `loaded` names (`compare.phase_windows`), from the frame cache
     when the trace's phases are the ones kept there."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.compare import Window, phase_spans, phase_windows
 
     spans = phase_spans(loaded.trace)
@@ -336,6 +348,7 @@ def _phase_windows(loaded: TraceLoaded) -> list:
 
 def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> CompareReady:
     """The ranks of the run side by side (`kview compare --ranks`), and the spread across them."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents import compare as cd
 
     if len(run.ranks) < 1:
@@ -350,6 +363,7 @@ def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> Comp
 
 def summarized_compare(run: SummarizedRun, by: str, metric: str, cluster: str) -> CompareReady:
     """The ranks side by side from each rank file's columns (`kview compare --cluster`)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents import compare as cd
 
     if not run.ranks:
@@ -358,6 +372,7 @@ def summarized_compare(run: SummarizedRun, by: str, metric: str, cluster: str) -
 
 
 def _ranks_compared(doc: Document, n: int, by: str, metric: str, other: str) -> CompareReady:
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.compare import what
 
     head = f"{n} ranks by {by} (r: {other} as columns)"
@@ -369,6 +384,7 @@ def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> T
     """Every trace's rows on one timeline grouped by rank (`timeline.of_run`), when the traces
     are the ranks of one run: each trace's ranks numbered from its own metadata or file name,
     none twice (traces opened side by side to compare get no such timeline)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import timeline
     from kview.analysis.ranks import make_run
     from kview.analysis.run_clock import run_clock
@@ -386,6 +402,7 @@ def ranks(traces: list[Trace]) -> RanksReady:
     """The traces as one run: the documents of `kview ranks` and `kview iterations` over the
     same files (a row per rank with its bar, the iterations of every rank, the stragglers by
     iteration and the collectives)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.ranks import make_run
     from kview.documents import ranks as rd
 
@@ -395,6 +412,7 @@ def ranks(traces: list[Trace]) -> RanksReady:
 
 def summarized_ranks(run: SummarizedRun) -> RanksReady:
     """The Ranks view of a run summarized rank file by rank file (`kview ranks --cluster`)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents import ranks as rd
 
     return _ranks_ready(rd.summarized(run, "ranks"), rd.summarized(run, "iterations"))
@@ -402,6 +420,7 @@ def summarized_ranks(run: SummarizedRun) -> RanksReady:
 
 def nothing_ranked(caption: str) -> RanksReady:
     """The Ranks view's message when there is no run to show, and why."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents import Document
 
     return RanksReady(Document("Ranks"), Document("Iterations"), caption)

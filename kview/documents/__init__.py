@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kview.output.formats import DATA_FORMATS
+from kview.formats import DATA_FORMATS
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kview.analysis.overview import build
 from kview.documents import Document, Section, facts_table, sentences
 
 if TYPE_CHECKING:
@@ -12,7 +13,6 @@ if TYPE_CHECKING:
 
 def overview(trace: Trace) -> Document:
     """What the trace is, how busy the GPU was, where the time went, and the findings."""
-    from kview.analysis.overview import build
 
     o = build(trace)
     return Document(

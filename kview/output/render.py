@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, cast
 
 import polars as pl
 
-from kview.output.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
-from kview.output.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
+from kview.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
+from kview.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.table_text import table_text, terminal_columns, wrap_text
 from kview.output.visible import VisibleStream, json_visible

@@ -24,10 +24,14 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from kview.analysis import chrome_trace, filters
 from kview.analysis import timeline as tl_
 from kview.documents import Document
 from kview.documents.timeline import window
 from kview.notation import fmt_ns
+from kview.output import chrome_json
+from kview.tui.clipboard import copy_dir
+from kview.tui.export import free_path
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import run_timeline
 from kview.tui.messages import ForView, OpenKernels, ShowOnTimeline, TimelineReady
@@ -622,11 +626,6 @@ class TimelineView(View):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="export-window")
     def export_window(self, trace, t0: int, t1: int, highlight: str | None) -> None:
-        from kview.analysis import chrome_trace
-        from kview.output import chrome_json
-        from kview.tui.clipboard import copy_dir
-        from kview.tui.export import free_path
-
         w = chrome_trace.Window(t0, t1, highlight)
         export = chrome_trace.build(trace, w)
         other = chrome_trace.other_data(trace, w, export)
@@ -683,7 +682,6 @@ class TimelineView(View):
         """Highlight the GPU ops the filter expression matches (the Kernels filter language,
         over the attributed kernels once they are in); False, with the reason shown, when it
         does not parse."""
-        from kview.analysis import filters
 
         text = text.strip()
         try:
