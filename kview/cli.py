@@ -586,6 +586,7 @@ def cmd_overview(args) -> int:
 
 
 def cmd_nvtx(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.nvtx import nvtx
     from kview.output import render
 
@@ -597,6 +598,7 @@ def cmd_nvtx(args) -> int:
 
 
 def cmd_phases(args) -> int:
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.layers import phases
     from kview.output import render
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kview.analysis.compare import distinct_labels, phase_windows, rank_windows, root_window, side_by_side
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ def traces(traces: list[Trace], by: str, metric: str = "gpu", root: str | None =
     """Several traces side by side, each within the last instance of range `root` (when given).
     The columns are named by the traces' stems; a terminal shows what tells them apart
     (`distinct_labels`: forward, train)."""
-    from kview.analysis.compare import distinct_labels, root_window, side_by_side
 
     stems = [t.stem for t in traces]
     frame = side_by_side([root_window(t, root, stem) for t, stem in zip(traces, stems)], by, metric)
@@ -72,7 +72,6 @@ def phases(
     windows: list[Window] | None = None,
 ) -> Document:
     """One trace's ranges (its phases) side by side; `windows`: theirs, when already known."""
-    from kview.analysis.compare import phase_windows, side_by_side
 
     frame = side_by_side(windows if windows is not None else phase_windows(trace, ranges, root), by, metric)
     command = f"kview compare {trace.name} --ranges {','.join(ranges)}" + _options(by, metric, root)
@@ -81,7 +80,6 @@ def phases(
 
 def ranks(run: Run, names: list[str], by: str, metric: str = "gpu", root: str | None = None) -> Document:
     """The ranks of a run side by side (`kview compare --ranks`), and the spread across them."""
-    from kview.analysis.compare import rank_windows, side_by_side
 
     frame = side_by_side(rank_windows(run, root), by, metric, True)
     command = "kview compare " + " ".join(names) + " --ranks" + _options(by, metric, root)

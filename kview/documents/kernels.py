@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kview.analysis.attribution import attribute, shown
+from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
@@ -23,15 +25,12 @@ def kernels(
     those the filter `pred` (parsed from `filter_text`) keeps; with `absolute` each op's start on
     the clock the file records too. A trace without GPU work: its CPU op times, and a note
     saying so. `table`: the attributed table, when already made."""
-    from kview.analysis.attribution import attribute, shown
 
     command = f"kview kernels {trace.name}" + (f" --filter '{filter_text}'" if filter_text else "")
     command += " --absolute" if absolute else ""
     if table is None:
         table = attribute(trace)
     if table.height == 0:  # no GPU work: what the trace does hold, its CPU op times
-        from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
-
         ops = cpu_op_summary(trace)
         note = no_gpu_work_note(trace) + ("; showing its CPU op times instead" if ops.height else "")
         return Document(

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kview.analysis.layers import backward_unplaced, layer_times, phase_times
 from kview.documents import Document, Section
 from kview.notation import bar, stacked_bar
 
@@ -19,7 +20,6 @@ BAR = "Forward █ / Backward ▓"
 def layers(trace: Trace, pattern: str | None = None) -> Document:
     """Forward and backward GPU time per repeated layer range (and per sublayer); a terminal
     adds a bar of the two. The notes: why there is no table, or why Backward is empty."""
-    from kview.analysis.layers import backward_unplaced, layer_times
 
     df = layer_times(trace, pattern)
     command = f"kview layers {trace.name}" + (f" --pattern {pattern}" if pattern else "")
@@ -34,7 +34,6 @@ def layers(trace: Trace, pattern: str | None = None) -> Document:
 
 def phases(trace: Trace) -> Document:
     """GPU time per phase (forward_pass, backward_pass, optimizer_step, ...); a terminal adds a bar."""
-    from kview.analysis.layers import phase_times
 
     df = phase_times(trace)
     notes = () if df.height else ("no phase ranges (user NVTX or record_function ranges at the top of a thread)",)

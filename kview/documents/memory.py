@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kview.analysis import memory_timeline as mt
+from kview.analysis.memory import summary, summary_data
 from kview.documents import Document, Section, facts_table
 
 if TYPE_CHECKING:
@@ -18,8 +20,6 @@ TOP = 15  # rows of the live-at-the-peak and largest-allocation tables (`kview m
 def memory(tl: MemoryTimeline, top: int = TOP) -> Document:
     """The allocator's memory over time: the peak, what was live at it by call site and by size,
     the largest allocations, the peak of each phase and step, and every event's levels."""
-    from kview.analysis import memory_timeline as mt
-    from kview.analysis.memory import summary, summary_data
 
     live = mt.live_at(tl, tl.peak["idx"]) if tl.series.height else tl.allocations.head(0)
     # a trace's own events know no requested bytes (and nsys's no reserved): those columns go

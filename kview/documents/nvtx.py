@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kview.analysis.nvtx_tree import path_table
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
@@ -18,7 +19,6 @@ def nvtx(trace: Trace) -> Document:
     """GPU and CPU time per NVTX range path (`path_table`), parents before their children: the
     GPU time of the work launched while the range was open, from any thread; the CPU time the
     range was open; its instances and GPU ops."""
-    from kview.analysis.nvtx_tree import path_table
 
     paths = path_table(trace)
     return Document(

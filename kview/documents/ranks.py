@@ -6,6 +6,11 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
+from kview.analysis.critical_path import iterations_bound_by
+from kview.analysis.iterations import iteration_stats
+from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
+from kview.analysis.ranks import rank_table
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
@@ -29,13 +34,7 @@ TIME_SHOWN = ("Rank", "Wall (ns)", "Busy (% of wall)", "Exposed comm (ns)", "Exp
 def run_tables(run: Run, command: str) -> dict[str, pl.DataFrame]:
     """The tables of `kview ranks` or `kview iterations` of a run of open traces."""
     if command == "iterations":
-        from kview.analysis.critical_path import iterations_bound_by
-        from kview.analysis.iterations import iteration_stats
-
         return {"iterations": iterations_bound_by(run), "statistics": iteration_stats(run)}
-    from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
-    from kview.analysis.rank_summary import rank_summary
-    from kview.analysis.ranks import rank_table
 
     return {
         "ranks": rank_table(run),
@@ -49,7 +48,6 @@ def run_tables(run: Run, command: str) -> dict[str, pl.DataFrame]:
 def run_document(command: str, tables: dict[str, pl.DataFrame], names: list[str], notes: list[str]) -> Document:
     """The document of `kview ranks` or `kview iterations` from its tables; `names`: the run's
     files, `notes`: what the run's numbering says (and that there is no GPU work)."""
-    from kview.analysis.rank_summary import BAR_TITLE, with_time_bar
 
     sections = []
     for name, title in TITLES[command].items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kview.analysis import timeline
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ def window(
     """The window [t0, t1] of the timeline `width` characters wide: the picture (a row per GPU
     stream, per thread its CUDA API and NVTX rows by depth) and the numbers behind it, op time
     and op count per row and cell (`cells` of them; default: what the picture's width leaves)."""
-    from kview.analysis import timeline
 
     picture = timeline.text(tl, t0, t1, width, kinds, depth, title)
     frame = timeline.table(tl, t0, t1, cells or max(width - LABELS, 10), kinds, depth)
