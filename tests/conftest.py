@@ -89,6 +89,16 @@ def golden_public(stem: str, report: str) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _durations_in_ns():
+    """The explorer's duration unit (`u`) is one for every table (a class attribute): a test that
+    pressed `u` leaves it to the next test on its worker unless it is put back."""
+    yield
+    table = sys.modules.get("kview.tui.widgets.frame_table")
+    if table is not None:
+        table.FrameTable.unit = "ns"
+
+
+@pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own cache dir, so tests never share or pollute ~/.cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
