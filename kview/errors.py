@@ -133,9 +133,10 @@ def is_out_of_memory(e: BaseException) -> bool:
         return True
     if address_space_limit() is None:
         return False
-    # Under an address-space limit: a library kview ships with that cannot be loaded, or a reader
+    # Under an address-space limit: a library kview ships with that cannot be loaded (numpy's
+    # OpenBLAS failing to start its threads ends its import in a SystemError), or a reader
     # connection to a file that the stdlib already opened that cannot be made (its threads' stacks).
-    return isinstance(e, ImportError) or "timed out waiting for connection" in text
+    return isinstance(e, (ImportError, SystemError)) or "timed out waiting for connection" in text
 
 
 def address_space_limit() -> int | None:

@@ -26,6 +26,7 @@ _STARTS = re.compile(
 )
 _MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
+    r"OpenBLAS blas_thread_init: pthread_create failed|"
     r"Cannot allocate memory|failed to map segment"
 )
 
