@@ -109,7 +109,7 @@ def test_bert_dlrm_ncf_counts_match_the_notes_and_the_built_modules():
     "model,args",
     [
         ("bert", ["--layers", "1", "--ctx", "16", "--batch", "2"]),
-        ("dlrm", ["--batch", "64"]),
+        pytest.param("dlrm", ["--batch", "64"], marks=pytest.mark.nightly),  # its full-size tables: slow on a CPU
         ("ncf", ["--batch", "256"]),
     ],
 )

@@ -91,7 +91,10 @@ async def _back_to_the_views(pilot, keys: list[str]) -> None:
 
 # 0 ms (one read) by default: the storms that ended the app did so there; 50 ms apart is nightly
 @pytest.mark.parametrize("gap_ms", [0, pytest.param(50, marks=pytest.mark.nightly)], ids=["0ms", "50ms"])
-@pytest.mark.parametrize("trace", [WITH_KERNELS, WITHOUT_KERNELS], ids=["gpu", "cpu-only"])
+# every view's storm on the CPU-only trace by default; on the GPU trace nightly
+@pytest.mark.parametrize(
+    "trace", [pytest.param(WITH_KERNELS, marks=pytest.mark.nightly), WITHOUT_KERNELS], ids=["gpu", "cpu-only"]
+)
 async def test_no_key_storm_ends_the_app(trace, gap_ms, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # exports land here
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # and copies here
