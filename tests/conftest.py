@@ -88,6 +88,12 @@ def golden_public(stem: str, report: str) -> str:
     return lzma.decompress((GOLDEN_PUBLIC / f"{stem}_{report}.csv.xz").read_bytes()).decode()
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: a worker per core and one more; about a third of the suite's time waits on a
+    child process (kview, tmux, torchrun) or on the explorer's worker threads, which it fills."""
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
 @pytest.fixture(autouse=True)
 def _durations_in_ns():
     """The explorer's duration unit (`u`) is one for every table (a class attribute): a test that
