@@ -16,7 +16,7 @@ import os
 import shlex
 import sqlite3
 import urllib.parse
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,17 @@ def check_sqlite_file(path: Path) -> None:
             f"has a leftover {side} beside it (an interrupted write): open a copy, "
             f"or run `sqlite3 {shlex.quote(path.name)} .recover`",
         )
+
+
+@cache
+def _connectorx():
+    """connectorx, loaded once (deferred: a small answer never needs it). Its connection pool logs
+    each failed attempt to stderr through Rust's logger, which reads RUST_LOG when the module
+    loads: off, since the one line kview prints says it instead."""
+    os.environ["RUST_LOG"] = "off"
+    import connectorx
+
+    return connectorx
 
 
 class SqliteSource:
@@ -222,11 +233,7 @@ class SqliteSource:
         return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df
 
     def query(self, sql: str | list[str], **kw) -> pl.DataFrame:
-        # connectorx's connection pool logs each failed attempt to stderr (Rust's env_logger, read
-        # at first use): the one line kview prints says it instead
-        os.environ["RUST_LOG"] = "off"
-        import connectorx as cx
-
+        cx = _connectorx()
         try:
             return cx.read_sql(self._url, sql, return_type="polars", **kw)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
