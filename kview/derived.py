@@ -185,6 +185,19 @@ class HasStore(Protocol):
     store: Store
 
 
+class KeyedLocks:
+    """A lock per key, made on first use: work on one key waits for the same key's, never for
+    another's."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[Any, threading.Lock] = {}
+
+    def __call__(self, key: Any) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
 class Store:
     """The derived tables of one owner (a Trace or a Run): memory, and for persisted tables a
     disk tier (a trace's frame cache; none for a run or without the cache)."""
@@ -194,9 +207,15 @@ class Store:
         self._owner = weakref.ref(owner)
         self.disk = disk
         self._memory: dict[tuple, Any] = {}
+        # several threads (the explorer's views) ask for the same table at once: each key is
+        # computed once, under its own lock (a second caller waits for the first's value),
+        # while other keys go on; `_guard` is held only to read or change the two dicts
+        self._guard = threading.Lock()
+        self._key_locks = KeyedLocks()
 
     def get(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        """Table `fn` of the owner (with `args`): from memory, else the disk, else computed."""
+        """Table `fn` of the owner (with `args`): from memory, else the disk, else computed
+        (once, whichever threads ask for it at the same time)."""
         return self._get(table_of(fn), args, kwargs)
 
     def _get(self, t: Table, args: tuple, kwargs: dict) -> Any:
@@ -204,13 +223,22 @@ class Store:
         stack = _computing.__dict__.setdefault("stack", [])
         if stack:
             DEPENDS.setdefault(stack[-1], set()).add(t.key)
-        if key not in self._memory:
+        # a table never waits for one that waits for it: the graph has no cycle
+        with self._guard:
+            if key in self._memory:
+                return self._memory[key]
+        with self._key_locks(key):
+            with self._guard:
+                if key in self._memory:  # made by the thread this one waited for
+                    return self._memory[key]
             stack.append(t.key)
             try:
-                self._memory[key] = self._make(t, args, kwargs)
+                value = self._make(t, args, kwargs)
             finally:
                 stack.pop()
-        return self._memory[key]
+            with self._guard:
+                self._memory[key] = value
+        return value
 
     def _make(self, t: Table, args: tuple, kwargs: dict) -> Any:
         owner = self._owner()
@@ -229,23 +257,23 @@ class Store:
 
     def peek(self, fn: Callable[..., R], *args: Any) -> R | None:
         """Table `fn` if it is in memory, else None (nothing is computed or read)."""
-        return self._memory.get((table_of(fn), *args))
+        with self._guard:
+            return self._memory.get((table_of(fn), *args))
 
     def drop(self, *fns: Callable[..., Any]) -> None:
         """Forget the tables `fns` (every argument of them), or every table when none is named:
         what was made from them stays, and a later question makes them again (equal) rather
         than the owner holding them (the NVTX names and nesting behind an attributed table are
         gigabytes at a million kernels)."""
-        if not fns:
-            self._memory.clear()
-            return
         gone = {table_of(f) for f in fns}
-        for k in [k for k in self._memory if k[0] in gone]:
-            del self._memory[k]
+        with self._guard:
+            for k in [k for k in self._memory if not gone or k[0] in gone]:
+                del self._memory[k]
 
     def held(self) -> set[str]:
         """The keys of the tables in memory."""
-        return {k[0].key for k in self._memory}
+        with self._guard:
+            return {k[0].key for k in self._memory}
 
     def by_key(self, key: str) -> Any:
         """Table `key` (of no arguments), by its key: for a worker told which tables to make."""
@@ -274,7 +302,9 @@ class Store:
             t = TABLES[k]
             assert t.codec is not None
             frames = tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
-            self._memory.setdefault((t,), t.codec.decode(frames))
+            value = t.codec.decode(frames)
+            with self._guard:
+                self._memory.setdefault((t,), value)
 
 
 # -- the graph, read from the code ---------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kview.derived import Store, Table, import_all
+from kview.derived import KeyedLocks, Store, Table, import_all
 from kview.errors import TraceError
 from kview.io import cache, converted
 from kview.io.kineto_reader import KinetoSource, looks_like_json
@@ -41,6 +41,8 @@ class Trace:
         self.path = source.path
         self.use_cache = use_cache
         self._frames: dict[str, pl.DataFrame] = {}
+        # the explorer's views read one trace from several threads: a frame is read once
+        self._frame_locks = KeyedLocks()
         # its derived tables (kview.derived): memory, and the frame cache for persisted ones
         self.store = Store(self, FrameCacheTier(self.path) if use_cache else None)
 
@@ -85,7 +87,11 @@ class Trace:
         """Frame `key` of this trace: kept in memory once built, and in the disk cache (the one
         path every cached frame takes) unless --no-cache."""
         if key not in self._frames:
-            self._frames[key] = cache.cached(self.path, key, build, self.use_cache and self.source.persist_frames)
+            with self._frame_locks(key):
+                if key not in self._frames:
+                    self._frames[key] = cache.cached(
+                        self.path, key, build, self.use_cache and self.source.persist_frames
+                    )
         return self._frames[key]
 
     @property
@@ -98,6 +104,15 @@ class Trace:
         Only columns not loaded yet are read (from the cache, else from the trace), so a
         request pays for what it uses.
         """
+        have = self._frames.get(key)
+        if have is None or not all(n in have.columns for n in names):
+            with self._frame_locks(key):  # columns added by one thread at a time
+                have = self._read_missing(key, names)
+        assert have is not None  # every name was loaded above
+        return have.select(names)
+
+    def _read_missing(self, key: str, names: list[str]) -> pl.DataFrame | None:
+        """Frame `key` with the columns `names` it lacks read (from the cache, else the trace)."""
         have = self._frames.get(key)
         missing = [n for n in names if have is None or n not in have.columns]
         if missing:
@@ -122,8 +137,7 @@ class Trace:
             new = self._from_zero(pl.DataFrame([got[n] for n in missing]))
             have = new if have is None or have.width == 0 else have.hstack(new)
             self._frames[key] = have
-        assert have is not None  # every name was loaded above
-        return have.select(names)
+        return have
 
     @property
     def nvtx_events(self) -> pl.DataFrame:

@@ -4,6 +4,10 @@ store type for a trace and a run, and versions that invalidate what is made from
 
 from __future__ import annotations
 
+import inspect
+import sys
+import threading
+
 import polars as pl
 import pytest
 
@@ -157,3 +161,50 @@ def test_the_disk_tier_knows_a_stale_table_without_reading_it(tmp_path, monkeypa
             mp.undo()
             _forget_digests()
     assert open_trace(NSYS).store.on_disk(["steps"])
+
+
+def test_threads_asking_for_one_table_at_once_compute_it_once():
+    """The explorer's views ask one trace's store for the same table from their own threads:
+    the second caller waits for the first's value (computed once: the same object), while a
+    table of another key is made meanwhile (no lock is held across keys)."""
+    trace = open_trace(NSYS, use_cache=False)
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(t):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            entered.set()
+            release.wait(timeout=60)  # held until the second caller waits (a guard against a hang)
+        return gpu_ops(t).select("Idx", "start", "end")
+
+    table = Table(slow, "test.slow", "1", False, None, None)  # not declared: TABLES stays as it is
+    got: dict[str, object] = {}
+
+    def ask(name: str) -> None:
+        got[name] = trace.store._get(table, (), {})
+
+    first = threading.Thread(target=ask, args=("first",), name="first")
+    first.start()
+    assert entered.wait(timeout=60)
+    # another key, asked while the first is being computed, is made at once
+    labels = nv.labels(trace)
+    assert first.is_alive() and not release.is_set() and trace.store.peek(nv.labels) is labels
+    second = threading.Thread(target=ask, args=("second",), name="second")
+    second.start()
+    # wait until the second caller waits for the table's lock (or, were it let through, computes)
+    code, start = Store._get.__code__, Store._get.__code__.co_firstlineno
+    lines = inspect.getsource(Store._get).splitlines()
+    at = start + next((i for i, line in enumerate(lines) if "self._key_locks(key)" in line), -start)
+    waiting = threading.Event()
+    while len(calls) == 1 and not waiting.is_set():
+        frame = sys._current_frames().get(second.ident or -1)
+        if frame is not None and frame.f_code is code and frame.f_lineno == at:
+            waiting.set()
+        else:
+            waiting.wait(0.001)
+    release.set()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    assert calls == ["first"]
+    assert got["first"] is got["second"] and isinstance(got["first"], pl.DataFrame)

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import threading
 import zlib
 from pathlib import Path
 
@@ -722,6 +723,7 @@ class KinetoSource:
         found = cache.load_all(path, [f"json.{k}" for k in FRAME_KEYS]) if use_cache else None
         self._frames = None if found is None else {k: found[f"json.{k}"] for k in FRAME_KEYS}
         self._text: str | None = None
+        self._decoding = threading.Lock()  # the explorer's views ask from several threads: one decode
         if self._frames is None:
             self._text = _text(path)
             self._start = events_start(path, self._text)
@@ -729,7 +731,9 @@ class KinetoSource:
     @property
     def frames(self) -> dict[str, pl.DataFrame]:
         if self._frames is None:
-            self._frames = self._decode()
+            with self._decoding:
+                if self._frames is None:
+                    self._frames = self._decode()
         return self._frames
 
     def _decode(self) -> dict[str, pl.DataFrame]:
