@@ -10,24 +10,15 @@ _warned: set[str] = set()
 
 
 def warn_once(text: str) -> None:
-    """One stderr line per distinct warning per process (`kview: warning: ...`). A UI that
-    owns the terminal installs its own sink with `set_warning_sink`."""
+    """One stderr line per distinct warning per process (`kview: warning: ...`)."""
     if text in _warned:
         return
     _warned.add(text)
     _sink(text)
 
 
-def _stderr(text: str) -> None:
+def _sink(text: str) -> None:
     try:
         print(f"kview: warning: {text}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
-
-
-_sink = _stderr
-
-
-def set_warning_sink(sink) -> None:
-    global _sink
-    _sink = sink or _stderr

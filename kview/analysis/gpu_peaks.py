@@ -20,8 +20,6 @@ import polars as pl
 
 from kview.errors import UsageError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
-
 # gpu, how it is named in traces (regex, case-insensitive; first match wins), FP32, TF32, BF16,
 # FP16, FP8, FP32 matrix (AMD), bandwidth GB/s, source
 # fmt: off

@@ -200,7 +200,6 @@ class Timeline:
 
 API_CLASSES = ["api:sync", "api:launch", "api:memory", "api:other"]
 NVTX_CLASSES = ["nvtx:user", "nvtx:op", "nvtx:library"]
-GPU_KINDS = {"kernel": "Kernels", "memcpy": "memcpy", "memset": "memset"}
 
 
 def _classes(categories: list[str]) -> list[str]:
@@ -721,7 +720,7 @@ def _span(rows: list[Row]) -> tuple[int, int]:
 
 
 # -- the picture --------------------------------------------------------------------------
-def picture(tl: Timeline, row: Row, cells: Cells, highlight: np.ndarray | None = None) -> tuple[str, list[int]]:
+def picture(tl: Timeline, row: Row, cells: Cells) -> tuple[str, list[int]]:
     """The characters of a binned row and the class of each cell (-1 idle).
 
     A cell one op covers alone shows that op: its class, and, where the op covers a run of at
