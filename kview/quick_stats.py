@@ -1,15 +1,19 @@
-"""`kview stats TRACE -r cuda_gpu_kern_sum` of a small nsys export, answered straight from SQLite
-with the standard library: no polars, no columnar reader, no frame cache. On a trace of a few
-thousand kernels importing the table library costs more than the whole answer, so a small
-question is answered at once (issue 28: a 3k-kernel summary in 0.3 s).
+"""`kview stats TRACE -r cuda_gpu_kern_sum` of an nsys export, answered straight from SQLite without
+the trace model: a small trace with the standard library (no polars: on a trace of a few thousand
+kernels importing the table library costs more than the whole answer; issue 28: a 3k-kernel summary
+in 0.3 s), a large one from the three kernel columns alone, read by connectorx on two threads into
+polars without pyarrow or numpy and grouped there with the report's own expressions (issue 28: the
+summary of 1.1M kernels in at most 0.35x of SQLite's own GROUP BY). A large trace whose kernel
+columns are in the frame cache is left to the columnar path, which reads them from there.
 
 The numbers are those of reports.gpu_kernels.cuda_gpu_kern_sum, computed the same way: exact
 integer totals, avg = total / count in doubles, the median of an even count the mean of the two
 middle values, SQLite's round(x, 1), ORDER BY total DESC, count, name; the standard deviation is
-the exact sample deviation rounded once. The document is the one render writes (the same table
-layout, table_text; nsys's CSV quoting). Anything this path does not handle exactly as the
-columnar one (a large trace, a damaged or unusual file, impossible rows the columnar path warns
-about, -o, other formats, several reports) is left to it: `answer` returns None and the command
+the exact sample deviation rounded once (a large trace's: the report's own polars aggregate). The
+document is the one render writes (the same table layout, table_text; nsys's CSV quoting). Anything
+this path does not handle exactly as the columnar one (a large trace with its kernels cached, a
+damaged or unusual file, impossible rows the columnar path warns about, -o, other formats, several
+reports) is left to it: `answer` returns None and the command
 goes on as before, so every error and every remark is still said in one place.
 """
 
@@ -21,16 +25,17 @@ import sys
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 from kview.errors import TraceError
 from kview.io.converted import REPORT_SUFFIXES
 from kview.io.paths import named
-from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, sqlite_uri
+from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, read_into_polars, sqlite_uri
 from kview.output.table_text import table_text
 from kview.output.visible import visible_lines
 
-# Above this many kernels the columnar path (connectorx on several threads, polars' group-by)
-# is faster than a Python loop over the rows, its imports included.
+# Above this many kernels a read by connectorx on several threads and polars' group-by are faster
+# than a Python loop over the rows, their imports included.
 QUICK_ROWS = 50_000
 FORMATS = ("table", "csv")
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -57,7 +62,7 @@ def answer(args) -> int | None:
         return None
     if [n.strip() for n in (args.report or "").split(",") if n.strip()] != [NAME]:
         return None
-    doc = document(named(args.trace), args.format)
+    doc = document(named(args.trace), args.format, use_cache=not getattr(args, "no_cache", False))
     if doc is None:
         return None
     binary = getattr(sys.stdout, "buffer", None)
@@ -70,10 +75,11 @@ def answer(args) -> int | None:
     return 0
 
 
-def document(path: Path, fmt: str, width: int | None = None) -> str | None:
+def document(path: Path, fmt: str, width: int | None = None, use_cache: bool = False) -> str | None:
     """What `kview stats PATH -r cuda_gpu_kern_sum -f FMT` prints (a table fitted to `width`,
-    None: the terminal's), or None when this path does not answer for this trace."""
-    rows = _kernel_summary(path)
+    None: the terminal's), or None when this path does not answer for this trace (`use_cache`:
+    nor for a large one whose kernel columns are cached)."""
+    rows = _kernel_summary(path, use_cache)
     if rows is None:
         return None
     cells = [[_text(v) for v in r] for r in rows]
@@ -135,7 +141,7 @@ def _columns(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-def _kernel_summary(p: Path) -> list[tuple] | None:
+def _kernel_summary(p: Path, use_cache: bool = False) -> list[tuple] | None:
     """The report's rows, or None when the columnar path is to answer."""
 
     try:
@@ -152,14 +158,14 @@ def _kernel_summary(p: Path) -> list[tuple] | None:
     except sqlite3.Error:
         return None
     try:
-        return _summary(con)
+        return _summary(con, p.absolute(), use_cache)
     except (sqlite3.Error, ValueError, TypeError, OverflowError):
         return None  # whatever the file holds, the columnar path says it in its words
     finally:
         con.close()
 
 
-def _summary(con: sqlite3.Connection) -> list[tuple] | None:
+def _summary(con: sqlite3.Connection, path: Path, use_cache: bool) -> list[tuple] | None:
     tables = _plain_tables(con)
     if tables is None or KERNEL not in tables or "StringIds" not in tables:
         return None
@@ -170,7 +176,7 @@ def _summary(con: sqlite3.Connection) -> list[tuple] | None:
             if con.execute(f"SELECT 1 FROM {meta} WHERE name = 'CAPTURE_BACKEND'").fetchone():
                 return None
     last = con.execute(f"SELECT max(rowid) FROM {KERNEL}").fetchone()[0]
-    if not isinstance(last, int) or last > QUICK_ROWS:
+    if not isinstance(last, int):
         return None
     session = None
     if "ANALYSIS_DETAILS" in tables and "duration" in _columns(con, "ANALYSIS_DETAILS"):
@@ -186,6 +192,38 @@ def _summary(con: sqlite3.Connection) -> list[tuple] | None:
             bad = "end < start" + ("" if session is None else f" OR start < 0 OR end > {int(session)}")
             if con.execute(f"SELECT 1 FROM {table} WHERE {bad} LIMIT 1").fetchone():
                 return None
+    if last > QUICK_ROWS:
+        if use_cache and _cached(path):
+            return None
+        stats = _grouped(path, last, session)
+    else:
+        stats = _looped(con, session)
+    if not stats:
+        return None
+    names = dict(con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({','.join(str(g[0]) for g in stats)})"))
+    if any(type(names.get(g[0])) is not str for g in stats):
+        return None
+    grand = float(sum(g[1] for g in stats))
+    if grand == 0:
+        return None
+    rows = []
+    for name_id, total, n, avg, med, least, most, std in stats:
+        floats = [sqlite_round(float(total) * 100.0 / grand), sqlite_round(avg), sqlite_round(med), sqlite_round(std)]
+        if any(not math.isfinite(v) or abs(v) >= LARGEST_FLOAT for v in floats):
+            return None
+        pct, avg_r, med_r, std_r = floats
+        rows.append((pct, total, n, avg_r, med_r, least, most, std_r, names[name_id]))
+    rows.sort(key=lambda r: (-r[1], r[2], r[8]))
+    return rows
+
+
+# one kernel name's statistics: name id, total, count, avg, median, min, max, standard deviation
+Stats = tuple[int, int, int, float, float, int, int, float]
+
+
+def _looped(con: sqlite3.Connection, session: int | None) -> list[Stats] | None:
+    """Every kernel name's statistics, by a Python loop over the rows; None: a row the columnar
+    path reads otherwise (not an integer) or warns about (impossible)."""
     groups: dict[int, list[int]] = {}
     for name_id, start, end in con.execute(f"SELECT demangledName, start, end FROM {KERNEL}"):
         if type(name_id) is not int or type(start) is not int or type(end) is not int or end < start:
@@ -193,15 +231,7 @@ def _summary(con: sqlite3.Connection) -> list[tuple] | None:
         if session is not None and (start < 0 or end > session):
             return None
         groups.setdefault(name_id, []).append(end - start)
-    if not groups:
-        return None
-    names = dict(con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({','.join(map(str, groups))})").fetchall())
-    if any(type(names.get(i)) is not str for i in groups):
-        return None
-    grand = float(sum(sum(d) for d in groups.values()))
-    if grand == 0:
-        return None
-    rows = []
+    out = []
     for name_id, durations in groups.items():
         durations.sort()
         n = len(durations)
@@ -213,11 +243,47 @@ def _summary(con: sqlite3.Connection) -> list[tuple] | None:
             std = math.sqrt(float(Fraction(n * s2 - s1 * s1, n * (n - 1))))
         else:
             std = 0.0
-        floats = [sqlite_round(float(total) * 100.0 / grand), sqlite_round(float(total) / n), sqlite_round(med)]
-        floats.append(sqlite_round(std))
-        if any(not math.isfinite(v) or abs(v) >= LARGEST_FLOAT for v in floats):
-            return None
-        pct, avg, med_r, std_r = floats
-        rows.append((pct, total, n, avg, med_r, durations[0], durations[-1], std_r, names[name_id]))
-    rows.sort(key=lambda r: (-r[1], r[2], r[8]))
-    return rows
+        out.append((name_id, total, n, float(total) / n, med, durations[0], durations[-1], std))
+    return out
+
+
+def _cached(path: Path) -> bool:
+    """Whether the frame cache holds the kernel columns the columnar report reads."""
+    # deferred: the cache module loads polars, which a small answer never needs
+    from kview.io import cache
+
+    return cache.has(path, [f"kernels.{c}" for c in ("start", "end", "name_id")])
+
+
+def _grouped(path: Path, last: int, session: int | None) -> list[Stats] | None:
+    """Every kernel name's statistics from the three kernel columns, read by connectorx in two
+    rowid ranges (two threads) into polars and grouped there with the report's own aggregates
+    (the same values, float for float); None as `_looped`."""
+    # deferred: polars loads only for a large trace
+    import polars as pl
+
+    from kview.analysis.summary_stats import stats_aggs
+
+    half = last // 2 + 1
+    cols = f'rowid AS "_kv_rid", start, end, demangledName FROM {KERNEL}'
+    try:
+        k = read_into_polars(path, [f"SELECT {cols} WHERE rowid < {half}", f"SELECT {cols} WHERE rowid >= {half}"])
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException:  # text for a time, damage, memory: the columnar path says it in its words
+        return None
+    if k.height == 0 or any(k.schema.get(c) != pl.Int64 for c in ("_kv_rid", "start", "end", "demangledName")):
+        return None
+    if k.null_count().sum_horizontal().item():
+        return None
+    if not k["_kv_rid"].is_sorted():  # in rowid order, as the columnar reader hands the rows on
+        k = k.sort("_kv_rid")
+    bad = pl.col("end") < pl.col("start")
+    if session is not None:
+        bad = bad | (pl.col("start") < 0) | (pl.col("end") > session)
+    if k.select(bad.any()).item():
+        return None
+    g = k.select(pl.col("demangledName").alias("name_id"), (pl.col("end") - pl.col("start")).alias("dur"))
+    g = g.group_by("name_id").agg(stats_aggs("dur"))
+    stats = ["name_id", "total", "num", "avg", "med", "min", "max", "stddev"]
+    return [cast(Stats, r) for r in g.select(stats).iter_rows()]

@@ -43,18 +43,29 @@ def test_stats_command_does_not_load_textual_or_torch():
 
 def test_help_and_a_small_kernel_summary_load_no_table_library():
     """`kview --help` and a command's --help are argparse only, and a small trace's kernel summary
-    is answered from SQLite (kview.quick_stats): no polars, numpy or columnar reader."""
+    is answered from SQLite (kview.quick_stats): no polars, numpy or columnar reader. A large
+    trace's (the same trace read as one) loads polars and connectorx, but neither pyarrow nor numpy."""
     small = ROOT / "sample_traces" / "lm-small_ctx256_forward_nsys.sqlite"
+    tables = "('polars', 'numpy', 'pyarrow', 'connectorx')"
     code = (
-        "import sys, contextlib, io; from kview.cli import main\n"
-        f"for argv in (['--help'], ['stats', '--help'], ['kernels', '--help'], ['stats', r'{small}', '-r', 'cuda_gpu_kern_sum']):\n"
-        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "import sys, contextlib, io; from kview.cli import main; from kview import quick_stats\n"
+        "def run(argv):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "        try: main(argv)\n"
         "        except SystemExit: pass\n"
-        "print('LOADED', [m for m in ('polars', 'numpy', 'pyarrow', 'connectorx') if m in sys.modules])"
+        "    return out.getvalue()\n"
+        f"for argv in (['--help'], ['stats', '--help'], ['kernels', '--help']):\n"
+        "    run(argv)\n"
+        f"summary = ['stats', r'{small}', '-r', 'cuda_gpu_kern_sum', '--no-cache']\n"
+        "doc = run(summary)\n"
+        f"print('LOADED', [m for m in {tables} if m in sys.modules])\n"
+        "quick_stats.QUICK_ROWS = 10\n"
+        "print('SAME', run(summary) == doc and 'Time (%)' in doc)\n"
+        f"print('LARGE', [m for m in {tables} if m in sys.modules])"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
+    assert "SAME True" in r.stdout and "LARGE ['polars', 'connectorx']" in r.stdout, r.stdout[-500:] + r.stderr
 
 
 def test_wheel_installs_only_kview_packages_and_core_needs_no_torch(tmp_path):

@@ -43,7 +43,10 @@ def _columnar(path, fmt: str, width: int) -> str:
     return render.render(r.frame, fmt, r.decimals)
 
 
-def test_quick_summary_equals_the_columnar_report(traces):
+@pytest.mark.parametrize("quick_rows", [quick_stats.QUICK_ROWS, 0], ids=["small", "large"])
+def test_quick_summary_equals_the_columnar_report(traces, quick_rows, monkeypatch):
+    # large: every trace is read as a large one is (connectorx into polars, grouped there)
+    monkeypatch.setattr(quick_stats, "QUICK_ROWS", quick_rows)
     answered = []
     for path in traces:
         for fmt, width in (("csv", 0), ("table", 0), ("table", 100), ("table", 60)):
@@ -57,12 +60,17 @@ def test_quick_summary_equals_the_columnar_report(traces):
     assert not set(answered) & {p.name for p in TORCH_TRACES}
 
 
-def test_quick_summary_leaves_large_damaged_and_impossible_traces(tmp_path, monkeypatch):
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_quick_summary_leaves_cached_damaged_and_impossible_traces(tmp_path, monkeypatch, large):
     src = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
-    assert quick_stats.document(src, "csv") is not None
-    monkeypatch.setattr(quick_stats, "QUICK_ROWS", 10)  # a large trace: the columnar reader's
-    assert quick_stats.document(src, "csv") is None
-    monkeypatch.undo()
+    small = quick_stats.document(src, "csv", use_cache=True)
+    assert small is not None
+    if large:  # 736 kernels read as a large trace's; once its kernel columns are cached, the columnar path's
+        monkeypatch.setattr(quick_stats, "QUICK_ROWS", 10)
+        assert quick_stats.document(src, "csv", use_cache=True) == small
+        open_trace(src).columns("kernels", ["start", "end", "name_id"])  # cached as `kview stats` caches them
+        assert quick_stats.document(src, "csv", use_cache=True) is None
+        assert quick_stats.document(src, "csv") == small  # --no-cache
     for i, damage in enumerate(
         [
             "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1 WHERE rowid = 3",  # ends before it starts

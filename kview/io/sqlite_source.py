@@ -110,6 +110,25 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
+def read_into_polars(path: Path, queries: list[str]) -> pl.DataFrame:
+    """The rows of `queries` (run in parallel, one thread each) as one polars frame, without
+    pyarrow: connectorx's Arrow arrays go to polars through the Arrow C data interface. Its own
+    polars return builds pyarrow tables first, and pyarrow's import (numpy's with it) costs more
+    than the whole read of a small report. Errors are connectorx's, as `SqliteSource.query`'s."""
+    import polars as pl
+
+    cx = _connectorx()
+    url = connectorx_url(path)
+    if not str(getattr(cx, "__version__", "")).startswith("0.4."):  # the pointers' layout below is 0.4's
+        return cx.read_sql(url, queries, return_type="polars")
+    names, batches = cx._read_sql(url, "arrow", queries=queries)
+    # each column of each batch is (ArrowArray*, ArrowSchema*), handed over to the reader, which
+    # polars takes as (schema, array) and whose buffers it then owns
+    return pl.DataFrame(
+        [pl.Series._import_arrow_from_c(n, [(b[i][1], b[i][0]) for b in batches]) for i, n in enumerate(names)]
+    )
+
+
 @cache
 def _connectorx():
     """connectorx, loaded once (deferred: a small answer never needs it). Its connection pool logs
