@@ -16,7 +16,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from kview.errors import (
 from kview.formats import FORMATS, MULTI_TABLE_FORMATS
 from kview.io import memory_budget
 from kview.io.paths import named
-from kview.io.snapshot_pickle import is_snapshot_file, memory_name
 from kview.output import files
 from kview.output.stdout_guard import StdoutGuard
 from kview.output.visible import VisibleText, visible_lines
@@ -88,17 +86,29 @@ def _document_flags(defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
-@dataclass(frozen=True)
 class Command:
-    """One `kview NAME ...` command: how it is described, its own options, what runs it."""
+    """One `kview NAME ...` command: how it is described, its own options, what runs it. (A plain
+    class: dataclasses would load inspect and ast, a fifth of `kview --help`'s imports.)"""
 
-    name: str
-    help: str
-    run: Callable[[argparse.Namespace], int]
-    options: Callable[[argparse.ArgumentParser], None] = lambda p: None
-    description: str | None = None
-    shared: bool = True  # takes the shared flags; False: handed every argument (capture, bench)
-    one_document: bool = True  # -o PATH is that document's file (stats: a prefix, one file per report)
+    __slots__ = ("name", "help", "run", "options", "description", "shared", "one_document")
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        run: Callable[[argparse.Namespace], int],
+        options: Callable[[argparse.ArgumentParser], None] = lambda p: None,
+        description: str | None = None,
+        shared: bool = True,  # takes the shared flags; False: handed every argument (capture, bench)
+        one_document: bool = True,  # -o PATH is that document's file (stats: a prefix, one file per report)
+    ):
+        self.name = name
+        self.help = help
+        self.run = run
+        self.options = options
+        self.description = description
+        self.shared = shared
+        self.one_document = one_document
 
 
 def _stats_options(p: argparse.ArgumentParser) -> None:
@@ -368,6 +378,7 @@ def _inputs(args) -> list[str]:
         if args.command == "memory":
             # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
             from kview.analysis.memory_timeline import trace_beside
+            from kview.io.snapshot_pickle import memory_name
 
             out += [str(memory_name(p))] + [str(t) for t in [trace_beside(p)] if t is not None]
     return out
@@ -1152,20 +1163,40 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_trace_flags(True), _document_flags(True)],
     )
     parser.add_argument("--version", action="version", version=f"kview {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=argparse.ArgumentParser)
-    shared = [_trace_flags(False), _document_flags(False)]
+    # a stand-in per command that argparse holds as that command's parser, built when first used
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)  # type: ignore[type-var]
     for c in COMMANDS:
-        p = sub.add_parser(
-            c.name,
-            help=c.help,
-            description=c.description or c.help,
-            parents=shared if c.shared else [],
-            add_help=c.shared,  # capture and bench answer --help themselves
-        )
-        c.options(p)
-        p.set_defaults(cmd=c)
-        _SUBPARSERS[c.name] = p
+        sub.add_parser(c.name, help=c.help, command=c)
     return parser
+
+
+class _CommandParser:
+    """One command's parser, built the first time argparse uses it: `kview --help` lists the
+    commands from their help lines and builds none of them, `kview stats ...` builds stats's
+    alone (building all eighteen was a third of `kview --help`'s time after the imports)."""
+
+    def __init__(self, *, command: Command, **kwargs):
+        self._command = command
+        self._kwargs = kwargs  # what argparse's add_parser passes on (prog)
+        self._parser: argparse.ArgumentParser | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.parser, name)
+
+    @property
+    def parser(self) -> argparse.ArgumentParser:
+        if self._parser is None:
+            c = self._command
+            p = argparse.ArgumentParser(
+                description=c.description or c.help,
+                parents=[_trace_flags(False), _document_flags(False)] if c.shared else [],
+                add_help=c.shared,  # capture and bench answer --help themselves
+                **self._kwargs,
+            )
+            c.options(p)
+            p.set_defaults(cmd=c)
+            _SUBPARSERS[c.name] = self._parser = p
+        return self._parser
 
 
 def _tui_parser() -> argparse.ArgumentParser:
@@ -1270,6 +1301,7 @@ def run_tui(args: argparse.Namespace) -> int:
         return 2
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.memory_timeline import Snapshot, open_snapshot
+    from kview.io.snapshot_pickle import is_snapshot_file
 
     traces: list[Trace | Snapshot] = []
     for p in paths:  # opened and checked once, here: the explorer's loader receives them
