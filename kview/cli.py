@@ -1367,6 +1367,7 @@ def _main(argv: list[str] | None) -> int:
         supervise = False
     elif any(a in ("-h", "--help", "--version") for a in argv[:1]):
         name = ""
+        supervise = False  # argparse alone answers, before anything that could abort runs
     else:
         name = _command_name(argv)
     if name is None:  # the explorer: its errors are shown in it, or are tracebacks of kview's bugs
