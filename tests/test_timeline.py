@@ -600,7 +600,7 @@ async def test_the_explorer_shows_a_run_of_rank_files_on_one_timeline(ddp_per_ra
         v.entry = next(k for k, e in enumerate(v.entries) if e.row is gpu0)
         v.show_window(*gpu0.when(0), gpu0)
         await pilot.press("enter")
-        await pilot.pause()
+        await loaded(pilot)  # Kernels fetches trace 1's document, then takes the filter
         kv = app.view("kernels")
         assert app.current == 0 and app.query_one("#tabs").active == "kernels"
         assert kv.filter_text == f"idx=={int(gpu0.ident[0])}" and kv.table.frame["Idx"].to_list() == [

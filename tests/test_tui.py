@@ -246,10 +246,10 @@ def test_snapshot_at_80x24(snap_compare):
     assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(80, 24), run_before=run_before)
 
 
-def test_loader_posts_one_frozen_message_per_thing_ready():
+def test_each_view_fetches_its_own_document_one_frozen_message_per_thing_ready():
     from dataclasses import FrozenInstanceError
 
-    from kview.tui.loading import load
+    from kview.analysis.layers import phase_times
     from kview.tui.messages import (
         AttributedKernels,
         EfficiencyReady,
@@ -261,26 +261,29 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
         OverviewReady,
         Stage,
         TimelineReady,
-        TraceLoaded,
-        ViewMessage,
     )
     from kview.tui.views import VIEWS
 
-    messages = [m for m in load(LM, use_cache=False) if not isinstance(m, Stage)]
-    assert [type(m) for m in messages] == [
-        KernelSummary,
-        TimelineReady,
-        AttributedKernels,
-        TimelineReady,
-        OverviewReady,
-        LaunchesReady,
-        EfficiencyReady,
-        NvtxTree,
-        LayersReady,
-        MemoryReady,  # no allocator history beside the sample: the sentence saying so
-        TraceLoaded,
-    ]
-    summary, gpu_rows, attributed, timeline, overview, _, _, tree, layers, memory, done = messages
+    trace = open_trace(LM, use_cache=False)
+    documents = {cls.view_id: cls.document for cls in VIEWS if cls.document is not None}
+    # Compare and Ranks show every trace: they make their tables in their own workers
+    assert set(documents) == {cls.view_id for cls in VIEWS} - {"compare", "ranks"}
+    got = {vid: list(doc(trace, False)) for vid, doc in documents.items()}
+    assert all(isinstance(m[0], Stage) for m in got.values())  # each view says what it waits for
+    messages = {vid: [m for m in ms if not isinstance(m, Stage)] for vid, ms in got.items()}
+    assert {vid: [type(m) for m in ms] for vid, ms in messages.items()} == {
+        "overview": [OverviewReady],
+        "kernels": [KernelSummary, AttributedKernels],
+        "nvtx": [NvtxTree],
+        "layers": [LayersReady],
+        "timeline": [TimelineReady, TimelineReady],
+        "memory": [MemoryReady],  # no allocator history beside the sample: the sentence saying so
+        "efficiency": [EfficiencyReady],
+        "launches": [LaunchesReady],
+    }
+    summary, attributed = messages["kernels"]
+    gpu_rows, timeline = messages["timeline"]
+    [tree], [layers], [memory] = messages["nvtx"], messages["layers"], messages["memory"]
     assert gpu_rows.cpu_pending and {r.kind for r in gpu_rows.timeline.rows} == {"gpu"}
     assert not timeline.cpu_pending and {r.kind for r in timeline.timeline.rows} == {"gpu", "api", "nvtx"}
     assert timeline.attributed is attributed.table  # the same kernels, so the two views agree
@@ -291,14 +294,14 @@ def test_loader_posts_one_frozen_message_per_thing_ready():
     assert attributed.names == tuple(sorted(set(attributed.table["Kernel"])))
     assert tree.trace_name == "lm-small_ctx256_train_nsys.sqlite" and tree.paths.height > 0
     assert layers.layers["Layer"].to_list()[:2] == ["layer_0", "layer_1"]
-    assert done.index == 0 and done.phase_names == ("forward_pass", "backward_pass", "optimizer_step")
+    assert phase_times(trace)["Phase"].to_list() == ["forward_pass", "backward_pass", "optimizer_step"]
     with pytest.raises(FrozenInstanceError):
         summary.frame = rep
-    # every view message goes to a view that handles it itself
+    # every message of a view's document is one that view handles itself
     handlers = {cls.view_id: cls for cls in VIEWS}
-    for m in messages:
-        if isinstance(m, ViewMessage):
-            assert hasattr(handlers[m.view], m.handler_name), (m.view, m.handler_name)
+    for vid, ms in messages.items():
+        for m in ms:
+            assert m.view == vid and hasattr(handlers[vid], m.handler_name), (vid, m.handler_name)
 
 
 def _tmux_env(tmp_path):

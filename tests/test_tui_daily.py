@@ -341,7 +341,7 @@ async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
         )
         # ] shows the next trace in every view that shows one; the numbers are that trace's
         await pilot.press("right_square_bracket")
-        await pilot.pause()
+        await loaded(pilot)  # each view fetches its document of that trace
         fwd = cuda_gpu_kern_sum(open_trace(LM_FWD, use_cache=False)).frame
         assert kv.table.frame["Total Time (ns)"].to_list() == fwd["Total Time (ns)"].to_list()
         assert "trace 2/3" in app.sub_title and "forward" in app.sub_title
@@ -355,7 +355,7 @@ async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
         await pilot.pause()
         assert type(app.screen).__name__ == "PickScreen"
         await pilot.press("down", "enter")  # the third
-        await pilot.pause()
+        await loaded(pilot)
         assert app.current == 2 and "trace 3/3" in app.sub_title
         assert "backward_nsys" in str(app.view("nvtx").range_tree.root.label)
         await pilot.press("2")
@@ -363,13 +363,13 @@ async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
         bwd = cuda_gpu_kern_sum(open_trace(LM_BWD, use_cache=False)).frame
         assert kv.table.frame["Total Time (ns)"].to_list() == bwd["Total Time (ns)"].to_list()
         await pilot.press("T", "2")  # a digit picks in one key, without waiting for the dialog's cursor
-        await pilot.pause()
+        await loaded(pilot)
         assert app.current == 1 and "trace 2/3" in app.sub_title
         await pilot.press("T", "9")  # no ninth trace: the dialog stays
         await pilot.pause()
         assert type(app.screen).__name__ == "PickScreen" and app.current == 1
         await pilot.press("escape", "left_square_bracket")  # back to the first
-        await pilot.pause()
+        await loaded(pilot)
         assert app.current == 0
         # Layers: both bars whole at 160 columns, forward green and backward yellow, legend above
         await pilot.press("4")
@@ -544,7 +544,7 @@ async def test_kineto_no_kernel_and_old_nsys_traces_switch_and_keep_every_key():
         assert kv.state.freq == "Op" and f["Count"].sum() == kv.attributed.table.height
         # the trace without kernels: its CPU ops, and kernel keys say why they do nothing
         await pilot.press("escape", "right_square_bracket")
-        await pilot.pause()
+        await loaded(pilot)
         assert app.current == 1 and kv.kern_sum.note.startswith("no GPU kernels")
         assert "Calls" in kv.table.frame.columns
         await pilot.press("1")
@@ -555,7 +555,7 @@ async def test_kineto_no_kernel_and_old_nsys_traces_switch_and_keep_every_key():
         assert "Findings" in "\n".join(lines(app)) and scroll.scroll_y == scroll.max_scroll_y
         # nsys 2022.1 (LeNet under DLProf): context and NVTX search work on the oldest schema
         await pilot.press("right_square_bracket", "2")
-        await pilot.pause()
+        await loaded(pilot)
         await pilot.press("t")
         assert app.current == 2 and "dlprof_lenet" in app.sub_title
         await pilot.press("c")

@@ -9,8 +9,10 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.tui import loading, prepare
-from kview.tui.messages import Stage, TraceLoaded
+from kview.trace import open_trace
+from kview.tui import prepare
+from kview.tui.messages import Stage
+from kview.tui.views import VIEWS
 
 from conftest import SAMPLES
 
@@ -40,24 +42,30 @@ def _equal(a, b, where: str) -> None:
         assert a == b, where
 
 
-def _messages(use_cache: bool) -> list:
-    return [m for m in loading.load(str(LM), use_cache) if not isinstance(m, Stage)]
+def _messages(use_cache: bool) -> tuple[object, list]:
+    """The trace, and every view's document of it (in tab order), as the views fetch them."""
+    trace = open_trace(LM, use_cache=use_cache)
+    docs = [cls.document for cls in VIEWS if cls.document is not None]
+    return trace, [m for doc in docs for m in doc(trace, use_cache) if not isinstance(m, Stage)]
 
 
 def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    here = _messages(use_cache=False)
+    _, here = _messages(use_cache=False)
     monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)  # every trace is large
+    made = []
+    monkeypatch.setattr(prepare, "prepare", lambda *a, p=prepare.prepare: made.append(1) or p(*a))
     for use_cache in (False, True):
-        there = _messages(use_cache)
-        assert [type(m) for m in there] == [type(m) for m in here]
+        trace, there = _messages(use_cache)
+        assert [type(m) for m in there] == [type(m) for m in here] and len(here) > 8
         for a, b in zip(there, here):
             _equal(a, b, type(a).__name__)
-        trace = there[-1].trace
-        assert isinstance(there[-1], TraceLoaded)
+        # one worker per trace, whichever view's document asked first
+        assert made == [1]
+        made.clear()
         # the explorer itself never read the ranges' labels (the worker did)
         assert trace.store.peek(nv.labels) is None
     # the worker kept the tables in the frame cache: a reopen reads them, no worker runs
     monkeypatch.setattr(prepare, "prepare", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
-    for a, b in zip(_messages(use_cache=True), here):
+    for a, b in zip(_messages(use_cache=True)[1], here):
         _equal(a, b, type(a).__name__)

@@ -1,11 +1,14 @@
 """`kview TRACE [TRACE ...]`: the Textual explorer over the core.
 
-The first frame is drawn at once; each trace loads in a thread worker that posts one typed
-message per thing that became ready (messages.py), wrapped with the trace's place on the
-command line. The app keeps every trace's messages and hands those of the trace shown to the
-view that shows them, so the kernel summary appears while attribution still runs and `T`
-switches the views to another open trace without loading it again. Once every trace is in,
-each view that shows every trace (Compare, Ranks) makes its tables in its own workers.
+The first frame is drawn at once; each trace is opened in a thread worker, which posts
+`TraceOpened` (messages.py) with the trace's place on the command line and nothing more. Each
+view that shows one trace then fetches its own document of the trace shown in its own thread
+worker (View.fetch): the view in front first, the others once it has its document (on two
+cores the first table must not wait for seven others; they then come in the background, so a
+view is ready when shown). `T` switches the views to another trace: each view is reset and
+fetches again (cheap once the trace's store holds the tables). Once every trace is open and
+the first view has its document, each view that shows every trace (Compare, Ranks, the run's
+Timeline) makes its tables in its own workers.
 
 The app knows no view by name: it builds its tabs, their keys, the help screen's list and the
 command palette from the registered views (views/registry.py) and calls their hooks (View).
@@ -42,19 +45,10 @@ from kview.tui.clipboard import copy, copy_dir
 from kview.tui.commands import KviewCommands, SafeCommandPalette
 from kview.tui.export import EXPORT_FORMATS, destination, without_bars
 from kview.tui.keymap import GLOBAL_KEYS, bindings
-from kview.tui.loading import load
-from kview.tui.messages import (
-    EVERY_VIEW,
-    ForView,
-    LoadFailed,
-    SnapshotLoaded,
-    Stage,
-    TraceLoaded,
-    TraceMessage,
-    ViewMessage,
-)
+from kview.tui.loading import open_one
+from kview.tui.messages import FetchFailed, ForView, LoadFailed, TraceOpened
 from kview.tui.views import registered, shown_by
-from kview.tui.views.base import View
+from kview.tui.views.base import FetchDone, View
 from kview.tui.visible_filter import VisibleFilter
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import UNITS, FrameTable
@@ -108,10 +102,11 @@ class KviewApp(App):
         self.use_cache = use_cache
         self.note = note
         self.views: dict[str, View] = {}  # by view id, made in compose
-        self.loaded: dict[int, TraceLoaded] = {}  # by the trace's place on the command line
+        self.loaded: dict[int, Trace] = {}  # the traces opened, by their place on the command line
         self.failed: set[int] = set()
         self.snapshots: set[int] = set()  # memory snapshots opened alone: in, nothing to compare
-        self.started: set[int] = set()  # traces whose load has started
+        self.opened: dict[int, Trace | Snapshot] = {}  # every file opened (a trace or a snapshot)
+        self.started: set[int] = set()  # traces whose opening has started
         # a run of several large traces: the Ranks view's come from worker processes, as
         # `kview ranks` reads them, and a trace other than the first loads when it is shown
         self.run_in_processes = False
@@ -119,10 +114,11 @@ class KviewApp(App):
         # cluster (`kview RUN/ --cluster`), Ranks and Compare of ranks from the summaries
         self.cluster = cluster
         self.summarized: object = None  # the run's rank_files.SummarizedRun, once summarized
-        self.received: dict[int, list[ViewMessage]] = {i: [] for i in range(len(paths))}
-        self.stage: dict[int, str] = {}
         self.current = 0  # the trace the views show
-        self.stale: set[str] = set()  # views still showing the trace before a switch
+        # the views that fetch once the one in front has its document (of the trace shown)
+        self.waiting: list[View] = []
+        self.front: View | None = None  # the view fetching first
+        self.first_in = False  # the first view had its first document: the rest may start
         self.t0 = time.perf_counter()
         self._executor: _Unjoined | None = None  # the thread workers' (made on mount)
         views = registered()
@@ -197,20 +193,19 @@ class KviewApp(App):
     def start_load(self, index: int) -> None:
         if index not in self.started:
             self.started.add(index)
-            self.load_trace(index, self.paths[index])
+            if index == self.current and not self.traces:
+                for v in self.one_trace_views():
+                    v.show_stage(f"opening {self.trace_name(index)}")
+            self.open_file(index, self.paths[index])
 
-    # -- loading (thread workers; post_message is thread-safe) -------------------------------
+    # -- opening (a thread worker; post_message is thread-safe) -------------------------------
     @work(thread=True, exit_on_error=False)
-    def load_trace(self, index: int, path: str) -> None:
-        """Post each message of `load` as it comes, with the trace's index (the app hands it to
-        its view when that trace is shown)."""
+    def open_file(self, index: int, path: str) -> None:
+        """Open trace `index` (the CLI may have opened it already) and say so; the views fetch
+        their documents of it themselves."""
         try:
-            for message in load(self.traces[index] if self.traces else path, self.use_cache, index):
-                if isinstance(message, (ViewMessage, Stage)):
-                    self.post_message(TraceMessage(index, message))
-                else:
-                    self.post_message(message)
-        except Exception as e:  # the CLI validated the file; damage found while loading is reported
+            self.post_message(TraceOpened(index, open_one(self.traces[index] if self.traces else path, self.use_cache)))
+        except Exception as e:  # the CLI validated the file; damage found while opening is reported
             from kview.errors import TraceError
 
             why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
@@ -224,71 +219,87 @@ class KviewApp(App):
     def view(self, vid: str) -> View:
         return self.views[vid]
 
-    @on(TraceMessage)
-    def _trace_message(self, m: TraceMessage) -> None:
-        if isinstance(m.message, Stage):
-            self.stage[m.index] = m.message.text
+    def one_trace_views(self) -> list[View]:
+        """The views that show the trace in front (not every trace at once)."""
+        return [v for v in self.views.values() if not v.every_trace]
+
+    @on(TraceOpened)
+    def _trace_opened(self, m: TraceOpened) -> None:
+        self.opened[m.index] = m.trace
+        if isinstance(m.trace, Trace):
+            self.loaded[m.index] = m.trace
+        else:  # a memory snapshot alone: the view that shows one comes forward
+            self.snapshots.add(m.index)
             if m.index == self.current:
-                for v in self.views.values():
-                    if not v.every_trace:
-                        v.show_stage(m.message.text)
-            return
-        self.received[m.index].append(m.message)
-        for view in self.views_of(m.message):
-            if m.index == self.current and view.view_id not in self.stale:
-                self.deliver(view, m.message)
-
-    def trace_messages(self, index: int) -> list[ViewMessage]:
-        """The view messages trace `index` sent so far, in order."""
-        return self.received[index]
-
-    def views_of(self, message: ViewMessage) -> list[View]:
-        """The views a message goes to: its own, or (EVERY_VIEW) each view that shows one trace."""
-        if message.view == EVERY_VIEW:
-            return [v for v in self.views.values() if not v.every_trace]
-        return [self.views[message.view]]
-
-    @staticmethod
-    def deliver(view: View, message: ViewMessage) -> None:
-        """Hand `message` to its view's own handler (as if posted to it)."""
-        getattr(view, message.handler_name)(message)
-
-    @on(TraceLoaded)
-    def _trace_loaded(self, m: TraceLoaded) -> None:
-        self.loaded[m.index] = m
-        if m.index == self.current:  # views that fetch their own document (a stale one: when shown)
-            for vid, view in self.views.items():
-                if vid not in self.stale:
-                    view.fetch(m.trace)
-        # What a load leaves lives as long as the session: out of the garbage collector's
-        # sight, a full collection no longer walks it in the middle of a keystroke (80 ms on
-        # a 45k-kernel trace's explorer; a held key's redraws are 1-10 ms).
-        gc.freeze()
+                shows = next((vid for vid, v in self.views.items() if type(v).snapshot_document), None)
+                if shows is not None:
+                    self.action_show_view(shows)
+        if m.index == self.current:
+            self.fetch_views(m.trace)
         self._compare_when_all_in()
+
+    def fetch_views(self, trace: Trace | Snapshot) -> None:
+        """Each view that shows one trace fetches its document of `trace`: the one in front now,
+        the others once it has its document (FetchDone)."""
+        views = [v for v in self.one_trace_views() if v.document_of(trace) is not None]
+        front = self.active_view()
+        self.front = front if front in views else None
+        self.waiting = [v for v in views if v is not self.front]
+        if self.front is not None:
+            self.front.fetch(trace)
+        else:
+            self._fetch_waiting(trace)
+
+    def _fetch_waiting(self, trace: Trace | Snapshot) -> None:
+        waiting, self.waiting = self.waiting, []
+        for view in waiting:
+            view.fetch(trace)
+
+    @on(FetchDone)
+    def _fetch_done(self, m: FetchDone) -> None:
+        """The view in front has its document: the others fetch theirs, and the views of every
+        trace may start."""
+        if m.trace is not self.opened.get(self.current) or self.front is None or m.view_id != self.front.view_id:
+            return
+        self.front = None
+        if self.current in self.failed:
+            return
+        self._fetch_waiting(m.trace)
+        if not self.first_in:
+            self.first_in = True
+            # What a load leaves lives as long as the session: out of the garbage collector's
+            # sight, a full collection no longer walks it in the middle of a keystroke (80 ms on
+            # a 45k-kernel trace's explorer; a held key's redraws are 1-10 ms).
+            gc.freeze()
+            self._compare_when_all_in()
+
+    @on(FetchFailed)
+    def _fetch_failed(self, m: FetchFailed) -> None:
+        """A view's document could not be made: the file's damage, found while reading it."""
+        index = next((i for i, t in self.opened.items() if t is m.trace), None)
+        if index is not None and index not in self.failed:
+            self.post_message(LoadFailed(index, f"kview: {self.paths[index]}: {m.why}".splitlines()[0]))
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the session's objects are garbage like any other again
-
-    @on(SnapshotLoaded)
-    def _snapshot_loaded(self, m: SnapshotLoaded) -> None:
-        self.snapshots.add(m.index)
-        if m.index == self.current:
-            self.action_show_view(m.view)
-        self._compare_when_all_in()
 
     @on(LoadFailed)
     def _load_failed(self, m: LoadFailed) -> None:
         if m.index == 0:  # nothing to show: leave with the reason, as the CLI does for bad input
             self.exit(return_code=2, message=m.error)
             return
+        if m.index in self.failed:
+            return
         self.notify(m.error, title="could not load", severity="error", timeout=30)
         self.failed.add(m.index)
+        self.loaded.pop(m.index, None)
         self._compare_when_all_in()
 
     def _compare_when_all_in(self) -> None:
-        """Once every trace is loaded or has failed (those that failed are left out, and so are
-        memory snapshots: no trace to compare), the views that show every trace make their tables."""
-        if len(self.loaded) + len(self.failed) + len(self.snapshots) < len(self.paths):
+        """Once every trace is open or has failed (those that failed are left out, and so are
+        memory snapshots: no trace to compare) and the first view has its document (the first
+        table waits for none of this), the views that show every trace make their tables."""
+        if not self.first_in or len(self.loaded) + len(self.failed) + len(self.snapshots) < len(self.paths):
             return
         for view in self.views.values():
             view.all_traces_in()
@@ -327,27 +338,16 @@ class KviewApp(App):
             self.notify(f"{self.trace_name(index)} could not be loaded", severity="error")
             return
         self.current = index
-        self.start_load(index)  # a large run's traces load when shown
-        self.stale = {vid for vid, v in self.views.items() if not v.every_trace}
         for view in self.views.values():
             view.forget_trace()
-        self._refresh_view(self.query_one(TabbedContent).active)
+        for view in self.one_trace_views():
+            view.reset()
+        self.waiting, self.front = [], None
+        if index in self.opened:  # else once it is open (a large run's traces open when shown)
+            self.fetch_views(self.opened[index])
+        self.start_load(index)
         self.show_which_trace()
         self.notify(f"showing {self.trace_name(index)}", timeout=2)
-
-    def _refresh_view(self, vid: str) -> None:
-        if vid not in self.stale:
-            return
-        self.stale.discard(vid)
-        view = self.views[vid]
-        view.reset()
-        if self.current in self.stage:
-            view.show_stage(self.stage[self.current])
-        if self.current in self.loaded:
-            view.fetch(self.loaded[self.current].trace)
-        for message in self.received[self.current]:
-            if view in self.views_of(message):
-                self.deliver(view, message)
 
     def action_pick_trace(self) -> None:
         names = [
@@ -393,17 +393,18 @@ class KviewApp(App):
 
     def action_show_view(self, vid: str) -> None:
         self.query_one(TabbedContent).active = vid
-        self._refresh_view(vid)
         self.views[vid].focus_content()
         self.show_which_trace()
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
         vid = self.query_one(TabbedContent).active
-        self.views[vid].came_forward()
-        if vid in self.stale:
-            self._refresh_view(vid)
-            self.views[vid].focus_content()
+        view = self.views[vid]
+        view.came_forward()
+        if view in self.waiting:  # shown before its turn: it fetches now
+            self.waiting.remove(view)
+            if self.current in self.opened:
+                view.fetch(self.opened[self.current])
         self.show_which_trace()
 
     def show_view_then(self, vid: str, then: Callable[[], object]) -> None:

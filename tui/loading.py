@@ -1,19 +1,26 @@
-"""What the views show, computed off the UI thread from the core, in the order a user needs it.
+"""What the views show, computed off the UI thread from the core, one document per view.
 
-`load` yields one message per thing that became ready (see messages.py); the app's thread
-worker posts each as it comes, so the kernel summary is on screen while attribution runs.
-`compare` makes the Compare table and `ranks` the Ranks view's tables once every trace is loaded.
+The app's worker only opens each trace (`open_one`). Each view that shows one trace then
+fetches its own document of it in its own thread worker (views/base.py: View.fetch): a
+function `(trace, use_cache) -> Iterator[Message]` below, yielding its Stages and the
+messages (messages.py) its view shows, so the kernel summary is on screen while attribution
+runs. They share the trace's store (kview.derived), which makes each table once whichever
+views ask for it at once. `compare` makes the Compare table, `ranks` the Ranks view's tables
+and `run_timeline` the run's Timeline once every trace is in, in those views' own workers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 from textual.message import Message
 
+from kview.derived import KeyedLocks
 from kview.errors import TraceError
 from kview.tui.messages import (
     AttributedKernels,
@@ -26,11 +33,9 @@ from kview.tui.messages import (
     NvtxTree,
     OverviewReady,
     RanksReady,
-    SnapshotLoaded,
     SnapshotOnly,
     Stage,
     TimelineReady,
-    TraceLoaded,
 )
 
 if TYPE_CHECKING:
@@ -42,34 +47,69 @@ if TYPE_CHECKING:
 # the filter line suggests at most this many kernel names
 SUGGESTED_NAMES = 5000
 
+T = TypeVar("T")
 
-def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iterator[Message]:
-    """The messages of one trace, in the order a user needs them. `trace` is the Trace (or the
-    memory Snapshot) the CLI opened and checked, or a path to open here."""
+
+def open_one(trace: Trace | Snapshot | str, use_cache: bool) -> Trace | Snapshot:
+    """The Trace (or the memory Snapshot opened alone) at `trace`: the one the CLI opened and
+    checked, or the path opened here (the app's per-trace worker: it opens, views fetch)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import memory_timeline
-    from kview.analysis.attribution import attribute, launched_ops
-    from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.layers import phase_times
-    from kview.analysis.nvtx_tree import path_windows
-    from kview.documents.kernels import kernels
-    from kview.documents.layers import layers
-    from kview.documents.nvtx import nvtx
-    from kview.documents.overview import overview
     from kview.io.snapshot_pickle import is_snapshot_file
-    from kview.notation import short_names
-    from kview.output.format import distinct_short_names
-    from kview.reports import cuda_gpu_kern_sum
-    from kview.trace import Trace, open_trace
+    from kview.trace import open_trace
 
-    if isinstance(trace, str) and is_snapshot_file(trace):
-        trace = memory_timeline.open_snapshot(trace)
-    if isinstance(trace, memory_timeline.Snapshot):  # a memory snapshot alone: the Memory view is all there is
-        yield from load_snapshot(trace, use_cache, index)
-        return
-    if not isinstance(trace, Trace):
-        yield Stage(f"opening {trace}")
-        trace = open_trace(trace, use_cache=use_cache)
+    if isinstance(trace, str):
+        if is_snapshot_file(trace):
+            return memory_timeline.open_snapshot(trace)
+        return open_trace(trace, use_cache=use_cache)
+    return trace
+
+
+# what a trace's documents made once for all of them: (trace -> {name: value}), each name
+# made under its own lock (views' workers ask at the same time; the first makes it)
+_made: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_made_guard = threading.Lock()
+_making = KeyedLocks()
+
+
+def once(trace: Trace, name: str, make: Callable[[], T]) -> T:
+    """`make()` for `trace`, made once whichever of its views' workers ask first (the others
+    wait for it); kept as long as the trace."""
+    with _made_guard:
+        done = _made.setdefault(trace, {})
+        if name in done:
+            return done[name]
+    with _making((id(trace), name)):
+        with _made_guard:
+            if name in done:
+                return done[name]
+        value = make()
+        with _made_guard:
+            done[name] = value
+    return value
+
+
+def prepared(trace: Trace, use_cache: bool) -> Iterator[Stage]:
+    """A large trace: the tables that read every NVTX range made in a worker process, once per
+    trace, by the first document that needs them (the others wait for it)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.tui import prepare
+
+    with _made_guard:
+        done = "prepared" in _made.get(trace, {})
+    if not done and prepare.worth_it(trace, use_cache):
+        yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
+    once(trace, "prepared", lambda: prepare.worth_it(trace, use_cache) and prepare.prepare(trace, use_cache))
+
+
+def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Kernels view's: the kernel summary (at once), then every kernel attributed."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis.attribution import launched_ops
+    from kview.analysis.gpu_time import launch_timeline
+    from kview.documents.kernels import kernels
+    from kview.reports import cuda_gpu_kern_sum
+
     yield Stage("kernel summary")
     report = cuda_gpu_kern_sum(trace)
     if report.skipped or report.empty:  # no GPU kernels: say what the trace holds, show its CPU ops
@@ -82,29 +122,9 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
             yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
     else:
         yield KernelSummary(report.frame)
-    yield Stage("timeline")
-    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis import timeline
-
-    gpu_timeline = timeline.build(trace, cpu=False)
-    yield TimelineReady(gpu_timeline, cpu_pending=True)
-    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.tui import prepare
-
-    if prepare.worth_it(trace, use_cache):
-        # a large trace: the tables that read every NVTX range are made in a worker process
-        yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
-        prepare.prepare(trace, use_cache)
+    yield from prepared(trace, use_cache)
     yield Stage("attributing kernels")
-    table = attribute(trace)
-    # grouping keys derived once, here in the worker, so no keystroke pays for them
-    table = table.with_columns(
-        short_names(table["Kernel"]).alias("_short"),
-        distinct_short_names(table["Kernel"]).alias("_name"),
-        # the innermost range: the text after the last " > " (a split would make a list of
-        # every level of every row first)
-        pl.col("NVTX Path").str.replace(r"(?s)^.* > ", "").alias("_range"),
-    )
+    table = attributed(trace)
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
     shown = table.select("Kernel", "_name")[table["Kernel"].arg_unique()]  # a row per kernel name
     text = [c for c, t in table.schema.items() if t == pl.String]
@@ -112,42 +132,130 @@ def load(trace: Trace | Snapshot | str, use_cache: bool, index: int = 0) -> Iter
     widths = {c: int(v or 0) for c, v in widths.items()}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
     yield AttributedKernels(table, names, names + field_words(table), shown, widths, kernels(trace, table=table))
+
     # each op's launch time (NVTX tree, phases, Compare) is kept; the launches joined to the
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
     # nothing the views show reads it again)
-    launch_timeline(trace)
-    trace.store.drop(launched_ops)
+    def launch_times() -> pl.DataFrame:
+        times = launch_timeline(trace)
+        trace.store.drop(launched_ops)
+        return times
+
+    once(trace, "launch times", launch_times)
+
+
+def attributed(trace: Trace) -> pl.DataFrame:
+    """Every kernel attributed (`attribute`), with the grouping keys Kernels and the Timeline's
+    filter read derived once (`_short`, `_name`, `_range`), so no keystroke pays for them."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis.attribution import attribute
+    from kview.notation import short_names
+    from kview.output.format import distinct_short_names
+
+    def make() -> pl.DataFrame:
+        table = attribute(trace)
+        return table.with_columns(
+            short_names(table["Kernel"]).alias("_short"),
+            distinct_short_names(table["Kernel"]).alias("_name"),
+            # the innermost range: the text after the last " > " (a split would make a list of
+            # every level of every row first)
+            pl.col("NVTX Path").str.replace(r"(?s)^.* > ", "").alias("_range"),
+        )
+
+    return once(trace, "attributed", make)
+
+
+def timeline_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Timeline view's: the GPU rows at once, then every row with the attributed kernels."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis import timeline
+
+    yield Stage("timeline")
+    gpu_timeline = timeline.build(trace, cpu=False)
+    yield TimelineReady(gpu_timeline, cpu_pending=True)
+    yield from prepared(trace, use_cache)
     yield Stage("timeline: CPU threads")
-    # the CPU rows reuse the NVTX nesting attribution just built; GPU ops take the attributed
-    # category, so the Timeline and Kernels agree
+    yield full_timeline(trace, gpu_timeline)
+
+
+def full_timeline(trace: Trace, gpu_timeline=None) -> TimelineReady:
+    """Every row of the trace's timeline: the CPU rows reuse the NVTX nesting attribution
+    built; GPU ops take the attributed category, so the Timeline and Kernels agree."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis import timeline
+
+    table = attributed(trace)
     att = table if table["Idx"].is_sorted() else table.sort("Idx")
-    full = timeline.recolour(timeline.with_cpu_rows(trace, gpu_timeline), att.select("Idx", "Category"))
-    yield TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
+    gpu = gpu_timeline if gpu_timeline is not None else timeline.build(trace, cpu=False)
+    full = timeline.recolour(timeline.with_cpu_rows(trace, gpu), att.select("Idx", "Category"))
+    return TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
+
+
+def overview_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Overview view's: the document of `kview overview`."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.documents.overview import overview
+
+    yield from prepared(trace, use_cache)
     yield Stage("overview")
     yield OverviewReady(overview(trace))
+
+
+def launches_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Launches view's: the tables of `kview launches`."""
+    yield from prepared(trace, use_cache)
     yield Stage("launches")
     yield launches(trace)
+
+
+def efficiency_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Efficiency view's: the tables of `kview efficiency`."""
+    yield from prepared(trace, use_cache)
     yield Stage("efficiency")
     yield efficiency(trace)
+
+
+def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The NVTX view's: the document of `kview nvtx`, with each path's windows and each op's
+    launch time (so a range opens Kernels on exactly the ops its GPU time counts)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis.gpu_time import launch_timeline
+    from kview.analysis.nvtx_tree import path_windows
+    from kview.documents.nvtx import nvtx
+
+    yield from prepared(trace, use_cache)
     yield Stage("NVTX tree")
     yield NvtxTree(trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
+
+
+def layers_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Layers view's: the document of `kview layers`."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.documents.layers import layers
+
+    yield from prepared(trace, use_cache)
     yield Stage("layers")
     yield LayersReady(layers(trace))
+
+
+def memory_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
+    """The Memory view's: the allocator history beside the trace, or its own memory events."""
+    yield Stage("looking for the allocator's history")
     yield from load_memory_beside(trace, use_cache)
-    phases = phase_times(trace)
-    yield TraceLoaded(index, trace, tuple(phases["Phase"].to_list()))
 
 
-def load_snapshot(snap: Snapshot, use_cache: bool, index: int) -> Iterator[Message]:
-    """A memory snapshot opened alone: its timeline in the Memory view; the views of a trace
-    say what the file is."""
+def snapshot_document(snap: Snapshot, use_cache: bool) -> Iterator[Message]:
+    """A memory snapshot opened alone: its timeline (the Memory view's)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.memory_timeline import timeline
 
-    yield SnapshotOnly(f"{snap.name} is a memory snapshot, not a trace: see the Memory view.")
     yield Stage(f"replaying the allocator history of {snap.name}")
     yield memory_ready(timeline(snap, use_cache=use_cache))
-    yield SnapshotLoaded(index, MemoryReady.view)
+
+
+def no_trace(snap: Snapshot, shown_in: str) -> Iterator[Message]:
+    """What a view of a trace shows of a memory snapshot opened alone: what the file is."""
+    yield SnapshotOnly(f"{snap.name} is a memory snapshot, not a trace: see the {shown_in} view.")
 
 
 def load_memory_beside(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -261,15 +369,14 @@ def field_words(table: pl.DataFrame) -> tuple[str, ...]:
 BY = ("range", "layer", "category", "kernel")
 
 
-def compare(
-    traces: list[TraceLoaded], by: str | None = None, metric: str = "gpu", ranks: bool | None = None
-) -> CompareReady:
+def compare(traces: list[Trace], by: str | None = None, metric: str = "gpu", ranks: bool | None = None) -> CompareReady:
     """Several traces side by side (within their last `profiled_step` when every trace has
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
     one trace holds several), by range, layer, category or kernel: the document of
     `kview compare` (kview.documents.compare), whose command line the caption gives."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.compare import distinct_labels
+    from kview.analysis.layers import phase_times
     from kview.analysis.nvtx_ranges import user_ranges
     from kview.analysis.ranks import make_run
     from kview.documents import compare as cd
@@ -278,24 +385,25 @@ def compare(
     several = len(traces) > 1
     if by == "gate":
         return _gate(traces)
-    run = make_run([t.trace for t in traces]) if ranks or (ranks is None and not several) else None
+    run = make_run(traces) if ranks or (ranks is None and not several) else None
     if run is not None and (ranks or len(run.ranks) > 1):
         return _compare_ranks(traces, run, by or "category", metric)
     by = by or ("range" if several else "category")
-    if not several and len(first.phase_names) < 2:
+    phase_names = [] if several else phase_times(first)["Phase"].to_list()
+    if not several and len(phase_names) < 2:
         return CompareReady(
             None, "Open two or more traces (kview A B) or a trace with phase ranges to compare.", by, metric
         )
     try:
         if several:
-            ts = [t.trace for t in traces]
+            ts = traces
             has_root = all(user_ranges(t).filter(pl.col("label") == "profiled_step").height for t in ts)
             doc = cd.traces(ts, by, metric, "profiled_step" if has_root else None)
             labels = distinct_labels([t.stem for t in ts])
             legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, ts) if label != t.stem)
             head = f"{len(ts)} traces by {by}" + (f" · {legend}" if legend else "")
         else:
-            doc = cd.phases(first.trace, list(first.phase_names), by, metric, windows=_phase_windows(first))
+            doc = cd.phases(first, phase_names, by, metric, windows=_phase_windows(first, phase_names))
             head = f"the phases of this trace by {by}"
         return CompareReady(doc, f"{head}: {cd.what(by, metric)}  ·  = {doc.command}", by, metric)
     except ValueError as e:
@@ -305,7 +413,7 @@ def compare(
 GATE_PCT = 5.0  # the Compare view's gate: every scope at 5%, as `kview diff A B --gate 5`
 
 
-def _gate(traces: list[TraceLoaded]) -> CompareReady:
+def _gate(traces: list[Trace]) -> CompareReady:
     """The regression gate of the last trace against the first (`kview diff A B --gate 5`):
     every gated item, those past the gate first."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
@@ -314,7 +422,7 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
 
     if len(traces) < 2:
         return CompareReady(None, "The gate compares two traces: open a baseline and a new run (kview A B).", "gate")
-    a, b = traces[0].trace, traces[-1].trace
+    a, b = traces[0], traces[-1]
     v = gate(a, b, dict.fromkeys(SCOPES, GATE_PCT))
     n = v.regressed.height
     verdict = (
@@ -334,19 +442,19 @@ def _gate(traces: list[TraceLoaded]) -> CompareReady:
     )
 
 
-def _phase_windows(loaded: TraceLoaded) -> list:
-    """The windows of the phases `loaded` names (`compare.phase_windows`), from the frame cache
-    when the trace's phases are the ones kept there."""
+def _phase_windows(trace: Trace, phase_names: list[str]) -> list:
+    """The windows of the phases `phase_names` of `trace` (`compare.phase_windows`), from the
+    frame cache when the trace's phases are the ones kept there."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.compare import Window, phase_spans, phase_windows
 
-    spans = phase_spans(loaded.trace)
-    if tuple(spans["Phase"].to_list()) != tuple(loaded.phase_names):
-        return phase_windows(loaded.trace, list(loaded.phase_names))
-    return [Window(loaded.trace, p, s, e) for p, s, e in spans.iter_rows()]
+    spans = phase_spans(trace)
+    if spans["Phase"].to_list() != phase_names:
+        return phase_windows(trace, phase_names)
+    return [Window(trace, p, s, e) for p, s, e in spans.iter_rows()]
 
 
-def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> CompareReady:
+def _compare_ranks(traces: list[Trace], run, by: str, metric: str) -> CompareReady:
     """The ranks of the run side by side (`kview compare --ranks`), and the spread across them."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents import compare as cd
@@ -354,7 +462,7 @@ def _compare_ranks(traces: list[TraceLoaded], run, by: str, metric: str) -> Comp
     if len(run.ranks) < 1:
         return CompareReady(None, "No GPU work in these traces: no ranks to compare.", by, metric, True)
     try:
-        doc = cd.ranks(run, [t.trace.name for t in traces], by, metric)
+        doc = cd.ranks(run, [t.name for t in traces], by, metric)
     except ValueError as e:
         return CompareReady(None, str(e).splitlines()[0], by, metric, True)
     other = "traces" if len(traces) > 1 else "phases"
@@ -380,7 +488,7 @@ def _ranks_compared(doc: Document, n: int, by: str, metric: str, other: str) -> 
     return CompareReady(doc, caption, by, metric, True)
 
 
-def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> TimelineReady | None:
+def run_timeline(traces: list[Trace]) -> TimelineReady | None:
     """Every trace's rows on one timeline grouped by rank (`timeline.of_run`), when the traces
     are the ranks of one run: each trace's ranks numbered from its own metadata or file name,
     none twice (traces opened side by side to compare get no such timeline)."""
@@ -389,11 +497,12 @@ def run_timeline(traces: list[TraceLoaded], timelines: list[TimelineReady]) -> T
     from kview.analysis.ranks import make_run
     from kview.analysis.run_clock import run_clock
 
-    run = make_run([t.trace for t in traces])
-    if len(traces) < 2 or len(run.ranks) < 2 or run.notes or len(timelines) != len(traces):
+    run = make_run(traces)
+    if len(traces) < 2 or len(run.ranks) < 2 or run.notes:
         return None
-    names = [t.trace.name for t in traces]
-    clock = run_clock([t.trace for t in traces])
+    timelines = [full_timeline(t) for t in traces]  # every row of each, attributed
+    names = [t.name for t in traces]
+    clock = run_clock(traces)
     tl = timeline.of_run([m.timeline for m in timelines], run.units, names, clock)
     return TimelineReady(tl, run=tuple((m.attributed, m.attributed_idx) for m in timelines))
 

@@ -1,11 +1,10 @@
-"""The load protocol: one message per thing that became ready, posted by the loading worker.
+"""The load protocol: one message per thing that became ready, made by a view's document.
 
 Each message is a frozen dataclass holding finished polars frames; nothing writes to it once it
 is made, so a view may keep it as its data while the worker goes on. A view message names the
-view that shows it (`view`). The worker posts it to the app wrapped in a `TraceMessage` (with
-the trace's index); the app keeps every trace's messages and hands those of the trace shown to
-the view's own `on_<message>` method (again when the user switches back to that trace).
-`TraceLoaded` and `LoadFailed` go to the app.
+view that shows it (`view`). A view's own worker (View.fetch) makes its document's messages
+and hands each to the view's own `on_<message>` method. The app's per-trace worker posts
+`TraceOpened` or `LoadFailed` to the app; a view's fetch that failed posts `FetchFailed`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing_extensions import dataclass_transform
 if TYPE_CHECKING:
     import numpy as np
 
-    from kview.analysis.memory_timeline import MemoryTimeline
+    from kview.analysis.memory_timeline import MemoryTimeline, Snapshot
     from kview.analysis.timeline import Timeline
     from kview.documents import Document
     from kview.trace import Trace
@@ -209,51 +208,38 @@ class MemoryReady(ViewMessage):
     document: Document | None = None
 
 
-# a message for every view that shows one trace (each handles it in View.on_snapshot_only)
-EVERY_VIEW = "*"
-
-
 @frozen_message
-class SnapshotOnly(ViewMessage):
-    """The file is a memory snapshot, not a trace: the views of a trace say so (`note`)."""
+class SnapshotOnly(Message):
+    """The file is a memory snapshot, not a trace: a view of a trace says so (`note`)."""
 
-    view: ClassVar[str] = EVERY_VIEW
     note: str
-
-
-# -- for the app ---------------------------------------------------------------------------
-@frozen_message
-class TraceMessage(Message):
-    """A view message or a Stage of trace `index` (its place on the command line): the app
-    keeps it, and hands it to its view while that trace is the one shown."""
-
-    index: int
-    message: ViewMessage | Stage
 
 
 @frozen_message
 class Stage(Message):
-    """The loader moved on to `text`; views still waiting say so."""
+    """The document moved on to `text`; its view, still waiting, says so."""
 
     text: str
 
 
+# -- for the app ---------------------------------------------------------------------------
 @frozen_message
-class TraceLoaded(Message):
-    """Trace `index` (its place on the command line) is loaded; Compare waits for all of them."""
+class TraceOpened(Message):
+    """File `index` (its place on the command line) is open: a Trace, or a memory Snapshot
+    opened alone. The views that show one trace fetch their documents of it when it is shown;
+    Compare and Ranks wait for every file."""
 
     index: int
-    trace: Trace
-    phase_names: tuple[str, ...]
+    trace: Trace | Snapshot
 
 
 @frozen_message
-class SnapshotLoaded(Message):
-    """File `index` (its place on the command line) is a memory snapshot and its timeline is
-    shown in view `view` (brought forward): it is in, with nothing to compare."""
+class FetchFailed(Message):
+    """A view's document of `trace` could not be made: `why` (the file's damage, found while
+    reading it, or what went wrong)."""
 
-    index: int
-    view: str
+    trace: Trace | Snapshot
+    why: str
 
 
 @frozen_message

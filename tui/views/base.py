@@ -1,11 +1,12 @@
-"""The base of every view: a loading indicator and the loader's stage until its data arrives,
-and what it shows for copy and export."""
+"""The base of every view: it fetches its own document of the trace shown in its own thread
+worker, shows a loading indicator and the document's stage until its data arrives, and says
+what it shows for copy and export."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import polars as pl
 from textual.app import ComposeResult
@@ -15,16 +16,18 @@ from textual.widget import Widget
 from textual.widgets import LoadingIndicator, Static, TabbedContent, Tree
 from textual.worker import get_current_worker
 
+from kview.analysis.memory_timeline import Snapshot
+from kview.errors import TraceError
 from kview.tui.keymap import Key
-from kview.tui.messages import ForView, SnapshotOnly, Stage, frozen_message
+from kview.tui.loading import no_trace
+from kview.tui.messages import FetchFailed, ForView, SnapshotOnly, Stage, frozen_message
 from kview.tui.widgets.frame_table import FrameTable
 
 if TYPE_CHECKING:
     from kview.trace import Trace
-    from kview.tui.messages import TraceLoaded, ViewMessage
 
 # what a view shows of one trace: its messages (and Stages), in order; made in the view's worker
-Document = Callable[["Trace", bool], Iterator[Message]]
+Document = Callable[[Any, bool], Iterator[Message]]
 
 
 @frozen_message
@@ -33,6 +36,15 @@ class Fetched(Message):
 
     fetch: int
     message: Message
+
+
+@frozen_message
+class FetchDone(Message):
+    """View `view_id` has fetched its document of `trace` (or gave up: failed, cancelled); the
+    app starts the views waiting for the one in front."""
+
+    view_id: str
+    trace: Trace | Snapshot
 
 
 @dataclass(frozen=True)
@@ -55,23 +67,25 @@ class Session(Protocol):
     paths: list[str]
     use_cache: bool
     current: int  # the trace the views show
-    loaded: dict[int, TraceLoaded]  # by the trace's place on the command line
+    loaded: dict[int, Trace]  # the traces opened, by their place on the command line
     snapshots: set[int]  # memory snapshots opened alone
-    started: set[int]  # traces whose load has started
+    started: set[int]  # traces whose opening has started
     run_in_processes: bool  # a large run: its traces read in worker processes
     cluster: tuple[str, str] | None  # (address, cache folder) of a Dask cluster
     summarized: object  # the run's rank_files.SummarizedRun, once summarized on the cluster
 
     def run_members(self) -> list[int]: ...
     def start_load(self, index: int) -> None: ...
-    def trace_messages(self, index: int) -> list[ViewMessage]: ...
     def show_which_trace(self) -> None: ...
 
 
 class View(Vertical):
-    """A tab's content. Until its message arrives it shows the loader's stage; the view's own
-    `on_<message>` handler stores the message in a reactive attribute, whose watcher builds the
-    widgets (`show`). `reset` goes back to waiting (another trace is about to be shown).
+    """A tab's content. A view that shows one trace fetches its `document` of the trace shown
+    in its own thread worker (`fetch`); until its message arrives it shows the document's stage;
+    the view's own `on_<message>` handler stores the message in a reactive attribute, whose
+    watcher builds the widgets (`show`). `reset` goes back to waiting (another trace is about
+    to be shown, and fetched). A view of every trace (Compare, Ranks) makes its tables in its
+    own workers once every trace is in (`all_traces_in`).
 
     The class is the view's registration (views/registry.py): its id, title and key; the app
     calls the hooks below and knows nothing else of a view."""
@@ -87,8 +101,11 @@ class View(Vertical):
     every_trace: ClassVar[bool] = False  # True: shows all open traces at once (not switched)
     shown_at: float | None = None  # perf_counter() when its first table was built (the first view's: ready)
     # (trace, use_cache) -> its messages: the view fetches them itself, in its own thread worker, for
-    # the trace shown once it is loaded (None: the trace's load hands it its messages)
+    # the trace shown once it is open (None: the view shows every trace, from its own workers)
     document: ClassVar[Document | None] = None
+    # (snapshot, use_cache) -> its messages for a memory snapshot opened alone (None: the view
+    # says the file is no trace; the app shows the view that has one)
+    snapshot_document: ClassVar[Document | None] = None
     _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
 
     @property
@@ -115,23 +132,43 @@ class View(Vertical):
         """What the header adds after "all N traces" while this view shows every trace."""
         return ""
 
-    def fetch(self, trace: Trace) -> None:
+    def fetch(self, trace: Trace | Snapshot) -> None:
         """Fetch the view's document of `trace` in its own thread worker (the one of the trace
-        shown before is cancelled), each message posted back to this view as it comes."""
-        document = type(self).document
+        shown before is cancelled), each message posted back to this view as it comes; then
+        tell the app (FetchDone), and what failed (FetchFailed: damage found in the file)."""
+        document = self.document_of(trace)
         if document is None:
             return
         self._fetches += 1
-        fetch, use_cache = self._fetches, self.session.use_cache
+        fetch, use_cache, app = self._fetches, self.session.use_cache, self.app
 
         def run() -> None:
             worker = get_current_worker()
-            for message in document(trace, use_cache):
-                if worker.is_cancelled:
-                    return
-                self.post_message(Fetched(fetch, message))
+            try:
+                for message in document(trace, use_cache):
+                    if worker.is_cancelled:
+                        return
+                    self.post_message(Fetched(fetch, message))
+            except Exception as e:  # the file's damage, found while reading it: the app says so
+                why = e.problem if isinstance(e, TraceError) else f"cannot be read ({type(e).__name__}: {e})"
+                app.post_message(FetchFailed(trace, why))
+            finally:
+                app.post_message(FetchDone(self.view_id, trace))
 
         self.run_worker(run, thread=True, group=f"document-{self.view_id}", exclusive=True, exit_on_error=False)
+
+    def document_of(self, trace: Trace | Snapshot) -> Document | None:
+        """The document the view fetches of `trace` (a memory snapshot: what the file is,
+        unless the view shows snapshots)."""
+        cls = type(self)
+        if not isinstance(trace, Snapshot):
+            return cls.document
+        if cls.snapshot_document is not None:
+            return cls.snapshot_document
+        if cls.document is None:
+            return None
+        shown_in = next((type(v).title for v in self.app.query(View) if type(v).snapshot_document), "")
+        return lambda snap, _use_cache: no_trace(snap, shown_in)
 
     def on_fetched(self, m: Fetched) -> None:
         m.stop()

@@ -9,6 +9,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import efficiency_document
 from kview.tui.messages import EfficiencyReady
 from kview.tui.views.table_cycle import TableCycleView
 
@@ -26,6 +27,7 @@ class EfficiencyView(TableCycleView):
     TABLES = TABLES
     view_id = "efficiency"
     title = "Efficiency"
+    document = efficiency_document
     key = "9"
     BINDINGS = bindings(VIEW_KEYS["efficiency"])
 

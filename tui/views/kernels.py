@@ -21,6 +21,7 @@ from kview.analysis.kernel_groups import STATS, frequency, group_stats
 from kview.notation import bar, fmt_ns
 from kview.output.format import SECONDARY_COLUMNS, distinct_short_names
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import kernels_document
 from kview.tui.messages import (
     AttributedKernels,
     ForView,
@@ -94,6 +95,7 @@ class KernelsView(View):
     view_id = "kernels"
     title = "Kernels"
     shown_first = True
+    document = kernels_document
     BINDINGS = bindings(VIEW_KEYS["kernels"])
     data_vars = ("kern_sum", "attributed")
 
@@ -106,6 +108,7 @@ class KernelsView(View):
         self.history: list[str] = []  # filters applied, oldest first (the filter line walks it)
         self.shown_at: float | None = None  # perf_counter() when the first table was built
         self._regroups = 0  # tables asked of the worker: only the last one's is shown
+        self._asked: ForView | None = None  # a request that came before the kernels (another trace's)
 
     # the parts of the state, read-only
     @property
@@ -151,6 +154,9 @@ class KernelsView(View):
     def watch_attributed(self) -> None:
         self.finput.suggester = self._suggester()
         self.refresh_table()
+        if self._asked is not None and self.attributed is not None:
+            asked, self._asked = self._asked, None
+            self.request(asked)
 
     def watch_state(self) -> None:
         if self.kern_sum is not None:
@@ -160,6 +166,7 @@ class KernelsView(View):
         """Another trace is about to be shown: keep the grouping and the filter, leave what
         belonged to this trace (a range's ops, a drill-in)."""
         self.set_reactive(KernelsView.state, KernelsState(grouping=self.grouping, filter_text=self.filter_text))
+        self._asked = None
 
     def _suggester(self) -> TermSuggester:
         words = ["dir:fprop", "dir:bprop", "dir:optim"] + [f"cat:{c}" for c in CATEGORY_COLOURS]
@@ -477,7 +484,7 @@ class KernelsView(View):
         if s.current not in s.loaded:
             self.app.notify("the trace is still loading; kernel context once it is in", severity="warning")
             return
-        self.kernel_context(s.loaded[s.current].trace, idx)
+        self.kernel_context(s.loaded[s.current], idx)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="context")
     def kernel_context(self, trace, idx: int) -> None:
@@ -493,6 +500,9 @@ class KernelsView(View):
         self.app.call_from_thread(self.app.push_screen, ContextScreen(trace.name, ctx))
 
     def request(self, m: ForView) -> None:
+        if self.attributed is None and self.session.current in self.session.loaded:
+            self._asked = m  # the trace shown is being fetched (a jump to another trace): once in
+            return
         if isinstance(m, OpenKernels) and m.scope is not None:
             self.show_scope(m.scope)
         elif isinstance(m, OpenKernels):

@@ -10,6 +10,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import launches_document
 from kview.tui.messages import LaunchesReady
 from kview.tui.views.table_cycle import TableCycleView
 
@@ -28,6 +29,7 @@ class LaunchesView(TableCycleView):
     TABLES = TABLES
     view_id = "launches"
     title = "Launches"
+    document = launches_document
     key = "0"
     BINDINGS = bindings(VIEW_KEYS["launches"])
 

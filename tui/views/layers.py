@@ -14,6 +14,7 @@ from textual.widgets import Static
 
 from kview.notation import SHADES, stacked_bar
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import layers_document
 from kview.tui.messages import LayersReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import DIRECTION_COLOURS, FrameTable
@@ -30,6 +31,7 @@ BASE = ("Layer", "Forward (ns)", "Backward (ns)", "Total (ns)", "GPU ops")
 class LayersView(View):
     view_id = "layers"
     title = "Layers"
+    document = layers_document
     BINDINGS = bindings(VIEW_KEYS["layers"])
 
     data: var[LayersReady | None] = var(None, init=False)

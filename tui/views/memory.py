@@ -14,7 +14,8 @@ from kview.analysis.trace_memory import level_name
 from kview.notation import human_bytes, human_ms
 from kview.output.memory_plot import plot
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.messages import MemoryReady, SnapshotOnly
+from kview.tui.loading import memory_document, snapshot_document
+from kview.tui.messages import MemoryReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.frame_table import FrameTable
 
@@ -32,6 +33,8 @@ class MemoryView(View):
     view_id = "memory"
     key = "8"  # whichever views come before it
     title = "Memory"
+    document = memory_document
+    snapshot_document = snapshot_document  # a memory snapshot opened alone is shown here
     BINDINGS = bindings(VIEW_KEYS["memory"])
 
     data: var[MemoryReady | None] = var(None, init=False)
@@ -39,9 +42,6 @@ class MemoryView(View):
 
     def on_memory_ready(self, m: MemoryReady) -> None:
         self.data = m
-
-    def on_snapshot_only(self, m: SnapshotOnly) -> None:
-        pass  # a snapshot opened alone: this view shows it (MemoryReady)
 
     def watch_data(self, m: MemoryReady | None) -> None:
         if m is None:

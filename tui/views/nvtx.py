@@ -16,6 +16,7 @@ from textual.widgets.tree import TreeNode
 from kview.analysis.nvtx_tree import ops_in_windows
 from kview.notation import bar, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import nvtx_document
 from kview.tui.messages import NvtxTree, OpenKernels, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
@@ -27,6 +28,7 @@ NAME_WIDTH = 60
 class NvtxView(View):
     view_id = "nvtx"
     title = "NVTX"
+    document = nvtx_document
     BINDINGS = bindings(VIEW_KEYS["nvtx"])
 
     data: var[NvtxTree | None] = var(None, init=False)

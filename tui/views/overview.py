@@ -20,6 +20,7 @@ from textual.widgets import Input, Static
 
 from kview.output.format import shown_kernel_names
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import overview_document
 from kview.tui.messages import OverviewReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
@@ -103,6 +104,7 @@ class Section(Static, can_focus=True):
 class OverviewView(View):
     view_id = "overview"
     title = "Overview"
+    document = overview_document
     BINDINGS = bindings(VIEW_KEYS["overview"])
 
     data: var[OverviewReady | None] = var(None, init=False)

@@ -67,7 +67,7 @@ class RanksView(View):
     def rank_run(self) -> None:
         loaded = self.session.loaded
         try:
-            message = ranks([loaded[i].trace for i in sorted(loaded)])
+            message = ranks([loaded[i] for i in sorted(loaded)])
         except Exception as e:  # a table that cannot be made must not end the session
             message = no_ranks(e)
         self.post_message(message)

@@ -33,7 +33,7 @@ from kview.output import chrome_json
 from kview.tui.clipboard import copy_dir
 from kview.tui.export import free_path
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.loading import run_timeline
+from kview.tui.loading import run_timeline, timeline_document
 from kview.tui.messages import ForView, OpenKernels, ShowOnTimeline, TimelineReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
@@ -201,6 +201,7 @@ class TimelineCanvas(Widget, can_focus=True):
 class TimelineView(View):
     view_id = "timeline"
     title = "Timeline"
+    document = timeline_document
     BINDINGS = bindings(VIEW_KEYS["timeline"])
 
     data: var[TimelineReady | None] = var(None, init=False)
@@ -473,17 +474,15 @@ class TimelineView(View):
         return run.timeline.note if run is not None and run.timeline.note else ""
 
     def all_traces_in(self) -> None:
-        s = self.session
-        if len(s.loaded) > 1:  # the last timeline each trace sent: every row, attributed
-            last = {i: m for i in sorted(s.loaded) for m in s.trace_messages(i) if isinstance(m, TimelineReady)}
-            self.rank_timeline([last[i] for i in sorted(last)])
+        if len(self.session.loaded) > 1:
+            self.rank_timeline()
 
     @work(thread=True, exit_on_error=False)
-    def rank_timeline(self, timelines: list[TimelineReady]) -> None:
+    def rank_timeline(self) -> None:
         """The ranks' rows on one timeline (`loading.run_timeline`), when the traces are a run."""
         loaded = self.session.loaded
         try:
-            message = run_timeline([loaded[i] for i in sorted(loaded)], timelines)
+            message = run_timeline([loaded[i] for i in sorted(loaded)])
         except Exception as e:  # the traces' own timelines stay
             why = f"no timeline of the run: {type(e).__name__}: {e}".splitlines()[0]
             self.app.call_from_thread(self.app.notify, why, severity="warning")
@@ -622,7 +621,7 @@ class TimelineView(View):
         run = self.data is not None and bool(self.data.run)
         mine = next((r for r in self.timeline.rows if r.trace == self.file_index()), None) if run else None
         o = mine.offset if mine is not None else 0
-        self.export_window(loaded.trace, self.t0 - o, self.t1 - o, self.hl_text or None)
+        self.export_window(loaded, self.t0 - o, self.t1 - o, self.hl_text or None)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="export-window")
     def export_window(self, trace, t0: int, t1: int, highlight: str | None) -> None:
