@@ -259,15 +259,16 @@ def _grouped(path: Path, last: int, session: int | None) -> list[Stats] | None:
     """Every kernel name's statistics from the three kernel columns, read by connectorx in two
     rowid ranges (two threads) into polars and grouped there with the report's own aggregates
     (the same values, float for float); None as `_looped`."""
-    # deferred: polars loads only for a large trace
-    import polars as pl
-
-    from kview.analysis.summary_stats import stats_aggs
-
     half = last // 2 + 1
     cols = f'rowid AS "_kv_rid", start, end, demangledName FROM {KERNEL}'
     try:
-        k = read_into_polars(path, [f"SELECT {cols} WHERE rowid < {half}", f"SELECT {cols} WHERE rowid >= {half}"])
+        rows = read_into_polars(path, [f"SELECT {cols} WHERE rowid < {half}", f"SELECT {cols} WHERE rowid >= {half}"])
+        # deferred: polars loads only for a large trace, while its rows are read
+        import polars as pl
+
+        from kview.analysis.summary_stats import stats_aggs
+
+        k = rows()
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException:  # text for a time, damage, memory: the columnar path says it in its words

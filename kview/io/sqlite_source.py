@@ -16,6 +16,7 @@ import os
 import shlex
 import sqlite3
 import urllib.parse
+from collections.abc import Callable
 from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,23 +111,46 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def read_into_polars(path: Path, queries: list[str]) -> pl.DataFrame:
-    """The rows of `queries` (run in parallel, one thread each) as one polars frame, without
-    pyarrow: connectorx's Arrow arrays go to polars through the Arrow C data interface. Its own
-    polars return builds pyarrow tables first, and pyarrow's import (numpy's with it) costs more
-    than the whole read of a small report. Errors are connectorx's, as `SqliteSource.query`'s."""
-    import polars as pl
+def read_into_polars(path: Path, queries: list[str]) -> Callable[[], pl.DataFrame]:
+    """Start reading the rows of `queries` (connectorx runs them in parallel, one thread each)
+    and return the function that waits for them as one polars frame. The read runs on a thread
+    of its own, so the caller can load polars meanwhile (the table library's import is a third of
+    a kernel summary's time; its GIL is free while connectorx reads). Without pyarrow: connectorx's
+    Arrow arrays go to polars through the Arrow C data interface (its own polars return builds
+    pyarrow tables first, and pyarrow's import, numpy's with it, costs more than a small read).
+    Errors are connectorx's, raised by the returned function, as `SqliteSource.query`'s."""
+    import threading  # here: a small answer, which never reads this way, starts no thread
 
     cx = _connectorx()
     url = connectorx_url(path)
     if not str(getattr(cx, "__version__", "")).startswith("0.4."):  # the pointers' layout below is 0.4's
-        return cx.read_sql(url, queries, return_type="polars")
-    names, batches = cx._read_sql(url, "arrow", queries=queries)
-    # each column of each batch is (ArrowArray*, ArrowSchema*), handed over to the reader, which
-    # polars takes as (schema, array) and whose buffers it then owns
-    return pl.DataFrame(
-        [pl.Series._import_arrow_from_c(n, [(b[i][1], b[i][0]) for b in batches]) for i, n in enumerate(names)]
-    )
+        return lambda: cx.read_sql(url, queries, return_type="polars")
+    got: list = []
+
+    def read() -> None:
+        try:
+            got.append(cx._read_sql(url, "arrow", queries=queries))
+        except BaseException as e:  # raised where the rows are waited for
+            got.append(e)
+
+    reader = threading.Thread(target=read, name="kview-read", daemon=True)
+    reader.start()
+
+    def frame() -> pl.DataFrame:
+        # deferred: the caller loads polars while the rows are read
+        import polars as pl
+
+        reader.join()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        names, batches = got[0]
+        # each column of each batch is (ArrowArray*, ArrowSchema*), handed over to the reader,
+        # which polars takes as (schema, array) and whose buffers it then owns
+        return pl.DataFrame(
+            [pl.Series._import_arrow_from_c(n, [(b[i][1], b[i][0]) for b in batches]) for i, n in enumerate(names)]
+        )
+
+    return frame
 
 
 @cache
