@@ -445,6 +445,25 @@ def _emit(args, frame, decimals=None) -> int:
     return 0
 
 
+def _show(args, doc, table: str | None = None, texts=None, stream: bool = False) -> int:
+    """The command's Document in args.format (`table`: that section alone) to stdout or -o PATH;
+    with `stream`, a document that is one table is streamed as polars writes it (_emit)."""
+    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
+    from kview.output import render
+
+    one = render.one_table(doc, args.format, table) if stream else None
+    if one is not None and one.picture is None:
+        frame = one.frame_for(args.format)
+        return _emit(args, frame) if render.written(doc, frame, args.format) else _write(args, "")
+    return _write(args, render.render_document(doc, args.format, table, texts))
+
+
+def _say(notes, trace=None) -> None:
+    """A document's notes on stderr (about `trace`, when given), so stdout stays the document."""
+    for note in notes:
+        print(f"kview: {trace.name}: {note}" if trace is not None else f"kview: {note}", file=sys.stderr)
+
+
 def cmd_stats(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.quick_stats import answer
@@ -558,9 +577,8 @@ def cmd_kernels(args) -> int:
     table = attribute(trace)
     trace.store.drop()  # only the table is written from here on
     doc = kernels(trace, pred, args.absolute, args.filter, table)
-    for note in doc.notes:
-        _note(trace, note)
-    return _emit(args, doc.frame("kernels"))
+    _say(doc.notes, trace)
+    return _show(args, doc, stream=True)
 
 
 def _note(trace, text: str) -> None:
@@ -571,53 +589,41 @@ def _note(trace, text: str) -> None:
 def cmd_layers(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.layers import layers
-    from kview.output import render
 
     trace = _open(args, args.trace)
     doc = layers(trace, args.pattern)
-    for note in doc.notes:
-        _note(trace, note)
-    df = doc.section("layers").frame_for(args.format)
-    if df.height == 0:
-        return _write(args, render.render(df, args.format) if args.format == "json" else "")
-    return _write(args, render.render(df, args.format))
+    _say(doc.notes, trace)
+    return _show(args, doc)
 
 
 def cmd_overview(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.overview import overview
-    from kview.output import render
 
     _one_table_per_document(
         args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
     )
-    return _write(args, render.render_document(overview(_open(args, args.trace)), args.format))
-
-    # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
+    return _show(args, overview(_open(args, args.trace)))
 
 
 def cmd_nvtx(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.nvtx import nvtx
-    from kview.output import render
 
     trace = _open(args, args.trace)
     doc = nvtx(trace)
-    for note in doc.notes:
-        _note(trace, note)
-    return _write(args, render.render_document(doc, args.format))
+    _say(doc.notes, trace)
+    return _show(args, doc)
 
 
 def cmd_phases(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.documents.layers import phases
-    from kview.output import render
 
     trace = _open(args, args.trace)
     doc = phases(trace)
-    for note in doc.notes:
-        _note(trace, note)
-    return _write(args, render.render(doc.section("phases").frame_for(args.format), args.format))
+    _say(doc.notes, trace)
+    return _show(args, doc)
 
 
 def cmd_compare(args) -> int:
@@ -625,7 +631,6 @@ def cmd_compare(args) -> int:
     from kview.analysis.compare import check_metric
     from kview.analysis.ranks import make_run, trace_paths
     from kview.documents import compare
-    from kview.output import render
 
     if args.cache_dir is not None and args.cluster is None:
         raise UsageError("goes with --cluster (the folder its workers write into)", what="--cache-dir")
@@ -640,7 +645,7 @@ def cmd_compare(args) -> int:
             names = ", ".join(Path(f).name for f in summarized.files)
             raise UsageError("no GPU work in " + names + ": no ranks to compare")
         doc = compare.summarized(summarized, args.by, args.metric, args.cluster)
-        code = _write(args, render.render(doc.section("compare").frame_for(args.format), args.format))
+        code = _show(args, doc)
         return _partial(failed, len(summarized.files)) if failed else code
     traces = [_open(args, str(t)) for t in trace_paths(args.traces)]  # a folder is its traces
     run = make_run(traces) if args.ranks or (len(traces) == 1 and not args.ranges) else None
@@ -658,61 +663,42 @@ def cmd_compare(args) -> int:
         doc = compare.phases(traces[0], [r for r in args.ranges.split(",") if r], args.by, args.metric, args.root)
     else:
         doc = compare.traces(traces, args.by, args.metric, args.root)
-    return _write(args, render.render(doc.section("compare").frame_for(args.format), args.format))
+    return _show(args, doc)
 
 
 def cmd_diff(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.compare import diff
-    from kview.output import render
+    from kview.documents.diff import diff
 
     if args.gate:
         return _diff_gate(args)
     _one_table_per_document(args.format, "the diff's tables", "use -f json (one object keyed by table), md or table")
-    a, b = _open(args, args.before), _open(args, args.after)
-    sections = diff(a, b, args.top)
-    ga, gb = sections["Runs"]["A"][1], sections["Runs"]["B"][1]
-    if ga != gb and "?" not in (ga, gb):
-        print(f"kview: A ran on {ga}, B on {gb}: kernels and their times differ for that reason too", file=sys.stderr)
-    return _write(
-        args,
-        render.render_sections(sections, args.format, suffix=f" (A = {a.name}, B = {b.name})", empty="(none)\n"),
-    )
+    doc = diff(_open(args, args.before), _open(args, args.after), args.top)
+    _say(doc.notes)
+    return _show(args, doc)
 
 
 def _diff_gate(args) -> int:
     """`kview diff A B --gate ...`: the table of what regressed past its gate; exit 1 when any did."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.gate import gate, parse_gates
-    from kview.output import render
+    from kview.analysis.gate import parse_gates
+    from kview.documents.diff import gate
 
-    gates = parse_gates(args.gate)  # a malformed gate is refused before any trace is read
+    parse_gates(args.gate)  # a malformed gate is refused before any trace is read
     if args.gate_min < 0:
         raise UsageError("--gate-min takes a percentage of 0 or more")
-    a, b = _open(args, args.before), _open(args, args.after)
-    v = gate(a, b, gates, args.gate_min)
-    basis = v.basis
-    n = v.regressed.height
-    verdict = (
-        f"{n} of {v.checked} gated items regressed past their gate"
-        if n
-        else f"passed: none of {v.checked} gated items regressed past its gate"
-    )
-    print(f"kview: gate {a.name} -> {b.name}: {verdict}; {basis}", file=sys.stderr)
-    frame = v.regressed
+    doc, verdict = gate(_open(args, args.before), _open(args, args.after), args.gate, args.gate_min)
+    _say(doc.notes)
     # a machine format is a document even when nothing regressed (a header, `[]`); a person reads stderr
-    _write(args, render.render(frame, args.format) if n or args.format in ("json", "csv", "tsv") else "")
-    return 1 if n else 0
+    _show(args, doc)
+    return 1 if verdict.regressed.height else 0
 
 
 def cmd_efficiency(args) -> int:
     """`kview efficiency`: achieved against the GPU's peak per step, layer, category and kernel."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    import polars as pl
-
-    from kview.analysis import efficiency as eff
-    from kview.analysis.gpu_peaks import PEAKS, named_gpu
-    from kview.output import render
+    from kview.analysis.gpu_peaks import named_gpu
+    from kview.documents import efficiency as eff
 
     if args.table is None:
         _one_table_per_document(
@@ -722,21 +708,11 @@ def cmd_efficiency(args) -> int:
         )
     gpu = named_gpu(args.gpu) if args.gpu else None
     if args.table == "peaks":  # the table itself: no trace needed beyond the argument
-        return _write(args, render.render(PEAKS, args.format))
+        return _show(args, eff.peaks(Path(args.trace).name))
     trace = _open(args, args.trace)
-    sections = eff.document(trace, gpu)
-    if sections["gpus"][1].height == 0:
-        _note(trace, "no GPU work: nothing to measure against a GPU's peak")
-    unknown = sections["gpus"][1].filter(pl.col("GPU").is_null())
-    if unknown.height:
-        names = ", ".join(sorted({str(n) for n in unknown["Name"].drop_nulls().to_list()})) or "it names none"
-        _note(trace, f"no peaks known for its GPU ({names}): MFU and bandwidth are left out; give --gpu NAME")
-    if args.table is not None:
-        frame = sections[args.table][1]
-        return _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
-    return _write(
-        args, render.render_sections({title: f for title, f in sections.values()}, args.format, empty="(none)\n")
-    )
+    doc = eff.efficiency(trace, gpu)
+    _say(doc.notes, trace)
+    return _show(args, doc, args.table)
 
 
 def cmd_run_tables(args) -> int:
@@ -744,7 +720,6 @@ def cmd_run_tables(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
     from kview.analysis.ranks import open_run
     from kview.documents import ranks
-    from kview.output import render
 
     if args.table is None:
         _one_table_per_document(
@@ -760,13 +735,8 @@ def cmd_run_tables(args) -> int:
         doc = ranks.summarized(summarized, args.command)
     else:
         doc = ranks.of_run(open_run(args.traces, use_cache=not args.no_cache), args.command)
-    for note in doc.notes:
-        print(f"kview: {note}", file=sys.stderr)
-    if args.table is not None:
-        frame = doc.section(args.table).frame_for(args.format)
-        code = _write(args, render.render(frame, args.format) if frame.height or args.format == "json" else "")
-    else:
-        code = _write(args, render.render_document(doc, args.format))
+    _say(doc.notes)
+    code = _show(args, doc, args.table)
     return _partial(failed, len(summarized.files)) if failed else code
 
 
@@ -827,8 +797,7 @@ def cmd_launches(args) -> int:
     """`kview launches`: launch cost and delay per kernel and per op, queue length and idle time
     by cause per stream, the longest idle gaps with the CPU call around them."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis import launches as la
-    from kview.output import render
+    from kview.documents.launches import launches
 
     if args.table is None:
         _one_table_per_document(
@@ -838,33 +807,19 @@ def cmd_launches(args) -> int:
         )
     if args.top < 0:
         raise UsageError(f"--top takes a count of 0 or more, not {args.top}")
-    wait = la.KERNEL_WAIT_NS if args.kernel_wait is None else args.kernel_wait
-    if wait < 0:
-        raise UsageError(f"--kernel-wait takes nanoseconds, 0 or more, not {wait}")
+    if args.kernel_wait is not None and args.kernel_wait < 0:
+        raise UsageError(f"--kernel-wait takes nanoseconds, 0 or more, not {args.kernel_wait}")
     trace = _open(args, args.trace)
-    if la.launches(trace).height == 0:
-        _note(trace, "no GPU ops: nothing was launched")
-    tables = {
-        "kernels": ("Launch cost and delay by kernel", lambda: la.launch_stats(trace, "Kernel")),
-        "ops": ("Launch cost and delay by CPU op", lambda: la.launch_stats(trace, "Op")),
-        "queue": ("Queue length by stream", lambda: la.queue_summary(trace)),
-        "idle": ("Idle time by stream and cause", lambda: la.idle_by_stream(trace, wait)),
-        "gaps": ("Longest idle gaps", lambda: la.gap_table(trace, args.top, wait)),
-        "queue-series": ("Queue length over time", lambda: la.queue_series(trace)),
-    }
-    if args.table is not None:
-        frame = tables[args.table][1]()
-        return _emit(args, frame) if frame.height or args.format == "json" else _write(args, "")
-    sections = {title: make() for name, (title, make) in tables.items() if name != "queue-series"}
-    return _write(args, render.render_sections(sections, args.format, empty="(none)\n"))
+    doc = launches(trace, args.top, args.kernel_wait, args.table)
+    _say(doc.notes, trace)
+    return _show(args, doc, args.table, stream=args.table is not None)
 
 
 def cmd_critical_path(args) -> int:
     """`kview critical-path`: each step's critical path (length, GPU/CPU/launch time, bound by)
     and what the paths spend their time in."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis import critical_path as cp
-    from kview.output import render
+    from kview.documents.launches import critical_path
 
     if args.table is None:
         _one_table_per_document(
@@ -874,16 +829,8 @@ def cmd_critical_path(args) -> int:
         )
     if args.top < 0:
         raise UsageError(f"--top takes a count of 0 or more, not {args.top}")
-    trace = _open(args, args.trace)
-    tables = {
-        "steps": ("Critical path by step", lambda: cp.step_table(trace)),
-        "ops": ("On the critical paths", lambda: cp.top_ops(trace, args.top)),
-    }
-    if args.table is not None:
-        frame = tables[args.table][1]()
-        return _emit(args, frame) if frame.height or args.format == "json" else _write(args, "")
-    sections = {title: make() for title, make in tables.values()}
-    return _write(args, render.render_sections(sections, args.format, empty="(none)\n"))
+    doc = critical_path(_open(args, args.trace), args.top, args.table)
+    return _show(args, doc, args.table, stream=args.table is not None)
 
 
 def cmd_timeline(args) -> int:
@@ -892,7 +839,6 @@ def cmd_timeline(args) -> int:
 
     from kview.analysis import timeline
     from kview.documents.timeline import window
-    from kview.output import render
 
     kinds = {k.strip() for k in args.rows.split(",") if k.strip()}
     if not kinds or kinds - {"gpu", "api", "nvtx"}:
@@ -939,7 +885,7 @@ def cmd_timeline(args) -> int:
     t1 = tl.span[1] if t_to is None else t_to
     if t1 <= t0:
         raise UsageError(f"the window is empty (it ends at {timeline.fmt_span(t1)}, before it starts)")
-    return _write(args, render.render_document(window(tl, t0, t1, width, kinds, args.depth, title), args.format))
+    return _show(args, window(tl, t0, t1, width, kinds, args.depth, title))
 
 
 def cmd_export(args) -> int:
@@ -992,7 +938,6 @@ def cmd_memory(args) -> int:
     from kview.analysis import memory_timeline as mt
     from kview.documents.memory import PLOT
     from kview.documents.memory import memory as memory_document
-    from kview.output import render
     from kview.output.memory_plot import plot
 
     if args.table is None:
@@ -1008,7 +953,7 @@ def cmd_memory(args) -> int:
             "\n".join(plot(tl.series, tl.phases, width, args.height, tl.peak, zero=tl.start, level=mt.level_word(tl)))
             + "\n"
         )
-    return _write(args, render.render_document(doc, args.format, args.table, texts))
+    return _show(args, doc, args.table, texts)
 
 
 COMMANDS = [

@@ -67,6 +67,10 @@ def shown(files):
                 await loaded(pilot)
                 v = app.view(view)
                 views[view] = (v.data, _widget_frames(v))
+            if len(names) > 1:  # Compare's `g`: the regression gate of the last trace against the first
+                await pilot.press("5", "g")
+                await loaded(pilot)
+                views["gate"] = (app.view("compare").data, _widget_frames(app.view("compare")))
             if not memory_only:
                 kv = app.view("kernels")
                 views["kernels"] = ((kv.attributed or kv.kern_sum), [])
@@ -83,7 +87,16 @@ def shown(files):
     return Runs()
 
 
-VIEW_KEYS = (("1", "overview"), ("3", "nvtx"), ("4", "layers"), ("5", "compare"), ("7", "ranks"), ("8", "memory"))
+VIEW_KEYS = (
+    ("1", "overview"),
+    ("3", "nvtx"),
+    ("4", "layers"),
+    ("5", "compare"),
+    ("7", "ranks"),
+    ("8", "memory"),
+    ("9", "efficiency"),
+    ("0", "launches"),
+)
 
 
 def _widget_frames(view) -> list:
@@ -158,3 +171,22 @@ def test_the_timeline_copies_the_picture_and_cells_of_kview_timeline(shown, file
         code, printed = cli(doc, files, fmt)
         same = printed == render_document(doc, fmt)  # not in the assert: pytest's diff of pictures is slow
         assert code == 0 and same, (fmt, doc.command)
+
+
+@pytest.mark.parametrize("run, view", [(r, v) for r in TRACES for v in ("launches", "efficiency")] + [("ddp", "gate")])
+def test_launches_efficiency_and_the_gate_show_the_documents_their_commands_print(shown, files, run, view):
+    """Launches shows `kview launches` and `kview critical-path`, Efficiency `kview efficiency`,
+    Compare's gate `kview diff A B --gate 5` (exit 1 when something regressed, as its caption
+    says); the table on screen is one of the Document's."""
+    data, frames = shown[run][view]
+    docs = (data.document, data.critical_path) if view == "launches" else (data.document,)
+    for doc in docs:
+        code, printed = cli(doc, files)
+        assert printed == render_document(doc, "json"), doc.command
+        assert code == (1 if view == "gate" and doc.frame("regressed").height else 0)
+    assert frames, view
+    tables = [s.frame for doc in docs for s in doc.sections]
+    for f in frames:
+        assert any(f.equals(t) for t in tables), (view, f.columns)
+    if view == "gate":  # every gated item on screen, those past the gate in the command's output
+        assert frames[0].equals(data.document.frame("items")) and data.document.frame("items").height

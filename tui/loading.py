@@ -202,14 +202,14 @@ def overview_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
 
 
 def launches_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
-    """The Launches view's: the tables of `kview launches`."""
+    """The Launches view's: the documents of `kview launches` and `kview critical-path`."""
     yield from prepared(trace, use_cache)
     yield Stage("launches")
     yield launches(trace)
 
 
 def efficiency_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
-    """The Efficiency view's: the tables of `kview efficiency`."""
+    """The Efficiency view's: the document of `kview efficiency`."""
     yield from prepared(trace, use_cache)
     yield Stage("efficiency")
     yield efficiency(trace)
@@ -303,31 +303,20 @@ def memory_ready(tl: MemoryTimeline | None) -> MemoryReady:
 
 
 def launches(trace: Trace) -> LaunchesReady:
-    """The tables of `kview launches` (its defaults), for the Launches view."""
+    """The documents of `kview launches` and `kview critical-path` (their defaults), for the Launches view."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis import critical_path as cp
-    from kview.analysis import launches as la
+    from kview.documents import launches as ld
 
-    return LaunchesReady(
-        {
-            "idle": la.idle_by_stream(trace),
-            "gaps": la.gap_table(trace),
-            "kernels": la.launch_stats(trace, "Kernel"),
-            "ops": la.launch_stats(trace, "Op"),
-            "queue": la.queue_summary(trace),
-            "critical path": cp.step_table(trace),
-            "path ops": cp.top_ops(trace),
-        }
-    )
+    return LaunchesReady(ld.launches(trace), ld.critical_path(trace))
 
 
 def efficiency(trace: Trace) -> EfficiencyReady:
-    """The tables of `kview efficiency` for the Efficiency view, and the caption naming the GPU."""
+    """The document of `kview efficiency` for the Efficiency view, and the caption naming the GPU."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.efficiency import document
+    from kview.documents import efficiency as ed
 
-    tables = {name: frame for name, (_, frame) in document(trace).items()}
-    return EfficiencyReady(tables, efficiency_caption(tables["gpus"]))
+    doc = ed.efficiency(trace)
+    return EfficiencyReady(doc, efficiency_caption(doc.frame("gpus")))
 
 
 def efficiency_caption(gpus: pl.DataFrame) -> str:
@@ -417,29 +406,20 @@ def _gate(traces: list[Trace]) -> CompareReady:
     """The regression gate of the last trace against the first (`kview diff A B --gate 5`):
     every gated item, those past the gate first."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.gate import SCOPES, gate
-    from kview.documents import Document, Section
+    from kview.documents.diff import gate
 
     if len(traces) < 2:
         return CompareReady(None, "The gate compares two traces: open a baseline and a new run (kview A B).", "gate")
     a, b = traces[0], traces[-1]
-    v = gate(a, b, dict.fromkeys(SCOPES, GATE_PCT))
+    doc, v = gate(a, b, [f"{GATE_PCT:g}"])
     n = v.regressed.height
     verdict = (
         f"{n} of {v.checked} items regressed past {GATE_PCT:g}%"
         if n
         else f"passed: none of {v.checked} items regressed past {GATE_PCT:g}%"
     )
-    command = f"kview diff {a.name} {b.name} --gate {GATE_PCT:g}"
-    # every gated item (the command prints those past the gate: `regressed`)
-    doc = Document(
-        "Gate",
-        (Section("items", "Gated items", v.items, formats=()), Section("regressed", "Regressed", v.regressed)),
-        command=command,
-    )
-    return CompareReady(
-        doc, f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {command} (exit {1 if n else 0})", "gate"
-    )
+    caption = f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {doc.command} (exit {1 if n else 0})"
+    return CompareReady(doc, caption, "gate")
 
 
 def _phase_windows(trace: Trace, phase_names: list[str]) -> list:

@@ -180,20 +180,36 @@ class RanksReady(ViewMessage):
 
 @frozen_message
 class LaunchesReady(ViewMessage):
-    """The tables of `kview launches` (kview.analysis.launches), by the name `--table` takes."""
+    """The documents of `kview launches` and `kview critical-path` (kview.documents.launches)."""
 
     view: ClassVar[str] = "launches"
-    tables: dict[str, pl.DataFrame]
+    document: Document
+    critical_path: Document
+
+    @property
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """The view's tables by name: the launch tables by the name `--table` takes, then the
+        critical path's."""
+        return {
+            **{s.name: s.frame for s in self.document.sections},
+            "critical path": self.critical_path.frame("steps"),
+            "path ops": self.critical_path.frame("ops"),
+        }
 
 
 @frozen_message
 class EfficiencyReady(ViewMessage):
-    """The tables of `kview efficiency` (kview.analysis.efficiency.document), by the name
-    `--table` takes, and a caption naming the GPU and its peaks."""
+    """The document of `kview efficiency` (kview.documents.efficiency), and a caption naming
+    the GPU and its peaks."""
 
     view: ClassVar[str] = "efficiency"
-    tables: dict[str, pl.DataFrame]
+    document: Document
     caption: str
+
+    @property
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """The view's tables by the name `--table` takes."""
+        return {s.name: s.frame for s in self.document.sections}
 
 
 @frozen_message

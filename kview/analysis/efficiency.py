@@ -402,16 +402,3 @@ def finding(trace: Trace) -> str | None:
         "torch.set_float32_matmul_precision('high')) lets them use them. The Efficiency view (key 9) and "
         f"`kview efficiency {trace.name} --table tensor-cores` list them."
     )
-
-
-def document(trace: Trace, override: str | None = None) -> dict[str, tuple[str, pl.DataFrame]]:
-    """name -> (title, table): what `kview efficiency` prints and the Efficiency view shows."""
-    gpus = trace_gpus(trace, override).join(PEAKS.drop("Source"), on="GPU", how="left")
-    return {
-        "gpus": ("GPUs and their peaks (dense)", gpus),
-        "steps": ("Efficiency by step", by_step(trace, override)),
-        "layers": ("Efficiency by layer", by_group(trace, "Layer", override)),
-        "categories": ("Efficiency by category", by_group(trace, "Category", override)),
-        "kernels": ("Efficiency by kernel", by_kernel(trace, override)),
-        "tensor-cores": ("FP32 GEMMs that could use tensor cores", tensor_core_candidates(trace, override)),
-    }

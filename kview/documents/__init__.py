@@ -65,6 +65,12 @@ class Document:
     command: str = ""
     # what an empty table reads as ("(none)"); None leaves empty tables out
     empty: str | None = None
+    # said after each title where a person reads it (a terminal table, Markdown; not a JSON key)
+    suffix: str = ""
+    # the formats that still write a table without rows (its header, `[]`) when the document
+    # is that one table (`--table NAME`, or its only one); in the others nothing is written.
+    # None: every format
+    written_empty: tuple[str, ...] | None = None
 
     def section(self, name: str) -> Section:
         for s in self.sections:

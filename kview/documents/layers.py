@@ -24,7 +24,7 @@ def layers(trace: Trace, pattern: str | None = None) -> Document:
     df = layer_times(trace, pattern)
     command = f"kview layers {trace.name}" + (f" --pattern {pattern}" if pattern else "")
     if df.height == 0:  # not an error: the trace has no such ranges; the document is empty
-        return Document("Layers", (Section("layers", "Layers", df),), (NO_LAYERS,), command)
+        return Document("Layers", (Section("layers", "Layers", df),), (NO_LAYERS,), command, written_empty=("json",))
     unknown = backward_unplaced(trace, pattern)
     terminal = df.with_columns(stacked_bar(["Forward (ns)", "Backward (ns)"]).alias(BAR))
     return Document(

@@ -62,6 +62,7 @@ def run_document(command: str, tables: dict[str, pl.DataFrame], names: list[str]
         notes=tuple(notes),
         command=f"kview {command} " + " ".join(names),
         empty="(none)\n",
+        written_empty=("json",),  # `--table NAME` without rows: nothing for a person, `[]` for a program
     )
 
 

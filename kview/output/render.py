@@ -23,7 +23,7 @@ from kview.output.table_text import table_text, terminal_columns, wrap_text
 from kview.output.visible import VisibleStream, json_visible
 
 if TYPE_CHECKING:
-    from kview.documents import Document
+    from kview.documents import Document, Section
 
 
 def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
@@ -444,18 +444,34 @@ def _to_stdout(writer) -> None:
     binary.flush()
 
 
-def render_document(
-    doc: Document, fmt: str, table: str | None = None, texts: dict[str, str] | None = None, suffix: str = ""
-) -> str:
-    """A Document in `fmt`: its one section `table` (by name) or its only one, or every section its whole
-    document holds in `fmt` (render_sections). A terminal table shows a list of sentences as
-    wrapped bullets; `texts` (by title) replaces a section's body in a terminal table or
-    Markdown (a plot drawn for the terminal's width)."""
-    if table is not None or len(doc.sections) == 1:  # one table: that table alone, untitled
-        one = doc.section(table) if table else doc.sections[0]
+def one_table(doc: Document, fmt: str, table: str | None = None) -> Section | None:
+    """The section a document in `fmt` is alone, untitled: `table` (by name), its only section,
+    or the only one its whole document holds in `fmt`; None when it is several titled tables."""
+    if table is not None:
+        return doc.section(table)
+    if len(doc.sections) == 1:
+        return doc.sections[0]
+    whole = [s for s in doc.sections if s.in_whole(fmt)]
+    return whole[0] if len(whole) == 1 else None
+
+
+def written(doc: Document, frame: pl.DataFrame, fmt: str) -> bool:
+    """Whether `frame`, the document's one table, is written in `fmt` (a table without rows is
+    not, in the formats the document says)."""
+    return frame.height > 0 or doc.written_empty is None or fmt in doc.written_empty
+
+
+def render_document(doc: Document, fmt: str, table: str | None = None, texts: dict[str, str] | None = None) -> str:
+    """A Document in `fmt`: its one section (`one_table`) untitled, or every section its whole
+    document holds in `fmt` (render_sections, each title followed by the document's suffix). A
+    terminal table shows a list of sentences as wrapped bullets; `texts` (by title) replaces a
+    section's body in a terminal table or Markdown (a plot drawn for the terminal's width)."""
+    one = one_table(doc, fmt, table)
+    if one is not None:  # one table: that table alone, untitled
         if one.picture is not None and fmt in ("table", "md"):
             return code_block(one.picture) if fmt == "md" else one.picture
-        return render(one.frame_for(fmt), fmt)
+        frame = one.frame_for(fmt)
+        return render(frame, fmt) if written(doc, frame, fmt) else ""
     shown = [s for s in doc.sections if s.in_whole(fmt)]
     bodies = dict(texts or {})
     if fmt == "table":
@@ -467,5 +483,5 @@ def render_document(
                     line + "\n" for f in s.frame[column].to_list() for line in wrap_text(f"- {f}", width, "  ")
                 )
     return render_sections(
-        {s.title: s.frame_for(fmt) for s in shown}, fmt, suffix=suffix, empty=doc.empty, texts=bodies or None
+        {s.title: s.frame_for(fmt) for s in shown}, fmt, suffix=doc.suffix, empty=doc.empty, texts=bodies or None
     )
