@@ -42,20 +42,22 @@ def test_stats_command_does_not_load_textual_or_torch():
 
 
 def test_help_and_a_small_kernel_summary_load_no_table_library():
-    """`kview --help` and a command's --help are argparse only, and a small trace's kernel summary
+    """`kview --help` and a command's --help are argparse only (`kview --help` builds no command's
+    parser, a command's --help builds that command's alone), and a small trace's kernel summary
     is answered from SQLite (kview.quick_stats): no polars, numpy or columnar reader. A large
     trace's (the same trace read as one) loads polars and connectorx, but neither pyarrow nor numpy."""
     small = ROOT / "sample_traces" / "lm-small_ctx256_forward_nsys.sqlite"
     tables = "('polars', 'numpy', 'pyarrow', 'connectorx')"
     code = (
-        "import sys, contextlib, io; from kview.cli import main; from kview import quick_stats\n"
+        "import sys, contextlib, io; from kview.cli import main, _SUBPARSERS; from kview import quick_stats\n"
         "def run(argv):\n"
         "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "        try: main(argv)\n"
         "        except SystemExit: pass\n"
         "    return out.getvalue()\n"
-        f"for argv in (['--help'], ['stats', '--help'], ['kernels', '--help']):\n"
+        "for argv in (['--help'], ['stats', '--help'], ['kernels', '--help']):\n"
         "    run(argv)\n"
+        "    print('BUILT', argv[0], sorted(_SUBPARSERS))\n"
         f"summary = ['stats', r'{small}', '-r', 'cuda_gpu_kern_sum', '--no-cache']\n"
         "doc = run(summary)\n"
         f"print('LOADED', [m for m in {tables} if m in sys.modules])\n"
@@ -65,6 +67,8 @@ def test_help_and_a_small_kernel_summary_load_no_table_library():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in r.stdout, r.stdout[-500:] + r.stderr
+    built = [line for line in r.stdout.splitlines() if line.startswith("BUILT")]
+    assert built == ["BUILT --help []", "BUILT stats ['stats']", "BUILT kernels ['kernels', 'stats']"], r.stdout
     assert "SAME True" in r.stdout and "LARGE ['polars', 'connectorx']" in r.stdout, r.stdout[-500:] + r.stderr
 
 
