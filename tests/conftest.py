@@ -105,6 +105,33 @@ def _durations_in_ns():
 
 
 @pytest.fixture(autouse=True)
+def _keys_wait_for_the_kernels_table(monkeypatch):
+    """A key in the explorer's Kernels view changes what it shows and the table is made in the
+    view's worker: a pilot's `press` returns once that table is shown (it waits for the state,
+    not for a time), as a user sees it before the next key."""
+    if "textual" not in sys.modules:  # no explorer in this test process
+        return
+    from textual.pilot import Pilot
+    from textual.worker import WorkerCancelled
+
+    press = Pilot.press
+
+    async def press_then_wait(self, *keys: str) -> None:
+        workers = self.app.workers
+        for key in keys:  # each key sees the table the one before it asked for
+            await press(self, key)
+            while unfinished := [w for w in workers if w.group == "kernels-regroup" and not w.is_finished]:
+                try:
+                    await workers.wait_for_complete(unfinished)
+                except WorkerCancelled:  # a later key's table replaced it
+                    pass
+                await self._wait_for_screen()
+                await self.pause()
+
+    monkeypatch.setattr(Pilot, "press", press_then_wait)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own cache dir, so tests never share or pollute ~/.cache."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

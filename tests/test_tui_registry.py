@@ -17,7 +17,7 @@ from kview.tui.app import KviewApp
 from kview.tui.commands import commands
 from kview.tui.keymap import VIEW_KEYS, Key, bindings
 from kview.tui.messages import KernelSummary, Stage
-from kview.tui.views import kernels, register, registered, shown_by, unregister
+from kview.tui.views import register, registered, shown_by, unregister
 from kview.tui.views.base import View
 
 from conftest import ROOT, SAMPLES
@@ -91,9 +91,9 @@ def test_app_names_no_view():
     assert named == [] and len(ids) == 10
 
 
-async def test_a_large_trace_regroups_off_the_ui_thread_to_the_same_tables(monkeypatch):
-    """Above INLINE_ROWS attributed kernels each key's table is made in the view's worker: the
-    same table the UI thread makes, and the UI thread makes none."""
+async def test_kernels_regroups_off_the_ui_thread_to_the_same_tables(monkeypatch):
+    """Each key's table is made in the view's worker: the same table as made directly from
+    the state, and the UI thread makes none."""
     app = KviewApp([LM], use_cache=False)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
@@ -105,7 +105,6 @@ async def test_a_large_trace_regroups_off_the_ui_thread_to_the_same_tables(monke
             made_on.append(threading.current_thread())
             return table_of(state)
 
-        monkeypatch.setattr(kernels, "INLINE_ROWS", 0)
         monkeypatch.setattr(kv, "table_of", recorded)
         for keys in (["t"], ["g"], ["t"], ["slash", *"gemm", "enter"], ["F"], ["escape"]):
             await pilot.press(*keys)

@@ -1,5 +1,10 @@
 """Kernels: the kernel summary (exactly `cuda_gpu_kern_sum`), regrouped, filtered, per kernel,
-or as the frequency table of one column (VisiData's `F`)."""
+or as the frequency table of one column (VisiData's `F`).
+
+Every table is made in the view's worker (a key only changes the state; the UI thread shows the
+table handed back, and one of an older state is dropped), so no key regroups on the UI thread.
+A row of the table is read as the state it was made for (`shown_state`): keys that come before
+the new table read the table on screen as what it is."""
 
 from __future__ import annotations
 
@@ -55,10 +60,6 @@ NARROW = SECONDARY_COLUMNS  # left out below 120 columns, as the CLI table leave
 BARS = ("Share",)
 
 
-# attributed kernels up to which a key regroups on the UI thread (a few ms); above, in a worker
-INLINE_ROWS = 200_000
-
-
 @dataclass(frozen=True)
 class KernelsState:
     """What the Kernels view shows; one value, so a key that changes several parts (a group
@@ -80,6 +81,7 @@ class KernelsTable:
     frame: pl.DataFrame
     hints: dict[str, int] | None
     status: str
+    state: KernelsState = KernelsState()  # what it was made for
 
 
 @frozen_message
@@ -108,6 +110,7 @@ class KernelsView(View):
         self.history: list[str] = []  # filters applied, oldest first (the filter line walks it)
         self.shown_at: float | None = None  # perf_counter() when the first table was built
         self._regroups = 0  # tables asked of the worker: only the last one's is shown
+        self.shown_state = KernelsState()  # the state the table on screen was made for
         self._asked: ForView | None = None  # a request that came before the kernels (another trace's)
 
     # the parts of the state, read-only
@@ -147,8 +150,8 @@ class KernelsView(View):
         self.ferror = Static("", id="filter-error")
         self.finput.display = self.ferror.display = False
         self.show(self.status, self.table, self.detail, self.ferror, self.finput)
+        self.shown_state = KernelsState()
         self.refresh_table()
-        self.shown_at = time.perf_counter()
         self.focus_if_active(self.table)
 
     def watch_attributed(self) -> None:
@@ -270,15 +273,12 @@ class KernelsView(View):
             self.status.update(Text(self.kern_sum.note[0].upper() + self.kern_sum.note[1:], style="bold"))
             self.detail.update("")
             return
-        if self.attributed is None or self.attributed.table.height <= INLINE_ROWS:
-            self.show_table(self.table_of(self.state))
-            return
         self._regroups += 1
         self.regroup(self._regroups, self.state)
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="kernels-regroup")
     def regroup(self, n: int, state: KernelsState) -> None:
-        """The table of `state` made off the UI thread (a large trace), handed back to be shown."""
+        """The table of `state` made off the UI thread, handed back to be shown."""
         self.post_message(Regrouped(n, state, self.table_of(state)))
 
     def on_regrouped(self, m: Regrouped) -> None:
@@ -313,12 +313,15 @@ class KernelsView(View):
             parts.append(f"{state.pick[0]} = {state.pick[1]}")
         if self.attributed is None:
             parts.append("attributing kernels…")
-        return KernelsTable(frame, hints, "  ·  ".join(parts))
+        return KernelsTable(frame, hints, "  ·  ".join(parts), state)
 
     def show_table(self, t: KernelsTable) -> None:
+        self.shown_state = t.state
         self.table.set_frame(t.frame, width_hints=t.hints)
         self.status.update(Text(t.status, style="bold"))
         self.show_detail()
+        if self.shown_at is None:
+            self.shown_at = time.perf_counter()
 
     def show_detail(self) -> None:
         row = self.table.row()
@@ -326,7 +329,7 @@ class KernelsView(View):
             self.detail.update("")
             return
         text = row.get("_full") or ""
-        if self.mode == "rows":
+        if self.shown_state.mode == "rows":
             text = f"{row['Direction']}  {row['Layer']}  {row['Op']} {row['Params']}  ·  {row['NVTX Path']}\n{text}"
         self.detail.update(Text(str(text), overflow="fold"))
 
@@ -340,20 +343,20 @@ class KernelsView(View):
 
     def open_row(self, i: int | None = None) -> None:
         """enter: a group's kernels, a value's kernels (frequency table), a kernel's context."""
-        row = self.table.row(i)
+        row, shown = self.table.row(i), self.shown_state
         if row is None:
             return
-        if self.mode == "rows":
+        if shown.mode == "rows":
             self.open_context(int(row["Idx"]))
-        elif self.mode == "freq" and self.state.freq is not None:
-            self.state = replace(self.state, mode="rows", pick=(self.state.freq, row["_key"]))
+        elif shown.mode == "freq" and shown.freq is not None:
+            self.state = replace(shown, mode="rows", pick=(shown.freq, row["_key"]))
         elif self.attributed is not None:
             key = row["_key"] if "_key" in row else row.get("_full")
             if key is None:  # a trace without GPU kernels: the rows are its CPU ops
                 self.app.notify("no GPU kernels in this trace: its CPU ops have no kernels to open", timeout=4)
                 return
-            label = GROUPINGS[self.grouping][1]
-            self.state = replace(self.state, mode="rows", pick=(label, key))
+            label = GROUPINGS[shown.grouping][1]
+            self.state = replace(shown, mode="rows", pick=(label, key))
 
     # -- actions and what the app asks for -------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -364,7 +367,7 @@ class KernelsView(View):
 
     def action_context(self) -> None:
         row = self.table.row()
-        if self.mode != "rows" or row is None:
+        if self.shown_state.mode != "rows" or row is None:
             self.app.notify(
                 "kernel context is for one kernel: t shows per-kernel rows, then c or enter",
                 severity="warning",
@@ -381,14 +384,14 @@ class KernelsView(View):
         if self.attributed is None:
             self.app.notify("kernels are still being attributed", severity="warning")
             return
-        col = self.table.column_at_cursor()
+        col, shown = self.table.column_at_cursor(), self.shown_state
         source = SHOWN_AS.get(col or "", col or "")
         if col is None or (source not in self.attributed.table.columns) or col in ("Duration (ns)", "Start (ns)"):
-            col = GROUPINGS[self.grouping][1] if self.mode != "freq" else self.state.freq
+            col = GROUPINGS[shown.grouping][1] if shown.mode != "freq" else shown.freq
         if col is None:
             return
-        before = self.state if self.mode != "freq" else self.state.before
-        self.state = replace(self.state, mode="freq", freq=col, pick=None, before=before)
+        before = shown if shown.mode != "freq" else shown.before
+        self.state = replace(shown, mode="freq", freq=col, pick=None, before=before)
 
     def action_toggle_rows(self) -> None:
         if self.no_kernels():
@@ -410,11 +413,12 @@ class KernelsView(View):
             if self.attributed is None:
                 self.app.notify("kernels are still being attributed", severity="warning")
                 return
-            if self.mode == "freq" and self.state.freq is not None:
-                col, key = self.state.freq, row["_key"]
+            shown = self.shown_state
+            if shown.mode == "freq" and shown.freq is not None:
+                col, key = shown.freq, row["_key"]
             else:
-                col, key = GROUPINGS[self.grouping][1], row["_key"] if "_key" in row else row["_full"]
-            rows = self._rows(pick=False)
+                col, key = GROUPINGS[shown.grouping][1], row["_key"] if "_key" in row else row["_full"]
+            rows = self._rows(pick=False, state=shown)
             col = SHOWN_AS.get(col, col)
             group = rows.filter(pl.col(col) == key if key is not None else pl.col(col).is_null())
             if group.height == 0:
@@ -526,20 +530,18 @@ class KernelsView(View):
         named by what they are (`kernels by layer`, `kernels rows`, `kernels frequency of Op`)."""
         if self.kern_sum is None:
             return Shown(pl.DataFrame(), "kernels")
-        t = self.table
+        t, st = self.table, self.shown_state
         frame = t.shown()
         full = t.sorted_frame()["_full"] if "_full" in t.frame.columns else None
         name_col = next((c for c in ("Kernel", "Name") if c in frame.columns), None)
         if (
             full is not None
             and name_col
-            and (
-                self.mode == "rows" or GROUPINGS[self.grouping][1] == "Kernel" or self.state.freq in ("Kernel", "Name")
-            )
+            and (st.mode == "rows" or GROUPINGS[st.grouping][1] == "Kernel" or st.freq in ("Kernel", "Name"))
         ):
             frame = frame.with_columns(full.alias(name_col))
-        what = {"rows": "kernels rows", "freq": f"kernels frequency of {self.state.freq}"}.get(
-            self.mode, f"kernels by {GROUPINGS[self.grouping][0]}"
+        what = {"rows": "kernels rows", "freq": f"kernels frequency of {st.freq}"}.get(
+            st.mode, f"kernels by {GROUPINGS[st.grouping][0]}"
         )
         return Shown(frame, what, BARS)
 
