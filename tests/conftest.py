@@ -132,9 +132,16 @@ def _keys_wait_for_the_kernels_table(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own cache dir, so tests never share or pollute ~/.cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+def _isolated_cache(request, tmp_path_factory, monkeypatch):
+    """No test reads or writes ~/.cache. The tests of one worker share one cache folder (a
+    trace's tables are made once per worker, then read back as a user's second run reads them:
+    the cache is verified before use); a test about the cache itself (`own_cache`) gets a fresh one."""
+    if request.node.get_closest_marker("own_cache") or os.environ.get("KVIEW_TEST_OWN_CACHE"):
+        folder = tmp_path_factory.mktemp("cache")
+    else:
+        folder = tmp_path_factory.getbasetemp() / "shared-cache"
+        folder.mkdir(exist_ok=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
 
 
 # The child reports its own peak (VmHWM belongs to the memory it has since exec): the ru_maxrss

@@ -17,6 +17,9 @@ from kview.io import cache
 
 from conftest import SAMPLES, as_a_user
 
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
+
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 JSON = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"

@@ -22,6 +22,9 @@ from kview.documents.ranks import run_tables
 
 from conftest import KINETO, PUBLIC, ROOT
 
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
+
 pytest.importorskip("distributed")
 
 CAPTURE = ROOT / "tests" / "fixtures" / "capture"

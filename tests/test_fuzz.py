@@ -21,6 +21,9 @@ from kview.io import cache
 
 from conftest import SAMPLES
 
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
+
 SQLITE = (SAMPLES / "ncf_b1048576_train_nsys.sqlite").read_bytes()
 JSON = gzip.decompress((SAMPLES / "ncf_b1048576_train_torch.json.gz").read_bytes())
 COMMANDS = [["stats", "-r", "all", "-f", "json"], ["kernels", "-f", "csv"], ["layers", "-f", "csv"]]

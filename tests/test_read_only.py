@@ -16,6 +16,9 @@ import pytest
 from conftest import SAMPLES
 from fswatch import Untouched
 
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
+
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 OTHER = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"], ["diff"], ["ranks"]]

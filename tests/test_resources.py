@@ -18,7 +18,10 @@ LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 RUST = ("panicked", "memory allocation of", "backtrace", "RUST_BACKTRACE", "Traceback", "OpenBLAS")
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="address-space limits and /dev/full are Linux's")
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="address-space limits and /dev/full are Linux's"),
+    pytest.mark.own_cache,  # each test's cache starts empty: what a run writes or fails to write is the subject
+]
 
 
 def _kview(args: list[str], limit_mb: int | None = None, **kw) -> subprocess.CompletedProcess:

@@ -21,6 +21,9 @@ from kview.trace import open_trace
 
 from conftest import SAMPLES
 
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
+
 NSYS = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 JSON = SAMPLES / "lm-small_ctx256_train_torch.json.gz"
 

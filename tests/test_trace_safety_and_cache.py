@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from kview.analysis.attribution import attribute
 from kview.io import cache
 from kview.output.render import to_csv
@@ -16,6 +18,9 @@ from kview.reports import REPORTS
 from kview.trace import open_trace
 
 from conftest import LM_TRACES
+
+# the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
+pytestmark = pytest.mark.own_cache
 
 TRACE = next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite")
 
