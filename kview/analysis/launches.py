@@ -59,8 +59,16 @@ def api_calls(trace: Trace) -> pl.DataFrame:
     schema = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "api": pl.String})
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame(schema=schema)
-    r = trace.with_strings(trace.columns("runtime", ["global_tid", "start", "end", "name_id"]), "name_id", "api")
-    return r.select("global_tid", "start", "end", pl.col("api").str.replace(r"_v\d+$", "")).cast(schema)
+    r = trace.columns("runtime", ["global_tid", "start", "end", "name_id"])
+    # the suffix is cut once per distinct name (a few hundred), not once per call (millions)
+    used = r["name_id"].unique()
+    names = (
+        trace.string_values(used)
+        .filter(pl.col("id").is_in(used.implode()))
+        .select(pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api"))
+    )
+    r = r.join(names, on="name_id", how="left", maintain_order="left")
+    return r.select("global_tid", "start", "end", "api").cast(schema)
 
 
 @derived

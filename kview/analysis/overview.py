@@ -14,7 +14,7 @@ from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.critical_path import step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
-from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_totals
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, idle_totals
 from kview.analysis.layers import phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
@@ -138,31 +138,34 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         ).sort("Device")
         g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
         g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
-        nxt = ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel")).unique(
-            ["device", "next"], keep="first"
+        top_gaps = g.sort("gap", descending=True).head(5)
+        # the kernel after each of those five gaps: the ops starting then, not every op made unique
+        nxt = (
+            ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel"))
+            .join(top_gaps.select("device", "next"), on=["device", "next"], how="semi", maintain_order="left")
+            .unique(["device", "next"], keep="first", maintain_order=True)
         )
-        gaps = (
-            g.sort("gap", descending=True)
-            .head(5)
-            .join(nxt, on=["device", "next"], how="left")
-            .select(
-                pl.col("device").alias("Device"),
-                pl.col("gap").alias("Idle (ns)"),
-                pl.col("end").alias("From (ns)"),
-                "Next kernel",
-            )
+        gaps = top_gaps.join(nxt, on=["device", "next"], how="left").select(
+            pl.col("device").alias("Device"),
+            pl.col("gap").alias("Idle (ns)"),
+            pl.col("end").alias("From (ns)"),
+            "Next kernel",
         )
         # launch-bound stretches: runs of kernels, on one stream, each shorter than the idle gap before it
         k = ops.filter(pl.col("Category").is_in(["memcpy", "memset"]).not_()).sort(["device", "Stream", "start"])
-        k = k.with_columns((pl.col("start") - pl.col("end").shift(1).over(["device", "Stream"])).alias("gap_before"))
-        k = k.with_columns(((pl.col("end") - pl.col("start")) < pl.col("gap_before")).fill_null(False).alias("lb"))
-        k = k.with_columns(
-            (pl.col("lb") != pl.col("lb").shift(1).over(["device", "Stream"]))
-            .fill_null(True)
-            .cum_sum()
-            .over(["device", "Stream"])
-            .alias("run")
+        # sorted by stream, so a stream's rows are consecutive: its first row is where the device
+        # or stream changes (shifts and sums over the whole column, not a window per stream)
+        first = (
+            (pl.int_range(pl.len()) == 0)
+            | pl.col("device").ne_missing(pl.col("device").shift(1))
+            | pl.col("Stream").ne_missing(pl.col("Stream").shift(1))
         )
+        k = k.with_columns(first.alias("first"))
+        prev_end = pl.when(pl.col("first")).then(None).otherwise(pl.col("end").shift(1))
+        k = k.with_columns((pl.col("start") - prev_end).alias("gap_before"))
+        k = k.with_columns(((pl.col("end") - pl.col("start")) < pl.col("gap_before")).fill_null(False).alias("lb"))
+        # a run starts where lb changes or a stream does (numbered across streams: a key per run)
+        k = k.with_columns((pl.col("first") | (pl.col("lb") != pl.col("lb").shift(1))).cum_sum().alias("run"))
         runs = (
             k.filter("lb")
             .group_by(["device", "Stream", "run"])
@@ -205,10 +208,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
                 f"pin it (pin_memory=True) to copy asynchronously at full speed."
             )
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        r = trace.with_strings(trace.columns("runtime", ["start", "end", "name_id"]), "name_id", "api")
-        r = r.with_columns(
-            pl.col("api").str.replace(r"_v\d+$", "").alias("api"), (pl.col("end") - pl.col("start")).alias("d")
-        )
+        r = api_calls(trace).with_columns((pl.col("end") - pl.col("start")).alias("d"))
         sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
         if sync.height:
             worst = sync.sort("d", descending=True).row(0, named=True)
