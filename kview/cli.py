@@ -598,12 +598,15 @@ def cmd_layers(args) -> int:
 
 def cmd_overview(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
+    from kview.analysis import nvtx_ranges
     from kview.documents.overview import overview
 
     _one_table_per_document(
         args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
     )
-    return _show(args, overview(_open(args, args.trace)))
+    trace = _open(args, args.trace)
+    # nothing else asks for the ranges in this process: let them go once the Overview made its tables of them
+    return _show(args, overview(trace, release=lambda: nvtx_ranges.release(trace)))
 
 
 def cmd_nvtx(args) -> int:

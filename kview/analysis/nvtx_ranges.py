@@ -310,6 +310,13 @@ def user_ranges(trace: Trace) -> pl.DataFrame:
     )
 
 
+def release(trace: Trace) -> None:
+    """Let the trace's ranges, their names and labels and the nesting go (what was made from them
+    stays; a later question makes them again, equal): for a command that has made every table
+    it needs of them and goes on with other work."""
+    trace.store.drop(labelled_ranges, labels, projection_ranges, projection_tree, projection_nesting)
+
+
 @derived
 def projection_tree(trace: Trace) -> pl.DataFrame:
     """nest() of the push/pop projection ranges, computed once per trace."""

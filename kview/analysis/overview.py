@@ -4,6 +4,7 @@ render the same result."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -19,6 +20,7 @@ from kview.analysis.layers import phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
 from kview.analysis.sanity import impossible, warning
+from kview.analysis.steps import step_instances
 from kview.notation import fmt_ns
 from kview.trace import Trace
 
@@ -53,7 +55,11 @@ def time_zero(trace: Trace) -> str:
     return f"{what}, {zero:,} ns on the {name}"
 
 
-def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
+def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] | None = None) -> Overview:
+    """The Overview of `trace`. `release`, when given, is called once every table made from the
+    NVTX ranges that the Overview asks for is made (the attribution, holdings, phases, steps):
+    `kview overview` lets the ranges, their names and nesting go there, a gigabyte at a million
+    kernels, rather than holding them through the rest."""
     a = attribute(trace)
     # GPU work that ends before it starts or lies outside the session would show as negative
     # busy time or a span past the trace: left out of every figure here, and said so
@@ -106,6 +112,11 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             if names.height:
                 facts.append(("Processes", ", ".join(f"{n} ({p})" for n, p in names.select("name", "pid").iter_rows())))
     h = holdings(trace)
+    # the impossible rows are left out of the phases too, as the finding says
+    phases = phase_table(trace, a["Idx"].cast(pl.Int64)) if bad else phase_times(trace)
+    step_instances(trace)  # what critical_path_section and rank_section ask of the ranges
+    if release is not None:
+        release()
     facts += [(k[0].upper() + k[1:], f"{h[k]:,}") for k in ("CPU ops", "ranges", "API calls") if h[k]]
     if not ops.height:
         facts.append(("GPU kernels", "none"))
@@ -188,8 +199,6 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     )
     if cats.height:
         cats = cats.with_columns((pl.col("Time (ns)") * 100.0 / pl.col("Time (ns)").sum()).round(1).alias("Share (%)"))
-    # the impossible rows are left out of the phases too, as the finding says
-    phases = phase_table(trace, a["Idx"].cast(pl.Int64)) if bad else phase_times(trace)
     top = (
         a.select("Kernel", "Duration (ns)", "Category")  # three columns filtered, not every one
         .filter(~pl.col("Category").is_in(["memcpy", "memset"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kview.analysis.overview import build
@@ -11,10 +12,11 @@ if TYPE_CHECKING:
     from kview.trace import Trace
 
 
-def overview(trace: Trace) -> Document:
-    """What the trace is, how busy the GPU was, where the time went, and the findings."""
+def overview(trace: Trace, release: Callable[[], None] | None = None) -> Document:
+    """What the trace is, how busy the GPU was, where the time went, and the findings.
+    `release`: see build."""
 
-    o = build(trace)
+    o = build(trace, release=release)
     return Document(
         "Overview",
         (
