@@ -115,6 +115,41 @@ def _no_control(text: str) -> None:
     )
 
 
+def _tables_holding_the_attack():
+    import polars as pl
+
+    yield "text", pl.DataFrame({"Kernel": ["gemm", ATTACK], "n": [1, 2]})
+    yield "enum", pl.DataFrame({"Kernel": pl.Series(["gemm", ATTACK], dtype=pl.Enum(["gemm", ATTACK]))})
+    yield "categorical", pl.DataFrame({"Kernel": pl.Series(["gemm", ATTACK], dtype=pl.Categorical)})
+    yield "column name", pl.DataFrame({ATTACK: [1, 2]})
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "table"])
+def test_a_table_is_scanned_unless_its_cells_hold_no_control_character(fmt):
+    """The writers skip the scan of their output for a table whose cells and names hold no
+    control character: each way one can reach a table (a text cell, an Enum's or a
+    Categorical's names, a column name) still comes out shown, and a plain table as it is."""
+    import io
+
+    import polars as pl
+
+    from kview.output import render
+
+    for what, table in _tables_holding_the_attack():
+        buf = io.BytesIO()
+        render.write(table, fmt, buf)
+        out = buf.getvalue().decode()
+        assert CONTROL.search(out) is None, what
+        assert "\\x1b]52;c;" in out, what
+    plain = pl.DataFrame({"Kernel": ["gemm", "tab\tand é"], "n": [1, 2]})
+    fast, scanned = io.BytesIO(), io.BytesIO()
+    render.write(plain, fmt, fast)
+    shown = VisibleStream(scanned)
+    render._write_text(plain, fmt, shown)
+    shown.finish()
+    assert fast.getvalue() == scanned.getvalue()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_kernels_and_stats_in_every_format(attack_nsys, capsys, fmt, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")  # a terminal table wide enough to show whole names

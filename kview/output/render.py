@@ -20,7 +20,7 @@ from kview.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
 from kview.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.table_text import table_text, terminal_columns, wrap_text
-from kview.output.visible import VisibleStream, json_visible
+from kview.output.visible import IN_LINES, VisibleStream, json_visible
 
 if TYPE_CHECKING:
     from kview.documents import Document, Section
@@ -330,9 +330,34 @@ def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: in
     if fmt == "json":
         write_json(frame, out)
         return
+    if not _may_hold_controls(frame):
+        # only the cells can hold a control character (the layouts add none): a table whose
+        # cells hold none is written as it is, not scanned byte by byte on its way out (a
+        # million kernels' CSV is 1.8 GB, and the scan in Python was most of its CPU time)
+        _write_text(frame, fmt, out, decimals, width)
+        return
     shown = VisibleStream(out)
     _write_text(frame, fmt, cast(BinaryIO, shown), decimals, width)
     shown.finish()
+
+
+def _may_hold_controls(frame: pl.DataFrame) -> bool:
+    """Whether a cell or a column name of `frame` may hold a control character (visible.IN_LINES):
+    its text columns and the names of its categories (those present, for a Categorical) are looked at, in one pass of polars; a
+    column of any type other than text, numbers, booleans and times counts as one that may."""
+    if any(re.search(IN_LINES, c) for c in frame.columns):
+        return True
+    tests: dict[str, pl.Expr] = {}
+    for i, (c, t) in enumerate(frame.schema.items()):
+        if t == pl.String:
+            tests[f"c{i}"] = pl.col(c).str.contains(IN_LINES)
+        elif isinstance(t, (pl.Enum, pl.Categorical)):
+            names = t.categories if isinstance(t, pl.Enum) else frame[c].unique().cast(pl.String).drop_nulls()
+            if names.str.contains(IN_LINES).any():
+                return True
+        elif not (t.is_numeric() or t.is_temporal() or t in (pl.Boolean, pl.Null)):
+            return True
+    return frame.height > 0 and any(_any(frame, tests).values())
 
 
 def _write_text(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
