@@ -48,6 +48,23 @@ def test_overview_busy_share_and_findings():
     assert o.gaps["Idle (ns)"].to_list() == sorted(o.gaps["Idle (ns)"].to_list(), reverse=True)
 
 
+def test_overview_that_lets_the_ranges_go_is_the_same_and_never_makes_them_again():
+    """`kview overview` lets the NVTX ranges go once the Overview's tables of them are made: the
+    Overview is the same, and nothing after the release asks for the ranges again (they would
+    be made again, the seconds and the gigabyte the release is for)."""
+    from kview.analysis import nvtx_ranges
+
+    kept = build(open_trace(LM, use_cache=False))
+    trace = open_trace(LM, use_cache=False)
+    calls = []
+    let_go = build(trace, release=lambda: (calls.append(sorted(trace.store.held())), nvtx_ranges.release(trace)))
+    assert len(calls) == 1 and {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_nesting"} <= set(calls[0])
+    assert not trace.store.held() & {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges"}
+    assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)
+    for name in ("busy", "gaps", "categories", "phases", "top_kernels", "cpu_ops", "ranks", "critical_path"):
+        assert getattr(let_go, name).equals(getattr(kept, name)), name
+
+
 def test_overview_findings_on_public_vecadd():
     o = build(open_trace(PUBLIC / "vecadd_nsys2025.5.sqlite", use_cache=False))
     text = " ".join(o.findings)
