@@ -11,6 +11,7 @@ import pytest
 from test_tui import loaded
 from textual.widgets import Static
 
+from kview.analysis.attribution import attribute
 from kview.reports import cuda_gpu_kern_sum
 from kview.trace import open_trace
 from kview.tui.app import KviewApp
@@ -25,8 +26,16 @@ from conftest import ROOT, SAMPLES
 LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
 
 
+# for each fetch of the view below: whether the view in front (Kernels) had its whole document
+# by then (the app no longer waits for it, its kernels attributed): the other views fetch after
+# it, so the first table waits for none of them
+FETCHED_AFTER_THE_FRONT: list[bool] = []
+APP: list[KviewApp] = []
+
+
 def kernel_count(trace, use_cache: bool):
     """The view's document: the trace's kernel summary (its own worker fetches it)."""
+    FETCHED_AFTER_THE_FRONT.append(APP[-1].front is None and trace.store.peek(attribute) is not None)
     yield Stage("counting kernel names")
     yield KernelSummary(cuda_gpu_kern_sum(trace).frame)
 
@@ -62,9 +71,12 @@ def count_view():
 async def test_a_view_registered_here_is_shown_on_its_key(count_view):
     key = dict((cls.view_id, k) for k, cls in shown_by())[count_view.view_id]
     assert key == "x" and registered()[-1] is count_view
+    FETCHED_AFTER_THE_FRONT.clear()
     app = KviewApp([LM], use_cache=False)
+    APP.append(app)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)  # the loads, then the view's own worker (the summary reached it so)
+        assert FETCHED_AFTER_THE_FRONT == [True]
         view = app.views[count_view.view_id]
         await pilot.press(key)
         assert app.query_one("#tabs").active == count_view.view_id

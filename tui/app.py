@@ -118,6 +118,7 @@ class KviewApp(App):
         # the views that fetch once the one in front has its document (of the trace shown)
         self.waiting: list[View] = []
         self.front: View | None = None  # the view fetching first
+        self.fetching: set[str] = set()  # the views whose documents of it are still coming
         self.first_in = False  # the first view had its first document: the rest may start
         self.t0 = time.perf_counter()
         self._executor: _Unjoined | None = None  # the thread workers' (made on mount)
@@ -245,33 +246,35 @@ class KviewApp(App):
         front = self.active_view()
         self.front = front if front in views else None
         self.waiting = [v for v in views if v is not self.front]
+        self.fetching = {v.view_id for v in views}
         if self.front is not None:
             self.front.fetch(trace)
-        else:
-            self._fetch_waiting(trace)
+        else:  # the view in front shows every trace: none to wait for
+            self._front_done(trace)
 
-    def _fetch_waiting(self, trace: Trace | Snapshot) -> None:
+    def _front_done(self, trace: Trace | Snapshot) -> None:
+        """The view in front has its document: the others fetch theirs, and (the first time)
+        the views of every trace may start."""
+        self.front = None
         waiting, self.waiting = self.waiting, []
         for view in waiting:
             view.fetch(trace)
+        if not self.first_in:
+            self.first_in = True
+            self._compare_when_all_in()
 
     @on(FetchDone)
     def _fetch_done(self, m: FetchDone) -> None:
-        """The view in front has its document: the others fetch theirs, and the views of every
-        trace may start."""
-        if m.trace is not self.opened.get(self.current) or self.front is None or m.view_id != self.front.view_id:
+        if m.trace is not self.opened.get(self.current):  # a trace shown before
             return
-        self.front = None
-        if self.current in self.failed:
-            return
-        self._fetch_waiting(m.trace)
-        if not self.first_in:
-            self.first_in = True
-            # What a load leaves lives as long as the session: out of the garbage collector's
-            # sight, a full collection no longer walks it in the middle of a keystroke (80 ms on
-            # a 45k-kernel trace's explorer; a held key's redraws are 1-10 ms).
+        self.fetching.discard(m.view_id)
+        if self.front is not None and m.view_id == self.front.view_id:
+            self._front_done(m.trace)
+        if not self.fetching and not self.waiting:
+            # What the views hold lives as long as the session: out of the garbage collector's
+            # sight, a full collection no longer walks it in the middle of a keystroke (80 ms
+            # on a 45k-kernel trace's explorer; a held key's redraws are 1-10 ms).
             gc.freeze()
-            self._compare_when_all_in()
 
     @on(FetchFailed)
     def _fetch_failed(self, m: FetchFailed) -> None:
@@ -342,7 +345,7 @@ class KviewApp(App):
             view.forget_trace()
         for view in self.one_trace_views():
             view.reset()
-        self.waiting, self.front = [], None
+        self.waiting, self.front, self.fetching = [], None, set()
         if index in self.opened:  # else once it is open (a large run's traces open when shown)
             self.fetch_views(self.opened[index])
         self.start_load(index)
