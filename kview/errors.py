@@ -17,6 +17,7 @@ except ImportError:  # not on this system
     resource = None  # type: ignore[assignment]
 
 from kview.io import memory_budget
+from kview.notation import binary_bytes
 
 
 def shown(path) -> str:
@@ -83,7 +84,7 @@ def memory_limit() -> str:
         if memory_budget._limit is not None or os.environ.get(memory_budget.ENV, "").strip():
             total, why = memory_budget.budget()
             if total is not None:
-                parts.append(f"{memory_budget.human(total)} from {why}")
+                parts.append(f"{binary_bytes(total)} from {why}")
     except Exception:  # the budget's own parse errors are said where it is read
         pass
     limit = address_space_limit()

@@ -220,9 +220,8 @@ def test_cut_names_read_the_same_whatever_order_the_rows_come_in():
     (polars' unique() differs between runs) must not decide which clash is settled first."""
     import random
 
-    from kview.output.format import distinct_short_names
+    from kview.notation import distinct_cuts, distinct_short_names
     from kview.reports import cuda_gpu_kern_sum
-    from kview.tui.widgets.frame_table import distinct_cuts
 
     names = distinct_short_names(cuda_gpu_kern_sum(open_trace(LM)).frame["Name"]).to_list()
     for width in (14, 23, 30):

@@ -149,8 +149,7 @@ def attributed(trace: Trace) -> pl.DataFrame:
     filter read derived once (`_short`, `_name`, `_range`), so no keystroke pays for them."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.attribution import attribute
-    from kview.notation import short_names
-    from kview.output.format import distinct_short_names
+    from kview.notation import distinct_short_names, short_names
 
     def make() -> pl.DataFrame:
         table = attribute(trace)

@@ -34,7 +34,7 @@ from kview.analysis import allocator_blocks
 from kview.errors import TraceError
 from kview.io import snapshot_pickle
 from kview.io.paths import named
-from kview.notation import human_bytes
+from kview.notation import exact_bytes, human_ms
 
 if TYPE_CHECKING:
     from kview.trace import Trace
@@ -560,11 +560,8 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
     f = tl.facts
     top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0) if tl.series.height else (0, 0)
 
-    def exact(n: int) -> str:
-        return f"{human_bytes(n)} ({n:,} B)"
-
     def versus(torch_value: int, ours: int) -> str:
-        return f"{exact(torch_value)}, {(torch_value / max(ours, 1) - 1) * 100:+.2f}% vs the replay"
+        return f"{exact_bytes(torch_value)}, {(torch_value / max(ours, 1) - 1) * 100:+.2f}% vs the replay"
 
     rows = [
         ("Source", "the allocator snapshot (every block, with the Python call site that asked for it)"),
@@ -573,14 +570,12 @@ def summary(tl: MemoryTimeline) -> list[tuple[str, str]]:
         ("Events", f"{tl.events.height:,}"),
         (
             "Span",
-            f"{(int(tl.series.select(pl.col('t').max()).item() or 0) - tl.start) / 1e6:,.3f} ms"
-            if tl.series.height
-            else "-",
+            human_ms(int(tl.series.select(pl.col("t").max()).item() or 0) - tl.start, 3) if tl.series.height else "-",
         ),
-        ("Peak allocated (blocks)", exact(pk["allocated"])),
-        ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
-        ("Peak requested", exact(int(top[0] or 0))),
-        ("Peak reserved", exact(int(top[1] or 0))),
+        ("Peak allocated (blocks)", exact_bytes(pk["allocated"])),
+        ("Peak at", f"{human_ms(pk['t'] - tl.start, 3)}, event {pk['idx']:,}" if pk["t"] is not None else "-"),
+        ("Peak requested", exact_bytes(int(top[0] or 0))),
+        ("Peak reserved", exact_bytes(int(top[1] or 0))),
         (
             "Phases from",
             "the trace's NVTX"

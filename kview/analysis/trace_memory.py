@@ -35,7 +35,7 @@ from kview.io.schema import (
     MEMORY_USAGE,
     PID_MASK,
 )
-from kview.notation import human_bytes
+from kview.notation import exact_bytes, human_ms
 from kview.trace import Trace
 
 KINETO, NSYS = "kineto", "nsys"
@@ -310,23 +310,20 @@ def summary(tl: mt.MemoryTimeline) -> list[tuple[str, str]]:
 
     pk = tl.peak
 
-    def exact(n: int) -> str:
-        return f"{human_bytes(n)} ({n:,} B)"
-
     res, end = tl.series.select(pl.col("reserved").max(), pl.col("t").max()).row(0)
     rows = [
         ("Source", tl.facts.get("source", tl.source)),
         ("Trace", tl.name),
         ("Device", "CPU (host allocations)" if tl.device == CPU_DEVICE else str(tl.device)),
         ("Events", f"{tl.events.height:,}"),
-        ("Span", f"{(end - tl.start) / 1e6:,.3f} ms from the trace's start" if end is not None else "-"),
-        (f"Peak {level_name(tl)}", exact(int(pk["allocated"] or 0))),
-        ("Peak at", f"{(pk['t'] - tl.start) / 1e6:,.3f} ms, event {pk['idx']:,}" if pk["t"] is not None else "-"),
+        ("Span", f"{human_ms(end - tl.start, 3)} from the trace's start" if end is not None else "-"),
+        (f"Peak {level_name(tl)}", exact_bytes(int(pk["allocated"] or 0))),
+        ("Peak at", f"{human_ms(pk['t'] - tl.start, 3)}, event {pk['idx']:,}" if pk["t"] is not None else "-"),
     ]
     if res is not None:
-        rows.append(("Peak reserved (torch memory_reserved)", exact(int(res))))
+        rows.append(("Peak reserved (torch memory_reserved)", exact_bytes(int(res))))
     if tl.facts.get("static") is not None:
-        rows.append(("Device static memory (module globals, not in the level)", exact(int(tl.facts["static"]))))
+        rows.append(("Device static memory (module globals, not in the level)", exact_bytes(int(tl.facts["static"]))))
     rows.append(
         (
             "Live at the peak",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from kview.notation import binary_bytes
 from kview.warning import warn_once
 
 PEAK_PER_TEXT_BYTE = 4  # peak RSS / JSON text size, with headroom over the measured 2.6
@@ -70,24 +71,17 @@ def json_text_limit() -> tuple[int | None, str]:
     return (None if total is None else total // PEAK_PER_TEXT_BYTE), why
 
 
-def human(n: int) -> str:
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def too_large(limit: int, why: str) -> str:
     """The problem text of a TraceError for JSON over `limit`."""
     total = limit * PEAK_PER_TEXT_BYTE
     source = (
-        f"--max-memory {human(total)}"
+        f"--max-memory {binary_bytes(total)}"
         if why == "--max-memory"
-        else f"{ENV}={human(total)}"
+        else f"{ENV}={binary_bytes(total)}"
         if why == ENV
-        else f"the {human(total)} of memory available"
+        else f"the {binary_bytes(total)} of memory available"
     )
     return (
-        f"inflates to more than {human(limit)} of JSON, more than kview can decode within {source}; "
+        f"inflates to more than {binary_bytes(limit)} of JSON, more than kview can decode within {source}; "
         f"give --max-memory SIZE (or set {ENV}) to allow more"
     )

@@ -42,6 +42,7 @@ from typing import cast
 from kview.errors import TraceError
 from kview.io import memory_budget
 from kview.io.paths import named
+from kview.notation import binary_bytes
 
 KVIEW_KEY = "kview"
 SUFFIX = ".memory.pickle"  # the snapshot `kview capture --memory` writes beside TRACE: TRACE's stem + SUFFIX
@@ -90,7 +91,7 @@ def _budget() -> tuple[int | None, str]:
 def _over_budget(path: Path, what: str, limit: int, source: str) -> TraceError:
     return TraceError(
         path,
-        f"{what}, more than {source} {memory_budget.human(limit)} allows; "
+        f"{what}, more than {source} {binary_bytes(limit)} allows; "
         f"give --max-memory SIZE (or set {memory_budget.ENV}) to allow more",
     )
 
@@ -212,7 +213,7 @@ def _read(path: Path, opener, limit: int | None, source: str) -> tuple[bytearray
             if limit is not None and need > limit:
                 raise _over_budget(
                     path,
-                    f"would take more than {memory_budget.human(need)} to unpickle",
+                    f"would take more than {binary_bytes(need)} to unpickle",
                     limit,
                     source,
                 )

@@ -18,6 +18,7 @@ import polars as pl
 
 from kview.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
 from kview.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
+from kview.notation import fixed
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.table_text import table_text, terminal_columns, wrap_text
 from kview.output.visible import IN_LINES, VisibleStream, json_visible
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 
 
 def _fixed(d: int) -> Callable[[pl.Series], pl.Series]:
-    """Numbers as text with `d` decimals, as nsys prints them."""
-    return lambda s: pl.Series([None if v is None else f"{v:.{d}f}" for v in s.to_list()], dtype=pl.String)
+    """Numbers as text with `d` decimals, as nsys prints them (notation.fixed)."""
+    return lambda s: pl.Series(fixed(s.to_list(), d), dtype=pl.String)
 
 
 def _as_text(frame: pl.DataFrame, decimals: dict[str, int] | None, kept: Callable[[pl.DataType], bool]) -> pl.DataFrame:

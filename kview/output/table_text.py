@@ -9,28 +9,9 @@ import shutil
 import sys
 from collections.abc import Iterable, Sequence
 
-from kview.output.format import (
-    NAME_COLUMNS,
-    NAME_HEAD,
-    SECONDARY_COLUMNS,
-    cut,
-    cut_how,
-    distinct_cuts,
-    header_lines,
-    longest_word,
-)
+from kview.notation import NAME_COLUMNS, NAME_HEAD, cut, cut_how, distinct_cuts, grouped
+from kview.output.format import SECONDARY_COLUMNS, header_lines, longest_word
 from kview.output.visible import visible
-
-
-def _group_digits(v: str) -> str:
-    """1234567.5 -> 1,234,567.5 as nsys's console tables show numbers."""
-    neg = v.startswith("-")
-    v = v[1:] if neg else v
-    whole, dot, frac = v.partition(".")
-    if whole.isdigit():
-        whole = f"{int(whole):,}"
-    return ("-" if neg else "") + whole + dot + frac
-
 
 # The width terminal tables are fitted to when the caller names none: None asks the terminal
 # (COLUMNS, else the terminal on stdout; a pipe or a file is not fitted), 0 fits nothing.
@@ -128,14 +109,11 @@ def table_text(
 ) -> str:
     """A plain aligned table for a terminal: numbers right-aligned with thousands separators and
     never cut; fitted to `width` (None: the terminal's; 0: not fitted) by wrapping headers
-    between words, shortening text as the explorer does (format.cut, distinct_cuts), and,
+    between words, shortening text as the explorer does (notation.cut, distinct_cuts), and,
     only when that is not enough, leaving columns out (named on the last line). `texts` are
     the rows as text (None: NULL), `numeric` says which columns are numbers."""
     width = terminal_columns() if width is None else width
-    rows = [
-        [("" if v is None else (_group_digits(v) if numeric[i] else visible(v))) for i, v in enumerate(r)]
-        for r in texts
-    ]
+    rows = [[("" if v is None else (grouped(v) if numeric[i] else visible(v))) for i, v in enumerate(r)] for r in texts]
     columns = [visible(c) for c in columns]
     values = [max([0] + [len(r[i]) for r in rows]) for i in range(len(columns))]
     if width:

@@ -23,8 +23,8 @@ from textual.widgets import Input, Static
 
 from kview.analysis import filters
 from kview.analysis.kernel_groups import STATS, frequency, group_stats
-from kview.notation import bar, fmt_ns
-from kview.output.format import SECONDARY_COLUMNS, distinct_short_names
+from kview.notation import bar, distinct_short_names, fmt_ns
+from kview.output.format import SECONDARY_COLUMNS
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import kernels_document
 from kview.tui.messages import (

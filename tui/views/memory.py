@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from kview.analysis import memory_timeline as mt
 from kview.analysis.trace_memory import level_name
-from kview.notation import human_bytes, human_ms
+from kview.notation import exact_bytes, human_bytes, human_ms
 from kview.output.memory_plot import plot
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import memory_document, snapshot_document
@@ -71,7 +71,7 @@ class MemoryView(View):
             return MemoryView.trace_head(tl)
         head = Text()
         head.append("Peak ", style="bold")
-        head.append(f"{human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
+        head.append(exact_bytes(pk["allocated"]))
         if pk["t"] is not None:
             head.append(f" at {human_ms(pk['t'] - tl.start)}")
         top = tl.series.select(pl.col("requested").max(), pl.col("reserved").max()).row(0)
@@ -91,7 +91,7 @@ class MemoryView(View):
         pk = tl.peak
         head = Text()
         head.append("Peak ", style="bold")
-        head.append(f"{level_name(tl)} {human_bytes(pk['allocated'])} ({pk['allocated']:,} B)")
+        head.append(f"{level_name(tl)} {exact_bytes(pk['allocated'])}")
         if pk["t"] is not None:
             head.append(f" at {human_ms(pk['t'] - tl.start)}")
         if (res := tl.series.select(pl.col("reserved").max()).item()) is not None:

@@ -14,13 +14,12 @@ from textual.widgets import Input, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from kview.analysis.nvtx_tree import ops_in_windows
-from kview.notation import bar, fmt_ns
+from kview.notation import bar, cut, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import nvtx_document
 from kview.tui.messages import NvtxTree, OpenKernels, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
-from kview.tui.widgets.frame_table import cut
 
 NAME_WIDTH = 60
 

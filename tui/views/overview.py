@@ -18,13 +18,13 @@ from textual.geometry import Region
 from textual.reactive import var
 from textual.widgets import Input, Static
 
-from kview.output.format import shown_kernel_names
+from kview.notation import fmt_cell, shown_kernel_names
 from kview.tui.keymap import VIEW_KEYS, bindings
 from kview.tui.loading import overview_document
 from kview.tui.messages import OverviewReady
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
-from kview.tui.widgets.frame_table import CATEGORY_COLOURS, fmt_cell
+from kview.tui.widgets.frame_table import CATEGORY_COLOURS
 
 NAME_WIDTH = 70  # the widest a column of a section gets
 TRACE = "Trace"  # the facts: a grid without header

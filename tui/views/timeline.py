@@ -28,7 +28,7 @@ from kview.analysis import chrome_trace, filters
 from kview.analysis import timeline as tl_
 from kview.documents import Document
 from kview.documents.timeline import window
-from kview.notation import fmt_ns
+from kview.notation import fmt_ns, human_ms
 from kview.output import chrome_json
 from kview.tui.clipboard import copy_dir
 from kview.tui.export import free_path
@@ -58,7 +58,7 @@ PLAIN, DIM, BOLD, REVERSE = Style(), Style(dim=True), Style(bold=True), Style(re
 
 def fmt_at(ns: float) -> str:
     """A point in time from the trace's start, to the µs."""
-    return f"{ns / 1e6:,.3f} ms"
+    return human_ms(ns, 3)
 
 
 @dataclass

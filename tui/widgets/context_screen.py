@@ -11,8 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from kview.analysis.kernel_context import KernelContext
-from kview.notation import fmt_ns
-from kview.output.format import distinct_short_names
+from kview.notation import distinct_short_names, fmt_ns
 from kview.tui.keymap import HELP_SCREEN_KEYS, bindings
 
 

@@ -24,15 +24,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kview.notation import fmt_cell  # noqa: F401 - the one cell format, re-exported
-from kview.output.format import (  # noqa: F401 - cut and distinct_cuts: the one scheme, re-exported
-    NAME_COLUMNS,
-    cut,
-    cut_how,
-    distinct_cuts,
-    fit_header,
-    shrink_headers,
-)
+from kview.notation import NAME_COLUMNS, cut, cut_how, distinct_cuts, fmt_cell
+from kview.output.format import fit_header, shrink_headers
 from kview.output.visible import visible
 from kview.tui.keymap import TABLE_KEYS, bindings
 
