@@ -516,7 +516,7 @@ def cmd_stats(args) -> int:
             if holdings(trace)["CPU ops"]:
                 parts.append(f"no GPU kernels; `kview kernels {args.trace}` summarizes the CPU op times")
         if parts:
-            _note(trace, "; ".join(parts))
+            _say(["; ".join(parts)], trace)
 
     if args.output:
         documents = {
@@ -579,11 +579,6 @@ def cmd_kernels(args) -> int:
     doc = kernels(trace, pred, args.absolute, args.filter, table)
     _say(doc.notes, trace)
     return _show(args, doc, stream=True)
-
-
-def _note(trace, text: str) -> None:
-    """A remark about the trace on stderr, so stdout stays the document."""
-    print(f"kview: {trace.name}: {text}", file=sys.stderr)
 
 
 def cmd_layers(args) -> int:
@@ -883,7 +878,7 @@ def cmd_timeline(args) -> int:
         tl = timeline.of_run([timeline.build(t, cpu=cpu) for t in run.traces], run.units, names, clock)
         title = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]} .. {names[-1]})"
     if not tl.rows:
-        _note(trace, "nothing to put on a timeline (no GPU ops, CUDA API calls or NVTX ranges)")
+        _say(["nothing to put on a timeline (no GPU ops, CUDA API calls or NVTX ranges)"], trace)
     t0 = tl.span[0] if t_from is None else t_from
     t1 = tl.span[1] if t_to is None else t_to
     if t1 <= t0:
