@@ -99,3 +99,25 @@ def test_short_names_drop_template_arguments_and_parameters_only():
             "k", ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2, T3)"]
         )
     ).to_list() == ["at::native::vectorized_elementwise_kernel<…>"]
+
+
+def test_one_grouping_of_digits_for_the_terminal_table_and_the_explorer():
+    """A terminal table groups the digits of a cell's text (`grouped`), the explorer formats the
+    value (`fmt_cell`): the same figures read the same, and a size to the byte and a span to the
+    µs say the digits Python's own grouping says. Values from the sample's kernel summary."""
+    from kview.notation import exact_bytes, fixed, fmt_cell, grouped, human_ms
+
+    frame = cuda_gpu_kern_sum(open_trace(LM, use_cache=False)).frame
+    totals = frame["Total Time (ns)"].to_list()
+    averages = frame["Avg (ns)"].to_list()
+    assert len(totals) > 10 and any(t >= 1_000_000 for t in totals)
+    for t in totals + [-t for t in totals]:
+        assert grouped(str(t)) == fmt_cell(t) == format(t, ",")
+    for a in averages:
+        assert grouped(fixed([a], 1)[0]) == fmt_cell(a) == format(a, ",.1f")
+        assert grouped(fixed([-a], 3)[0]) == fmt_cell(-a, 3)
+    assert [grouped(v) for v in ("nan", "inf", "-inf")] == ["nan", "inf", "-inf"]
+    assert fixed([None, 2.5], 2) == [None, "2.50"]
+    total = sum(totals)
+    assert exact_bytes(total).endswith(f" ({total:,} B)")
+    assert human_ms(total, 3) == f"{total / 1e6:,.3f} ms"
