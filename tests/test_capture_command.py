@@ -163,6 +163,7 @@ def test_commands_that_cannot_be_profiled_are_refused_in_one_line(tmp_path, cmd,
     assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.nightly  # two torch processes and a process group on the CPU: among the slowest of the default run
 def test_two_gloo_ranks_under_torchrun_write_one_trace_each(tmp_path):
     out = tmp_path / "ddp.sqlite"
     r = kview(

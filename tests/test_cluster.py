@@ -231,6 +231,7 @@ def test_cli_compare_ranks_from_the_summaries_equals_compare_ranks(client, ddp, 
     assert capsys.readouterr().err.strip() == "kview: --metric cpu applies to ranges only (use --by range)"
 
 
+@pytest.mark.nightly  # the slowest of the default run (a cluster and the explorer): the CLI's cluster tests run by default
 async def test_the_explorer_opens_a_run_from_its_summaries_and_loads_a_rank_when_shown(client, ddp, tmp_path):
     """`kview run/ --cluster local:2`, the summaries a first run left in the cache folder (so no
     cluster starts here): the Ranks view and Compare of the ranks come from the summaries, equal
