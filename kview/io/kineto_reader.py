@@ -19,7 +19,9 @@ microseconds is off by up to a few hundred ns), and end = start + duration.
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
+import itertools
 import json
 import math
 import os
@@ -27,6 +29,7 @@ import re
 import threading
 import zlib
 from pathlib import Path
+from typing import Any, cast
 
 import polars as pl
 
@@ -195,7 +198,7 @@ def _doc(path: Path, text: str, at: int, bare: bool) -> dict:
                     doc[key] = _DECODER.raw_decode(text, m.end())[0]
                 except (ValueError, RecursionError):  # a header kview cannot read is one it does without
                     pass
-    doc["traceEvents"] = _events(path, text, at, bare)
+    doc["traceEvents"] = FastEvents.of(path, text, bare) or _events(path, text, at, bare)
     return doc
 
 
@@ -215,17 +218,22 @@ def _events(path: Path, text: str, i: int, bare: bool):
             raise TraceError(path, "is truncated trace JSON (the events list never ends)")
         if text[i] == "]":
             return
-        try:
-            obj, i = _DECODER.raw_decode(text, i)
-        except json.JSONDecodeError as e:
-            raise TraceError(path, f"is not valid trace JSON ({e.msg} at character {e.pos})") from None
-        except RecursionError:  # the C decoder stops at the interpreter's depth limit: linear, bounded
-            raise TraceError(
-                path, f"is not a torch.profiler trace (an event nests deeper than {_depth()} levels)"
-            ) from None
-        except ValueError as e:  # an integer of more than Python's 4300 digits
-            raise TraceError(path, f"is not a torch.profiler trace ({str(e)[:80]})") from None
+        obj, i = _decode_one(path, text, i)
         yield obj
+
+
+def _decode_one(path: Path, text: str, i: int):
+    """The JSON value at text[i:] and where it ends, or TraceError saying what is wrong."""
+    try:
+        return _DECODER.raw_decode(text, i)
+    except json.JSONDecodeError as e:
+        raise TraceError(path, f"is not valid trace JSON ({e.msg} at character {e.pos})") from None
+    except RecursionError:  # the C decoder stops at the interpreter's depth limit: linear, bounded
+        raise TraceError(
+            path, f"is not a torch.profiler trace (an event nests deeper than {_depth()} levels)"
+        ) from None
+    except ValueError as e:  # an integer of more than Python's 4300 digits
+        raise TraceError(path, f"is not a torch.profiler trace ({str(e)[:80]})") from None
 
 
 def ns_from_us_text(c: pl.Expr) -> pl.Expr:
@@ -245,6 +253,18 @@ def ns_from_us_text(c: pl.Expr) -> pl.Expr:
         .then((c.cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64))
         .otherwise(ns)
     )
+
+
+# Microseconds as Kineto writes them (up to 15 digits, up to three decimals): ns_from_us_text's
+# value in fewer string passes.
+PLAIN_US = r"^[0-9]{1,15}(?:\.[0-9]{1,3})?$"
+
+
+def ns_from_plain_us_text(c: pl.Expr) -> pl.Expr:
+    """ns_from_us_text of a column of PLAIN_US text (or nulls)."""
+    parts = c.str.split_exact(".", 1)
+    frac = (parts.struct.field("field_1").fill_null("") + "000").str.slice(0, 3)
+    return parts.struct.field("field_0").cast(pl.Int64) * 1000 + frac.cast(pl.Int64)
 
 
 ID_DIGITS = 19  # the most digits of an id kview keeps (a 64-bit integer)
@@ -350,150 +370,545 @@ DTYPE_BYTES = {
 }
 
 
-def _collective_bytes(a: dict) -> int | None:
+def _collective_bytes(a: Args) -> int | None:
     """The buffer size of a collective kernel (PyTorch >= 2.1 writes its c10d arguments on it):
     the larger of its input and output element counts times the element size, as nccl-tests
     reports a collective's size (an AllGather's output, a ReduceScatter's input)."""
-    size = DTYPE_BYTES.get(str(a.get("dtype")))
-    counts = [n for n in (_int(a.get("In msg nelems")), _int(a.get("Out msg nelems"))) if n is not None]
+    size = DTYPE_BYTES.get(str(a.dtype))
+    counts = [n for n in (_int(a.in_nelems), _int(a.out_nelems)) if n is not None]
     return max(counts) * size if size and counts else None
 
 
-def _is_legacy_user_range(name: str, a: dict) -> bool:
+def _is_legacy_user_range(name: str, a: Args) -> bool:
     """PyTorch <= 1.9 filed record_function ranges (ProfilerStep#5, user labels) as `Operator`:
     they are the ones without a namespace, autograd sequence number or input tensors."""
-    return (
-        "::" not in name
-        and a.get("Sequence number") is None
-        and not any(a.get("Input Dims", a.get("Input dims")) or [])
+    return "::" not in name and a.seq is None and not any(_value(_dims(a)) or [])
+
+
+CHUNK_EVENTS = 1 << 14  # events decoded and sorted into columns at a time: memory holds one chunk's objects
+_NONE3 = (None, None, None)
+_I64 = (-(1 << 63), 1 << 63)
+_INT_TYPES = {int, type(None)}
+_TEXT_TYPES = {str, int, float, bool, type(None)}
+# how a range's text is made: its name (record_function), op_text (CPU ops), the module's name
+_NAME, _OP, _MODULE = 0, 1, 2
+
+
+class _Absent:
+    """A key the event does not have (where that differs from a null)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+# An event's fields the reader uses, as attributes: (attribute, JSON key, value where absent).
+EVENT_FIELDS = (
+    ("ph", "ph", None),
+    ("cat", "cat", ""),
+    ("name", "name", ""),
+    ("pid", "pid", None),
+    ("tid", "tid", None),
+    ("ts", "ts", ABSENT),
+    ("dur", "dur", 0),
+)
+ARG_FIELDS = (
+    ("device", "device", ABSENT),
+    ("context", "context", None),
+    ("stream", "stream", ABSENT),
+    ("correlation", "correlation", None),
+    ("grid", "grid", None),
+    ("block", "block", None),
+    ("registers", "registers per thread", None),
+    ("smem", "shared memory", None),
+    ("collective", "Collective name", ABSENT),
+    ("dtype", "dtype", None),
+    ("in_nelems", "In msg nelems", None),
+    ("out_nelems", "Out msg nelems", None),
+    ("bytes", "bytes", None),
+    ("seq", "Sequence number", None),
+    ("ext", "External id", None),
+    ("dims", "Input Dims", ABSENT),
+    ("dims_old", "Input dims", None),  # before PyTorch 1.9
+    ("name", "name", ""),
+    ("device_type", "Device Type", None),
+    ("device_id", "Device Id", None),
+    ("alloc_bytes", "Bytes", None),
+    ("total_allocated", "Total Allocated", None),
+    ("total_reserved", "Total Reserved", None),
+    ("addr", "Addr", None),
+)
+
+
+class Args:
+    """An event's args (the fields the reader uses), from a decoded dict."""
+
+    __slots__ = tuple(f[0] for f in ARG_FIELDS)
+    device: Any
+    context: Any
+    stream: Any
+    correlation: Any
+    grid: Any
+    block: Any
+    registers: Any
+    smem: Any
+    collective: Any
+    dtype: Any
+    in_nelems: Any
+    out_nelems: Any
+    bytes: Any
+    seq: Any
+    ext: Any
+    dims: Any
+    dims_old: Any
+    name: Any
+    device_type: Any
+    device_id: Any
+    alloc_bytes: Any
+    total_allocated: Any
+    total_reserved: Any
+    addr: Any
+
+    def __init__(self, a: dict):
+        for attr, key, absent in ARG_FIELDS:
+            setattr(self, attr, a.get(key, absent))
+
+
+NO_ARGS = Args({})
+
+
+class Event:
+    """A Complete, Metadata or Instant event (the fields the reader uses), from a decoded dict."""
+
+    __slots__ = (*(f[0] for f in EVENT_FIELDS), "args")
+    ph: Any
+    cat: Any
+    name: Any
+    pid: Any
+    tid: Any
+    ts: Any
+    dur: Any
+    args: Args
+
+    def __init__(self, e: dict):
+        for attr, key, absent in EVENT_FIELDS:
+            setattr(self, attr, e.get(key, absent))
+        a = e.get("args")
+        self.args = Args(a) if type(a) is dict else NO_ARGS  # args of another kind: none
+
+
+def event(e) -> Event | None:
+    """A decoded event as the reader reads it: None for anything but a JSON object."""
+    return Event(e) if type(e) is dict else None
+
+
+def _dims(a) -> Any:
+    return a.dims if a.dims is not ABSENT else a.dims_old
+
+
+def _raw_type() -> type | None:
+    """msgspec.Raw, the fast decoder's undecoded JSON (of input dims), where it is installed."""
+    fast = _fast_decoder()
+    return fast[0].Raw if fast else None
+
+
+def _value(v: Any) -> Any:
+    """v, decoded where it is the fast decoder's undecoded JSON."""
+    if type(v) is not _raw_type():
+        return v
+    try:
+        return _DECODER.decode(bytes(cast(Any, v)).decode())
+    except RecursionError:
+        raise ValueError("an event nests too deep") from None
+
+
+def _valid_id(v) -> bool:
+    """_int(v) is not None, without the call for a plain integer."""
+    return _I64[0] <= v < _I64[1] if type(v) is int else _int(v) is not None
+
+
+def _ints(values: list) -> pl.Series:
+    """_int over a column: one of plain integers (and nulls) goes to polars as it is."""
+    if set(map(type, values)) <= _INT_TYPES:
+        try:
+            return pl.Series(values, dtype=pl.Int64)
+        except (TypeError, OverflowError):  # an integer over 64 bits: _int reads it as no id
+            pass
+    return pl.Series([_int(v) for v in values], dtype=pl.Int64)
+
+
+def _texts(values: list) -> pl.Series:
+    """Timestamps and durations as their decimal text (integers as their digits)."""
+    odd = set(map(type, values)) - _TEXT_TYPES
+    if odd:
+        raise TypeError(f"a timestamp or duration of type {next(iter(odd)).__name__}")
+    return pl.Series(values, dtype=pl.String, strict=False)
+
+
+def _strs(values: list) -> pl.Series:
+    """str() of each value: names as the reader has always read them."""
+    if not set(map(type, values)) <= {str}:
+        values = [v if type(v) is str else str(v) for v in values]
+    return pl.Series(values, dtype=pl.String)
+
+
+def _triples(values: list) -> list[pl.Series]:
+    """A kernel's grid or block ([x, y, z]) as three id columns."""
+    values = [v or _NONE3 for v in values]
+    if not set(map(type, values)) <= {list, tuple}:
+        raise TypeError("a kernel's grid or block is not a list")
+    if min(map(len, values)) < 3:
+        raise ValueError("a kernel's grid or block has fewer than three sizes")
+    return [_ints([v[i] for v in values]) for i in range(3)]
+
+
+def _sizes_texts(dims: list) -> pl.Series:
+    """_sizes over a column. Nested lists of integers print as Python prints them (repr, in C),
+    which is PyTorch's form, and Kineto writes them so: the fast decoder's JSON text of them is
+    that already. Polars checks each is only integers and brackets nested at most SIZES_DEPTH
+    deep; the others (scalars, floats, -0, other spacing, deeper lists) go through _sizes."""
+    raw_type = _raw_type()
+    texts: list[str | None] = []
+    slow = []
+    for i, d in enumerate(dims):
+        t = type(d)
+        if t is raw_type:
+            b = bytes(d)
+            texts.append(None if b == b"null" else b.decode())
+        elif t is list:
+            try:
+                texts.append(repr(d))
+            except (RecursionError, ValueError):  # nested past the interpreter's depth, an int of 4300+ digits
+                texts.append(None)
+                slow.append(i)
+        else:
+            texts.append(None)
+            if d is not None:
+                slow.append(i)
+    s = pl.Series(texts, dtype=pl.String)
+    # PyTorch's form already (Kineto writes ", " between items): integers and brackets only, no -0
+    ok = s.str.contains(r"^(?:[\[\]0-9-]|, )*$") & ~s.str.contains(r"(?:^|[\[ ])-0")
+    deep = (s.str.count_matches("[", literal=True) > SIZES_DEPTH).fill_null(False)
+    if deep.any():  # nested deeper than SIZES_DEPTH: each pass removes the innermost level
+        nest = s.filter(deep).str.replace_all(r"[^\[\]]", "")
+        for _ in range(SIZES_DEPTH):
+            nest = nest.str.replace_all("[]", "", literal=True)
+        ok = ok & pl.Series([True] * len(s)).scatter(deep.arg_true(), nest == "")
+    slow += (s.is_not_null() & ~ok).arg_true().to_list()
+    if slow:
+        s = s.scatter(slow, [_sizes(_value(dims[i])) for i in slow])
+    return s
+
+
+def _timing(ev: list) -> dict[str, pl.Series]:
+    return {"ts": _texts([e.ts for e in ev]), "dur": _texts([e.dur for e in ev])}
+
+
+def _kernel_part(ev: list) -> pl.DataFrame:
+    a = [e.args or NO_ARGS for e in ev]
+    grid, block = _triples([x.grid for x in a]), _triples([x.block for x in a])
+    return pl.DataFrame(
+        {
+            **_timing(ev),
+            "device": _ints([x.device if x.device is not ABSENT else e.pid for e, x in zip(ev, a)]),
+            "context": _ints([x.context for x in a]),
+            "stream": _ints([x.stream if x.stream is not ABSENT else e.tid for e, x in zip(ev, a)]),
+            "correlation": _ints([x.correlation for x in a]),
+            "name": _strs([e.name for e in ev]),
+            "grid_x": grid[0],
+            "grid_y": grid[1],
+            "grid_z": grid[2],
+            "block_x": block[0],
+            "block_y": block[1],
+            "block_z": block[2],
+            "registers": _ints([x.registers for x in a]),
+            "smem": _ints([x.smem for x in a]),
+            "coll_bytes": _ints([None if x.collective is ABSENT else _collective_bytes(x) for x in a]),
+        }
     )
 
 
-class KinetoFrames:
-    """All frames of one Kineto trace, built in one pass over its events."""
+def _runtime_part(ev: list, driver: list[int]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            **_timing(ev),
+            "event_class": pl.Series(driver, dtype=pl.Int64),
+            "pid": _ints([e.pid for e in ev]),
+            "tid": _ints([e.tid for e in ev]),
+            "correlation": _ints([(e.args or NO_ARGS).correlation for e in ev]),
+            "name": _strs([e.name for e in ev]),
+        }
+    )
 
-    def __init__(self, path: Path, doc: dict):
-        self.path = path
-        ev = doc["traceEvents"]
-        kern, rt, cpy, mset, ranges, mem = [], [], [], [], [], []
-        procs = {}
-        unread: dict[str, int] = {}
-        for e in ev:
-            if not isinstance(e, dict):
+
+def _copy_kind(name: str) -> int:
+    return next((v for k, v in MEMCPY_KINDS.items() if f" {k} " in f" {name} "), 0)
+
+
+def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
+    a = [e.args or NO_ARGS for e in ev]
+    cols = {
+        **_timing(ev),
+        "device": _ints([x.device if x.device is not ABSENT else e.pid for e, x in zip(ev, a)]),
+        "stream": _ints([x.stream if x.stream is not ABSENT else e.tid for e, x in zip(ev, a)]),
+        "correlation": _ints([x.correlation for x in a]),
+        "bytes": _ints([x.bytes for x in a]),
+    }
+    if memcpy:
+        cols["copy_kind"] = pl.Series([_copy_kind(n) for n in _strs([e.name for e in ev])], dtype=pl.Int64)
+    return pl.DataFrame(cols)
+
+
+def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
+    """Ranges: user ranges by name, CPU ops in op_text's form (built here in polars), modules."""
+    a = [e.args or NO_ARGS for e in ev]
+    raw = pl.DataFrame(
+        {
+            **_timing(ev),
+            "pid": _ints([e.pid for e in ev]),
+            "tid": _ints([e.tid for e in ev]),
+            "how": pl.Series(how, dtype=pl.Int8),
+            "name": _strs([e.name for e in ev]),
+            "seq": _ints([x.seq for x in a]),
+            "ext": _ints([x.ext for x in a]),
+            "sizes": _sizes_texts([_dims(x) for x in a]),
+        }
+    )
+    name = pl.col("name")
+    op = pl.concat_str(
+        name,
+        pl.when(pl.col("seq") >= 0).then(", seq = " + pl.col("seq").cast(pl.String)).otherwise(pl.lit("")),
+        pl.when(pl.col("ext").is_not_null()).then(", op_id = " + pl.col("ext").cast(pl.String)).otherwise(pl.lit("")),
+        pl.when(pl.col("sizes").is_not_null()).then(", sizes = " + pl.col("sizes")).otherwise(pl.lit("")),
+    )
+    module = pl.col("how") == _MODULE
+    return raw.select(
+        "ts",
+        "dur",
+        "pid",
+        "tid",
+        pl.when(pl.col("how") == _OP)
+        .then(op)
+        .when(module)
+        .then(name.str.slice(len(MODULE_PREFIX)))
+        .otherwise(name)
+        .alias("text"),
+        pl.when(module).then(MODULE_DOMAIN_ID).otherwise(0).cast(pl.Int64).alias("domain_id"),
+    )
+
+
+class _Parts:
+    """The frames of each table, one part per chunk of events, and what else the trace holds."""
+
+    def __init__(self):
+        self.kern: list[pl.DataFrame] = []
+        self.rt: list[pl.DataFrame] = []
+        self.cpy: list[pl.DataFrame] = []
+        self.mset: list[pl.DataFrame] = []
+        self.ranges: list[pl.DataFrame] = []
+        self.mem: list[tuple] = []
+        self.procs: dict = {}
+        self.unread: dict[str, int] = {}
+        self.cats: dict[str, tuple] = {}  # raw category -> (kind, lower-cased)
+
+    def add(self, chunk: list) -> None:
+        """Sorts a chunk's events (Event or the fast decoder's like of it; None: not an event)
+        into tables, cheap per event, then builds each table's part column by column."""
+        kern, rt, driver, cpy, mset, rng, how = [], [], [], [], [], [], []
+        cats, unread = self.cats, self.unread
+        for e in chunk:
+            if e is None:
                 continue
-            ph = e.get("ph")
-            if ph == "M":
-                pid = _int(e.get("pid"))
-                if e.get("name") == "process_name" and pid is not None:
-                    procs[pid] = str((e.get("args") or {}).get("name", ""))
+            ph = e.ph
+            if ph != "X":
+                if ph == "M" or ph == "i":
+                    self._other(e)
                 continue
-            if ph == "i" and e.get("name") == KINETO_MEMORY and "ts" in e:
-                # profile_memory=True: one instant per allocation (+) or free (-) of a device's allocator
-                a = e.get("args") or {}
-                if not isinstance(a, dict):
-                    a = {}
-                mem.append(
-                    (
-                        e["ts"],
-                        None,
-                        _int(e.get("pid")),
-                        _int(e.get("tid")),
-                        _int(a.get("Device Type")),
-                        _int(a.get("Device Id")),
-                        _int(a.get("Bytes")),
-                        _int(a.get("Total Allocated")),
-                        _int(a.get("Total Reserved")),
-                        _int(a.get("Addr")),
-                    )
-                )
+            if e.ts is ABSENT:
                 continue
-            if ph != "X" or "ts" not in e:
-                continue
-            raw_cat = str(e.get("cat", ""))
-            cat = CATEGORIES.get(raw_cat.lower())
-            a = e.get("args") or {}
-            if not isinstance(a, dict):
-                a = {}
-            ts, dur = e["ts"], e.get("dur", 0)
-            name = str(e.get("name", ""))
+            raw_cat = e.cat
+            if type(raw_cat) is not str:
+                raw_cat = str(raw_cat)
+            known = cats.get(raw_cat)
+            if known is None:
+                low = raw_cat.lower()
+                cats[raw_cat] = known = (CATEGORIES.get(low), low)
+            cat, low = known
             if cat == KERNEL:
-                grid, block = a.get("grid") or [None] * 3, a.get("block") or [None] * 3
-                kern.append(
-                    (
-                        ts,
-                        dur,
-                        _int(a.get("device", e.get("pid"))),
-                        _int(a.get("context")),
-                        _int(a.get("stream", e.get("tid"))),
-                        _int(a.get("correlation")),
-                        name,
-                        *[_int(g) for g in grid[:3]],
-                        *[_int(b) for b in block[:3]],
-                        _int(a.get("registers per thread")),
-                        _int(a.get("shared memory")),
-                        _collective_bytes(a) if "Collective name" in a else None,
-                    )
-                )
-            elif cat in (RUNTIME, DRIVER):
-                rt.append(
-                    (
-                        ts,
-                        dur,
-                        1 if cat == DRIVER else 0,
-                        _int(e.get("pid")),
-                        _int(e.get("tid")),
-                        _int(a.get("correlation")),
-                        name,
-                    )
-                )
+                kern.append(e)
+            elif cat == RUNTIME or cat == DRIVER:
+                rt.append(e)
+                driver.append(1 if cat == DRIVER else 0)
             elif cat == MEMCPY:
-                kind = next((v for k, v in MEMCPY_KINDS.items() if f" {k} " in f" {name} "), 0)
-                cpy.append(
-                    (
-                        ts,
-                        dur,
-                        _int(a.get("device", e.get("pid"))),
-                        _int(a.get("stream", e.get("tid"))),
-                        _int(a.get("correlation")),
-                        _int(a.get("bytes")),
-                        kind,
-                    )
-                )
+                cpy.append(e)
             elif cat == MEMSET:
-                mset.append(
-                    (
-                        ts,
-                        dur,
-                        _int(a.get("device", e.get("pid"))),
-                        _int(a.get("stream", e.get("tid"))),
-                        _int(a.get("correlation")),
-                        _int(a.get("bytes")),
-                    )
-                )
-            elif cat in (USER, CPU_OP) and _int(e.get("tid")) is not None:
-                user = cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(name, a))
-                ranges.append((ts, dur, _int(e.get("pid")), _int(e.get("tid")), name if user else op_text(e), 0))
-            elif (
-                raw_cat.lower() == "python_function"
-                and name.startswith(MODULE_PREFIX)
-                and _int(e.get("tid")) is not None
-            ):
+                mset.append(e)
+            elif (cat == USER or cat == CPU_OP) and _valid_id(e.tid):
+                rng.append(e)
+                if cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(str(e.name), e.args or NO_ARGS)):
+                    how.append(_NAME)
+                else:
+                    how.append(_OP)
+            elif low == "python_function":
                 # with_modules / with_stack traces: each nn.Module call, a layer range as
                 # `kview capture --annotate` writes one (named `Linear_3`, as the profiler does),
                 # in its own NVTX domain: layers, never phases
-                ranges.append(
-                    (ts, dur, _int(e.get("pid")), _int(e.get("tid")), name[len(MODULE_PREFIX) :], MODULE_DOMAIN_ID)
-                )
-            elif raw_cat.lower() not in NOT_READ_SILENTLY:
+                if str(e.name).startswith(MODULE_PREFIX) and _valid_id(e.tid):
+                    rng.append(e)
+                    how.append(_MODULE)
+            elif low not in NOT_READ_SILENTLY:
                 unread[raw_cat] = unread.get(raw_cat, 0) + 1
+        if kern:
+            self.kern.append(_kernel_part(kern))
+        if rt:
+            self.rt.append(_runtime_part(rt, driver))
+        if cpy:
+            self.cpy.append(_copy_part(cpy, memcpy=True))
+        if mset:
+            self.mset.append(_copy_part(mset, memcpy=False))
+        if rng:
+            self.ranges.append(_range_part(rng, how))
+
+    def _other(self, e) -> None:
+        """Process names and allocator instants: few, read one by one."""
+        a = e.args or NO_ARGS
+        if e.ph == "M":
+            pid = _int(e.pid)
+            if e.name == "process_name" and pid is not None:
+                self.procs[pid] = str(a.name)
+        elif e.name == KINETO_MEMORY and e.ts is not ABSENT:
+            # profile_memory=True: one instant per allocation (+) or free (-) of a device's allocator
+            self.mem.append(
+                (
+                    e.ts,
+                    None,
+                    _int(e.pid),
+                    _int(e.tid),
+                    _int(a.device_type),
+                    _int(a.device_id),
+                    _int(a.alloc_bytes),
+                    _int(a.total_allocated),
+                    _int(a.total_reserved),
+                    _int(a.addr),
+                )
+            )
+
+
+@functools.lru_cache(maxsize=1)
+def _fast_decoder():
+    """msgspec (the optional `fast` extra) and the types it decodes events into: None where it
+    is not installed."""
+    try:
+        import msgspec
+    except ImportError:
+        return None
+    from typing import Optional
+
+    def struct(name, fields, extra=()):
+        rename = {attr: key for attr, key, _ in fields}
+        # input dims stay JSON text (nested lists cost most of a decode); _sizes_texts reads them
+        types = {"dims": msgspec.Raw, "dims_old": msgspec.Raw}
+        # gc=False: plain values, never cycles, so the collector never walks them
+        return msgspec.defstruct(
+            name, [(a, types.get(a, Any), absent) for a, _, absent in fields] + list(extra), rename=rename, gc=False
+        )
+
+    args = struct("FastArgs", ARG_FIELDS)
+    ev = struct("FastEvent", EVENT_FIELDS, [("args", Optional[args], None)])  # noqa: UP045  (a runtime type)
+    doc = msgspec.defstruct("FastDoc", [("traceEvents", list[msgspec.Raw])])
+    return msgspec, ev, doc
+
+
+class FastEvents:
+    """The events list decoded by msgspec: split into each event's JSON text in C, then decoded
+    a chunk at a time straight into the fields the reader uses (no dict per event, nothing of
+    the events' args it does not read). Events it cannot type (not an object, args not an
+    object) are decoded one by one by the standard decoder, as the standard path reads them."""
+
+    def __init__(self, path: Path, raws: list, types):
+        self.path, self.raws, self.types = path, raws, types
+
+    @classmethod
+    def of(cls, path: Path, text: str, bare: bool) -> FastEvents | None:
+        """None where msgspec is not installed, or the text is JSON only the standard decoder
+        reads (a trailing comma, NaN, a bare array without its closing bracket) or reports."""
+        types = _fast_decoder()
+        if types is None or (not bare and text.count('"traceEvents"') != 1):
+            return None
+        msgspec, _, doc = types
+        try:
+            raws = msgspec.json.decode(text, type=list.__class_getitem__(msgspec.Raw) if bare else doc)
+        except (msgspec.MsgspecError, RecursionError, ValueError):
+            return None
+        return cls(path, raws if bare else raws.traceEvents, types)
+
+    def chunks(self):
+        msgspec, ev, _ = self.types
+        dec = msgspec.json.Decoder(ev, float_hook=str)  # floats as their decimal text, as the standard path
+        raws, self.raws = self.raws, []
+        for i in range(0, len(raws), CHUNK_EVENTS):
+            part = raws[i : i + CHUNK_EVENTS]
+            try:
+                chunk = [dec.decode(r) for r in part]
+            except (msgspec.MsgspecError, RecursionError, ValueError):
+                chunk = [self._one(r, dec, msgspec) for r in part]
+            yield chunk
+        del raws
+
+    def _one(self, raw, dec, msgspec):
+        try:
+            return dec.decode(raw)
+        except (msgspec.MsgspecError, RecursionError, ValueError):
+            return event(_decode_one(self.path, bytes(raw).decode("utf-8"), 0)[0])
+
+
+def _chunks(events):
+    events = iter(events)
+    while chunk := list(itertools.islice(events, CHUNK_EVENTS)):
+        yield chunk
+
+
+class KinetoFrames:
+    """All frames of one Kineto trace, built from its events a chunk at a time."""
+
+    def __init__(self, path: Path, doc: dict):
+        self.path = path
+        parts = _Parts()
+        events = doc["traceEvents"]
+        chunks = events.chunks() if isinstance(events, FastEvents) else _chunks(map(event, events))
+        for chunk in chunks:
+            parts.add(chunk)
+        del chunk, chunks, events
+        procs, unread = parts.procs, parts.unread
         self.unread = unread
         i64 = pl.Int64
-        self.runtime_raw = _timed(
-            rt, {"event_class": i64, "pid": i64, "tid": i64, "correlation": i64, "name": pl.String}
+        self.runtime_raw = _joined(
+            parts.rt, {"event_class": i64, "pid": i64, "tid": i64, "correlation": i64, "name": pl.String}
+        )
+        k = _joined(
+            parts.kern,
+            {
+                "device": i64,
+                "context": i64,
+                "stream": i64,
+                "correlation": i64,
+                "name": pl.String,
+                "grid_x": i64,
+                "grid_y": i64,
+                "grid_z": i64,
+                "block_x": i64,
+                "block_y": i64,
+                "block_z": i64,
+                "registers": i64,
+                "smem": i64,
+                "coll_bytes": i64,
+            },
         )
         names = pl.concat(
             [
-                pl.DataFrame({"value": [k[6] for k in kern]}, schema={"value": pl.String}),
+                k.select(pl.col("name").alias("value")),
                 self.runtime_raw.select(pl.col("name").alias("value")),
             ]
         ).unique(maintain_order=True)
@@ -512,25 +927,6 @@ class KinetoFrames:
                 .drop("pid")
             )
 
-        k = _timed(
-            kern,
-            {
-                "device": i64,
-                "context": i64,
-                "stream": i64,
-                "correlation": i64,
-                "name": pl.String,
-                "grid_x": i64,
-                "grid_y": i64,
-                "grid_z": i64,
-                "block_x": i64,
-                "block_y": i64,
-                "block_z": i64,
-                "registers": i64,
-                "smem": i64,
-                "coll_bytes": i64,
-            },
-        )
         k = (
             with_pid(k)
             .join(sid, on="name", how="left")
@@ -551,13 +947,13 @@ class KinetoFrames:
             "event_class",
         )
         self.memcpy = with_pid(
-            _timed(cpy, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64, "copy_kind": i64})
+            _joined(parts.cpy, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64, "copy_kind": i64})
         ).with_columns(pl.lit(None, dtype=i64).alias("src_kind"), pl.lit(None, dtype=i64).alias("dst_kind"))
         self.memset = with_pid(
-            _timed(mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
+            _joined(parts.mset, {"device": i64, "stream": i64, "correlation": i64, "bytes": i64})
         ).with_columns(pl.lit(None, dtype=i64).alias("mem_kind"))
         m = _timed(
-            mem,
+            parts.mem,
             {
                 "pid": i64,
                 "tid": i64,
@@ -575,7 +971,7 @@ class KinetoFrames:
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
             pl.exclude("start", "end", "pid", "tid"),
         )
-        r = _timed(ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
+        r = _joined(parts.ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
         # Chrome traces list events in no particular order: order ranges by thread and start,
         # outer before inner, as a push/pop stack would have emitted them.
         r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
@@ -684,6 +1080,15 @@ def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
     raw = pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)
     start = ns_from_us_text(pl.col("ts"))
     return raw.select(start.alias("start"), (start + ns_from_us_text(pl.col("dur")).fill_null(0)).alias("end"), *schema)
+
+
+def _joined(parts: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    """A table's parts (ts, dur as decimal text, then its columns) -> integer-ns start/end and the columns."""
+    raw = pl.concat(parts) if parts else pl.DataFrame(schema={"ts": pl.String, "dur": pl.String, **schema})
+    plain = raw.select(pl.col("ts", "dur").str.contains(PLAIN_US).all()).row(0)
+    ns = ns_from_plain_us_text if all(plain) else ns_from_us_text
+    start = ns(pl.col("ts"))
+    return raw.select(start.alias("start"), (start + ns(pl.col("dur")).fill_null(0)).alias("end"), *schema)
 
 
 def read(path: str | Path) -> KinetoFrames:

@@ -1,0 +1,125 @@
+"""The optional fast JSON decoder (msgspec, `pip install 'kview[fast]'`) reads torch.profiler
+traces into the very frames the standard library's decoder reads (the plain install's), and
+the column-at-a-time input sizes equal the per-event `_sizes` on any nested value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kview.errors import TraceError
+from kview.io import kineto_reader as kr
+
+from conftest import KINETO, SAMPLES
+
+msgspec = pytest.importorskip("msgspec")
+
+# every era and vendor (legacy bare array, capitalised categories, AMD, B200, CPU only, modules,
+# CUDA graphs, memory instants), small enough to decode twice per run
+TRACES = [
+    KINETO / "resnet50_plugin_oldest.pt.trace.json.gz",
+    KINETO / "resnet50_nw0_2021.pt.trace.json.gz",
+    KINETO / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    KINETO / "traces__b200__eager_trace.json.gz",
+    KINETO / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    KINETO / "call_stack__backward_thread.json",
+    KINETO / "traces__inference__vllm_decode_full__graph_execution.json.gz",
+    KINETO / "trace_filter__sampled_rank-0.json.gz",
+    SAMPLES / "lm-small_ctx256_train_torch.json.gz",
+]
+
+
+def _frames(path: Path, fast: bool, monkeypatch) -> dict[str, pl.DataFrame] | str:
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(kr, "_fast_decoder", lambda: None)
+        text = kr._text(path)
+        used = kr.FastEvents.of(path, text, kr.events_start(path, text)[1]) is not None
+        assert used == fast
+        try:
+            frames = kr.KinetoSource(path, use_cache=False).frames
+        except TraceError as e:
+            return str(e)
+    # a frame's categorical text has categories of its own: compared as text
+    return {k: f.with_columns(pl.col(pl.Categorical).cast(pl.String)) for k, f in frames.items()}
+
+
+def _same(fast, std) -> None:
+    assert type(fast) is type(std)
+    if isinstance(fast, str):
+        assert fast == std
+        return
+    assert fast.keys() == std.keys()
+    for k in fast:
+        assert fast[k].schema == std[k].schema, k
+        assert fast[k].equals(std[k]), k
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0][:40])
+def test_fast_and_standard_decoders_read_the_same_frames(path, monkeypatch):
+    fast, std = _frames(path, True, monkeypatch), _frames(path, False, monkeypatch)
+    _same(fast, std)
+    assert isinstance(fast, dict) and fast["nvtx_events"].height > 0
+
+
+def test_odd_events_read_alike_by_both_decoders(tmp_path, monkeypatch):
+    """Events the fast decoder cannot type (not objects, args not an object) go one by one
+    through the standard decoder; odd values (quoted and out-of-range ids, null names, floats,
+    -0 and deep nesting in input dims, spacing Kineto never writes) read as the standard path reads them."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
+    events = [
+        7,
+        [1, 2],
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25, "args": [1]},
+        {"ph": "X", "cat": "Kernel", "name": None, "pid": "0", "tid": "stream 7", "ts": 11, "args": {"device": None}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2**70, "ts": 9, "dur": 1},
+        {"ph": "X", "cat": None, "name": "x", "pid": 1, "tid": 1, "ts": 9},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": None, "ts": 4, "dur": 9},
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1, "tid": 1, "ts": 5, "dur": 2},
+        {**op, "args": {"Input Dims": [[4, 256], [], [1.5], [-0], True]}},
+        {**op, "args": {"Input Dims": [[[[[[[[[[1]]]]]]]]]], "Sequence number": -1, "External id": "9"}},
+        {**op, "args": {"Input dims": [[2, 3]], "Sequence number": 4}},
+        {**op, "args": {"Input Dims": None, "Input dims": [[2]]}},
+        {**op, "cat": "Operator", "name": "ProfilerStep#1", "args": {"Input Dims": [[], []]}},
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+    ]
+    text = json.dumps({"traceEvents": events}).replace('"Input Dims": [[2, 3]]', '"Input Dims":[[2,3 ]]')
+    p = tmp_path / "odd.json"
+    p.write_text(text)
+    fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
+    _same(fast, std)
+    texts = std["nvtx_events"]["text"].to_list()
+    assert "aten::mm, sizes = [[4, 256], [], [[]], [0], []]" in texts
+    assert "aten::mm, op_id = 9, sizes = [[[[[[[[[...]]]]]]]]]" in texts
+    assert "Linear_0" in texts and "ProfilerStep#1" in texts
+
+
+nested = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dims=st.lists(nested, max_size=6))
+def test_sizes_of_a_column_equal_sizes_of_each_value(dims):
+    """The same text whether the dims arrive as decoded values or as the fast decoder's JSON
+    (compact or spaced as Kineto writes it)."""
+    decoded = [json.loads(json.dumps(d), parse_float=str) for d in dims]
+    want = [None if d is None else kr._sizes(d) for d in decoded]  # null dims: no sizes at all
+    assert kr._sizes_texts(decoded).to_list() == want
+    for sep in (",", ", "):
+        raw = msgspec.json.decode(
+            "[" + ",".join(json.dumps(d, separators=(sep, ":")) for d in dims) + "]", type=list[msgspec.Raw]
+        )
+        assert kr._sizes_texts(raw).to_list() == want
