@@ -40,13 +40,14 @@ SYNC_APIS = (
     "cuStreamSynchronize",
     "cuEventSynchronize",
 )
+# names as api_calls gives them: the _vN suffix cut (the driver's cuMemcpyHtoD_v2 is cuMemcpyHtoD)
 SYNC_MEMCPY_APIS = (
     "cudaMemcpy",
     "cudaMemcpy2D",
     "cudaMemcpyToSymbol",
     "cudaMemcpyFromSymbol",
-    "cuMemcpyHtoD_v2",
-    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
     "cudaMemset",
 )
 CAUSES = ("host", "sync", "kernel wait", "other stream", "other")
