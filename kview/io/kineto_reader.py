@@ -305,21 +305,6 @@ def _sizes(dims, depth: int = 0) -> str:
     return "[]"
 
 
-def op_text(e: dict) -> str:
-    """The emit_nvtx form of a CPU op: `name, seq = N, op_id = K, sizes = [[...], ...]`."""
-    a = e.get("args") or {}
-    parts = [str(e.get("name", ""))]
-    seq, ext = _int(a.get("Sequence number")), _int(a.get("External id"))
-    if seq is not None and seq >= 0:
-        parts.append(f"seq = {seq}")
-    if ext is not None:
-        parts.append(f"op_id = {ext}")
-    dims = a.get("Input Dims", a.get("Input dims"))  # "Input dims" before PyTorch 1.9
-    if dims is not None:
-        parts.append(f"sizes = {_sizes(dims)}")
-    return ", ".join(parts)
-
-
 # Event categories of every Kineto era, lower-cased: PyTorch <= 1.9 wrote `Kernel`, `Runtime`,
 # `Memcpy`, `Memset` and `Operator` (record_function ranges included); later versions
 # `kernel`, `cuda_runtime`, `cuda_driver`, `gpu_memcpy`, `gpu_memset`, `cpu_op`, `user_annotation`.
@@ -391,7 +376,8 @@ _NONE3 = (None, None, None)
 _I64 = (-(1 << 63), 1 << 63)
 _INT_TYPES = {int, type(None)}
 _TEXT_TYPES = {str, int, float, bool, type(None)}
-# how a range's text is made: its name (record_function), op_text (CPU ops), the module's name
+# how a range's text is made: its name (record_function), the emit_nvtx form of a CPU op
+# (`name, seq = N, op_id = K, sizes = [[...], ...]`), the module's name
 _NAME, _OP, _MODULE = 0, 1, 2
 
 
@@ -656,7 +642,8 @@ def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
 
 
 def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
-    """Ranges: user ranges by name, CPU ops in op_text's form (built here in polars), modules."""
+    """Ranges: user ranges by name, CPU ops in the emit_nvtx form (`name, seq = N, op_id = K,
+    sizes = [[...], ...]`, built here in polars), modules."""
     a = [e.args or NO_ARGS for e in ev]
     raw = pl.DataFrame(
         {
