@@ -1067,9 +1067,9 @@ def profiler_clock(base: str | None, origin: int) -> tuple[str, int]:
 
 def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
     """Rows (ts, dur, *columns) -> a frame with integer-ns start/end and the other columns."""
-    raw = pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)
-    start = ns_from_us_text(pl.col("ts"))
-    return raw.select(start.alias("start"), (start + ns_from_us_text(pl.col("dur")).fill_null(0)).alias("end"), *schema)
+    return _joined(
+        [pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)], schema
+    )
 
 
 def _joined(parts: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
