@@ -16,6 +16,7 @@ import pytest
 
 from kview.analysis.attribution import attribute
 from kview.errors import TraceError
+from kview.io import kineto_reader as kr
 from kview.reports import REPORTS
 from kview.trace import open_trace, validate
 
@@ -141,3 +142,16 @@ def test_the_public_rocprof_file_is_refused_with_its_name():
         r.returncode == 2
         and r.stderr == f"kview: {p}: is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet\n"
     )
+
+
+def test_events_and_args_read_the_fields_their_tables_name():
+    """Event and Args assign their fields one by one (a loop over the tables costs more than the
+    rest of an event's reading); EVENT_FIELDS and ARG_FIELDS, which the fast decoder's types are
+    made from, say the same: every attribute from its key, its value where the key is absent."""
+    for cls, fields, extra in ((kr.Event, kr.EVENT_FIELDS, {"args"}), (kr.Args, kr.ARG_FIELDS, set())):
+        assert set(cls.__slots__) == {attr for attr, _, _ in fields} | extra
+        values = {key: object() for _, key, _ in fields}
+        given, empty = cls(values), cls({})
+        for attr, key, absent in fields:
+            assert getattr(given, attr) is values[key], attr
+            assert getattr(empty, attr) == absent, attr
