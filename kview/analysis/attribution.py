@@ -316,7 +316,7 @@ class _Kinds:
 
     def __init__(self, trace: Trace, labels: pl.DataFrame):
         self.nest = nv.projection_nesting(trace)
-        codes = self.nest.tree["name_code"].to_numpy()
+        codes = self.nest.take(["name_code"])["name_code"].to_numpy()
         size = int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
         where = labels["name_code"].to_numpy()
         self.rows: dict[str, np.ndarray] = {}
@@ -347,17 +347,15 @@ class _Kinds:
     def aligned(self, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(id, name_code, start) of the push/pop range of kind `key` around each call, one row
         per call in the calls' order (nulls where none)."""
-        idx = pl.Series("i", self._rows_of(inner, key), dtype=pl.Int64)
-        return self.nest.tree.select(
-            pl.col(c).gather(pl.when(idx >= 0).then(idx)) for c in ("id", "name_code", "start")
-        )
+        at = self._rows_of(inner, key)
+        return self.nest.take(["id", "name_code", "start"], _rows_or_null(at))
 
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one,
         push/pop or start/end (a trace with push/pop ranges only asks `aligned`)."""
         at = self._rows_of(inner, key)
         hit = np.flatnonzero(at >= 0)
-        got = self.nest.tree.select("id", "name_code", "start")[at[hit]].with_columns(
+        got = self.nest.take(["id", "name_code", "start"], at[hit]).with_columns(
             pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
         )
         flag = dict((k, f) for k, f, _ in self.KINDS)[key]
@@ -380,6 +378,12 @@ class _Kinds:
             .agg(pl.all().last())
             .select("call_id", "id", "name_code", "start")
         )
+
+
+def _rows_or_null(rows: np.ndarray) -> pl.Series:
+    """Tree rows as a Series, null where there is none (-1)."""
+    s = pl.Series("i", rows, dtype=pl.Int64)
+    return pl.select(pl.when(s >= 0).then(s)).to_series()
 
 
 def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
@@ -416,8 +420,10 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
     # sums, say) belongs to the node that evaluate_function ran: its child node range.
     nodes = np.flatnonzero(kinds.masks["bwd"])
+    up = kinds.nest.parent[nodes]
     node_of_eval = (
-        kinds.nest.tree[nodes]
+        kinds.nest.take(["start", "name_code"], nodes)
+        .with_columns(kinds.nest.take(["id"], _rows_or_null(up))["id"].alias("parent"))
         .select("start", "parent", kinds.seq_of(pl.col("name_code")))
         .sort("start", maintain_order=True)
         .group_by("parent", maintain_order=True)

@@ -335,47 +335,39 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
 
 def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """(nest(ranges), each row's parent row, -1 for a root): one sort, then numpy per thread."""
-    r = _nest_order(ranges)
-    n = r.height
-    pos = np.zeros(n, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    if n:
-        tid = r["global_tid"].to_numpy()
-        start = r["start"].to_numpy()
-        end = r["end"].to_numpy()
-        for lo, hi in _thread_spans(tid):
-            pos[lo:hi], depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
-            parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
-    ids = r["id"].to_numpy()
-    tree = r.with_columns(
-        pl.Series("pos", pos),
-        pl.Series("depth", depth),
-        pl.Series("parent", np.where(parent >= 0, ids[np.maximum(parent, 0)], 0)).cast(r.schema["id"]),
-    ).with_columns(pl.when(pl.Series(parent >= 0)).then(pl.col("parent")).alias("parent"))
-    return tree, parent
+    n = Nesting.nested(ranges)
+    return n.tree, n.parent
 
 
-def _nest_order(ranges: pl.DataFrame) -> pl.DataFrame:
-    """`ranges` by thread, then start, longer first, then id.
+def _nest_rows(ranges: pl.DataFrame) -> np.ndarray:
+    """The rows of `ranges` by thread, then start, longer first, then id.
 
     Exports list ranges in start order (interleaving threads); then a stable split by thread is
     that order unless equal starts need their ends and ids compared: checked, and only when the
-    check fails is the frame sorted on all four keys (a multi-column sort of millions of rows)."""
+    check fails are the rows sorted on all four keys (a multi-column sort of millions of rows)."""
     keys, desc = ["global_tid", "start", "end", "id"], [False, False, True, False]
     if ranges.height < 2 or not ranges["start"].is_sorted() or ranges["global_tid"].null_count():
-        return ranges.sort(keys, descending=desc)
+        return _sorted_rows(ranges, keys, desc)
     tids = ranges["global_tid"].to_numpy()
     uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
     thread = np.searchsorted(uniq, tids)
     order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
-    r = ranges[order]
-    t, st, en, ids = (r[c].to_numpy() for c in keys)
+    t, st, en, ids = (ranges[c].to_numpy()[order] for c in keys)
     same_thread = t[1:] == t[:-1]
     later = (st[1:] > st[:-1]) | (
         (st[1:] == st[:-1]) & ((en[1:] < en[:-1]) | ((en[1:] == en[:-1]) & (ids[1:] > ids[:-1])))
     )
-    return r if bool(np.all(later | ~same_thread)) else ranges.sort(keys, descending=desc)
+    return order if bool(np.all(later | ~same_thread)) else _sorted_rows(ranges, keys, desc)
+
+
+def _sorted_rows(ranges: pl.DataFrame, keys: list[str], desc: list[bool]) -> np.ndarray:
+    rows = pl.int_range(pl.len(), dtype=pl.Int64).sort_by(keys, descending=desc, maintain_order=True)
+    return ranges.select(rows.alias("_row"))["_row"].to_numpy()
+
+
+def _nest_order(ranges: pl.DataFrame) -> pl.DataFrame:
+    """`ranges` by thread, then start, longer first, then id (`_nest_rows`)."""
+    return ranges[_nest_rows(ranges)]
 
 
 def nest_depths(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
@@ -387,6 +379,11 @@ def nest_depths(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     for lo, hi in _thread_spans(tid):
         depth[lo:hi] = _depths_in_thread(start[lo:hi], end[lo:hi])
     return r, depth
+
+
+def _threads(tid: np.ndarray) -> dict[int, tuple[int, int]]:
+    """global_tid -> [lo, hi) of its rows, in rows sorted by thread."""
+    return {int(tid[lo]): (int(lo), int(hi)) for lo, hi in _thread_spans(tid)} if len(tid) else {}
 
 
 def _thread_spans(tid: np.ndarray) -> zip:
@@ -492,9 +489,14 @@ class Nesting:
     thread, or the first ancestor of that one that ends at or after the call; the nearest range
     of a kind above any row comes from pointer jumping (log2 of the depth rounds, whatever the
     number of ranges).
+
+    The ranges are held once, in their own order: `order` maps a tree row to its row of
+    `ranges` (None: they are the tree already), and the tree frame is made only when asked
+    (`tree`), so nesting five million ranges adds five arrays, not a sorted copy of every column.
     """
 
-    tree: pl.DataFrame
+    ranges: pl.DataFrame
+    order: np.ndarray | None  # per tree row: its row of `ranges`; None where they are the same
     parent: np.ndarray
     depth: np.ndarray
     start: np.ndarray
@@ -503,7 +505,7 @@ class Nesting:
 
     @classmethod
     def of(cls, tree: pl.DataFrame, parent: np.ndarray | None = None) -> Nesting:
-        """The Nesting of a nest() result; `parent` rows when the caller has them (`_nested`)."""
+        """The Nesting of a nest() result; `parent` rows when the caller has them."""
         if parent is None:
             rows = tree.select("id").with_row_index("_row")
             parent = (
@@ -514,12 +516,56 @@ class Nesting:
                 .to_numpy()
             )
         tid = tree["global_tid"].to_numpy()
-        cut = np.flatnonzero(np.diff(tid)) + 1 if len(tid) else np.array([], dtype=np.int64)
-        los = np.concatenate([[0], cut]).astype(np.int64) if len(tid) else cut
-        his = np.concatenate([cut, [len(tid)]]).astype(np.int64) if len(tid) else cut
-        threads = {int(tid[lo]): (int(lo), int(hi)) for lo, hi in zip(los, his, strict=True)}
         depth = tree["depth"].cast(pl.Int64).to_numpy()
-        return cls(tree, parent, depth, tree["start"].to_numpy(), tree["end"].to_numpy(), threads)
+        return cls(tree, None, parent, depth, tree["start"].to_numpy(), tree["end"].to_numpy(), _threads(tid))
+
+    @classmethod
+    def nested(cls, ranges: pl.DataFrame) -> Nesting:
+        """Nest `ranges` (push/pop ranges with id, global_tid, start, end): one sort, then numpy
+        per thread; `ranges` is kept as it is, not copied in the tree's order."""
+        order = _nest_rows(ranges)
+        n = len(order)
+        depth = np.zeros(n, dtype=np.int64)
+        parent = np.full(n, -1, dtype=np.int64)
+        tid = ranges["global_tid"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
+        start = ranges["start"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
+        end = ranges["end"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
+        if n:
+            for lo, hi in _thread_spans(tid):
+                _, depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
+                parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
+        return cls(ranges, order, parent, depth, start, end, _threads(tid))
+
+    def rows(self, tree_rows: np.ndarray) -> np.ndarray:
+        """The rows of `ranges` of these tree rows."""
+        return tree_rows if self.order is None else self.order[tree_rows]
+
+    def take(self, columns: list[str], tree_rows: np.ndarray | pl.Series | None = None) -> pl.DataFrame:
+        """`columns` of `ranges` at these tree rows (every row, in the tree's order, if None); a
+        null tree row (a Series with nulls) gives a row of nulls."""
+        if tree_rows is None:
+            tree_rows = np.arange(len(self.depth), dtype=np.int64)
+        if isinstance(tree_rows, pl.Series):
+            idx = tree_rows if self.order is None else pl.Series("_o", self.order).gather(tree_rows)
+            return self.ranges.select(pl.col(c).gather(idx) for c in columns)
+        return self.ranges.select(columns)[self.rows(tree_rows)]
+
+    @property
+    def tree(self) -> pl.DataFrame:
+        """nest()'s frame: the ranges in the tree's order with `pos`, `depth` and `parent` (the
+        parent's id) added. Made on each call when the ranges are held in their own order."""
+        if self.order is None:
+            return self.ranges
+        r = self.ranges[self.order]
+        pos = np.zeros(len(self.depth), dtype=np.int64)
+        for lo, hi in self.threads.values():
+            pos[lo:hi] = np.arange(hi - lo, dtype=np.int64)
+        ids = r["id"].to_numpy()
+        return r.with_columns(
+            pl.Series("pos", pos),
+            pl.Series("depth", self.depth),
+            pl.Series("parent", np.where(self.parent >= 0, ids[np.maximum(self.parent, 0)], 0)).cast(r.schema["id"]),
+        ).with_columns(pl.when(pl.Series(self.parent >= 0)).then(pl.col("parent")).alias("parent"))
 
     def innermost_rows(self, calls: pl.DataFrame) -> np.ndarray:
         """Per call (global_tid, start, end; in the calls' order): the row of the innermost range
@@ -630,7 +676,10 @@ class Nesting:
 @derived
 def projection_nesting(trace: Trace) -> Nesting:
     """The push/pop projection ranges nested (projection_tree() is its frame)."""
-    return Nesting.of(*_nested(projection_ranges(trace).filter(pl.col("style") == "PushPop")))
+    ranges = projection_ranges(trace)
+    # the usual trace has push/pop ranges only: nested as they are, not filtered into a copy
+    push_pop = pl.col("style") == "PushPop"
+    return Nesting.nested(ranges if ranges.select(push_pop.all()).item() else ranges.filter(push_pop))
 
 
 PAIR_BYTES = 400  # memory per (call, range) pair through the reports' joins, with headroom
@@ -675,7 +724,7 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Ne
         at, found = nesting.around(rows)
         out.append(
             pl.DataFrame(
-                {"call_id": calls["call_id"].to_numpy()[at], "id": nesting.tree["id"].to_numpy()[found]},
+                {"call_id": calls["call_id"].to_numpy()[at], "id": nesting.take(["id"], found)["id"].to_numpy()},
                 schema={"call_id": pl.Int64, "id": pl.Int64},
             )
         )
