@@ -210,3 +210,24 @@ def test_start_end_ranges_attribute_as_the_same_push_pop_ranges(tables, tmp_path
     rows = pl.lit(True) if which == "user ranges" else pl.col("Direction") != "bprop"
     assert got.select(cols).filter(rows).equals(want.filter(rows))
     assert want.filter(rows).filter(pl.col("Layer") != "-").height > 300
+
+
+@pytest.mark.parametrize("path", [LM, DLRM], ids=lambda p: p.stem)
+def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
+    """The launch call of every kernel (matched on one packed integer of process and correlation
+    id) is the one SQLite's own join finds, and the two-column join kview falls back to agrees."""
+    from kview.analysis.attribution import _launch_joined, _launch_of, gpu_ops, launched_ops
+
+    t = open_trace(path, use_cache=False)
+    ops = launched_ops(t)
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    want = con.execute(
+        "SELECT k.start, k.correlationId, r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+        "AND r.globalTid / 16777216 = k.globalPid / 16777216"
+    ).fetchall()
+    got = ops.filter(pl.col("kind") == "kernel").select("start", "correlation", "r_start", "r_end", "global_tid")
+    assert sorted(got.rows()) == sorted(want)
+    assert sum(r[2] is not None for r in want) > 1000
+    runtime = t.columns("runtime", ["start", "end", "global_tid", "correlation"])
+    assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), runtime))

@@ -167,7 +167,52 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
     ops = gpu_ops(trace)
     if ops.height == 0:
         return ops
-    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
+    runtime = trace.columns("runtime", ["start", "end", "global_tid", "correlation"])
+    launch = _launch_of(ops, runtime)
+    return ops.with_columns(launch.select("r_start", "r_end", "global_tid"))
+
+
+_CORRELATION_BITS = 40
+
+
+def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
+    """(r_start, r_end, global_tid) of each op's launch call, in the ops' order: the runtime
+    call of the op's correlation id in its process (the first, should one repeat)."""
+    calls = runtime.select(pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid")
+    r_pid = runtime["global_tid"] & PID_MASK
+    corr = (ops["correlation"], runtime["correlation"])
+    pids = pl.concat([ops["global_pid"], r_pid]).unique().sort()
+    if (
+        any(c.null_count() for c in corr)
+        or pids.null_count()
+        or not all(
+            c.len() == 0 or (c.min() >= 0 and c.max() < (1 << _CORRELATION_BITS))  # type: ignore[operator]
+            for c in corr
+        )
+    ):
+        return _launch_joined(ops, runtime)
+    # (process, correlation) as one integer: the process's index (a few) above the id, so the
+    # matching is one Int64 hash instead of a two-column one (half the time at 2.4M calls)
+    at = pids.to_numpy()
+
+    def key(pid: pl.Series, c: pl.Series) -> pl.Series:
+        return pl.Series(
+            "_k", (np.searchsorted(at, pid.to_numpy()).astype(np.int64) << _CORRELATION_BITS) | c.to_numpy()
+        )
+
+    op_key = key(ops["global_pid"], corr[0])
+    # only the launches of GPU ops are made unique (most runtime calls launch nothing)
+    r = (
+        calls.with_columns(key(r_pid, corr[1]))
+        .filter(pl.col("_k").is_in(op_key.implode()))
+        .unique("_k", keep="first", maintain_order=True)
+    )
+    return op_key.to_frame().join(r, on="_k", how="left", maintain_order="left").drop("_k")
+
+
+def _launch_joined(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
+    """_launch_of by a join on the two columns (nulls, or ids past _CORRELATION_BITS)."""
+    r = runtime.select(
         pl.col("start").alias("r_start"),
         pl.col("end").alias("r_end"),
         "global_tid",
@@ -180,9 +225,7 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
     r = r.join(ops.select(key), on=key, how="semi", maintain_order="left").unique(
         key, keep="first", maintain_order=True
     )
-    # only the launch's columns are new: gpu_ops' columns are shared, not copied
-    launch = ops.select(key).join(r, on=key, how="left", maintain_order="left")
-    return ops.with_columns(launch.select("r_start", "r_end", "global_tid"))
+    return ops.select(key).join(r, on=key, how="left", maintain_order="left").select("r_start", "r_end", "global_tid")
 
 
 # A path shows at most this many levels: the outermost PATH_HEAD, a marker saying how many
