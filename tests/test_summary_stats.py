@@ -1,4 +1,4 @@
-"""sqlite_round: the double SQLite's round(x, 1) gives, checked against decimal arithmetic."""
+"""sqlite_round: the double SQLite's round(x, 1) gives, checked against decimal arithmetic; grouped_stats: the group-by's statistics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kview.analysis.summary_stats import sqlite_round
+from kview.analysis.summary_stats import grouped_stats, sqlite_round, stats_aggs
+
+from conftest import ROOT
 
 
 def _decimal_round(x: float, digits: int) -> float:
@@ -40,3 +42,42 @@ def test_sqlite_round_keeps_nulls_and_non_finite():
     assert str(got[3]) == "7866.2"  # not 7866.200000000001
     assert got[4] == 7866.3  # an exact tie rounds away from zero
     assert str(got[5]) == "-0.0"
+
+
+def _same_groups(got: pl.DataFrame, want: pl.DataFrame, keys: list[str]) -> None:
+    assert got.schema == want.schema
+    assert got.sort(keys).equals(want.sort(keys))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=-3, max_value=40),
+            st.sampled_from(["PushPop", "StartEnd"]),
+            st.one_of(st.none(), st.integers(min_value=-(10**12), max_value=10**12)),
+        ),
+        max_size=80,
+    )
+)
+def test_grouped_stats_equals_the_group_by(rows):
+    # groups of one row (the usual NVTX op range) skip the aggregation: same values, same types
+    df = pl.DataFrame(
+        rows, schema={"k": pl.Int64, "style": pl.Enum(["PushPop", "StartEnd"]), "v": pl.Int64}, orient="row"
+    )
+    _same_groups(
+        grouped_stats(df, ["k", "style"], "v", "p_"),
+        df.group_by(["k", "style"]).agg(stats_aggs("v", "p_")),
+        ["k", "style"],
+    )
+
+
+def test_grouped_stats_on_the_nvtx_ranges_of_a_real_trace():
+    from kview.analysis import nvtx_ranges as nv
+    from kview.trace import open_trace
+
+    trace = open_trace(ROOT / "sample_traces" / "lm-small_ctx256_train_torch.sqlite", use_cache=False)
+    r = nv.labelled(trace).select("name_code", "style", (pl.col("end") - pl.col("start")).alias("dur"))
+    want = r.group_by(["name_code", "style"]).agg(stats_aggs("dur"))
+    assert (want["num"] == 1).sum() > 10_000 and (want["num"] > 1).sum() >= 10  # both kinds of group
+    _same_groups(grouped_stats(r, ["name_code", "style"], "dur"), want, ["name_code", "style"])

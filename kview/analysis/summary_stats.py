@@ -30,6 +30,55 @@ def stats_aggs(value: str, prefix: str = "") -> list[pl.Expr]:
     ]
 
 
+def grouped_stats(frame: pl.DataFrame, keys: list[str], value: str, prefix: str = "") -> pl.DataFrame:
+    """`frame.group_by(keys).agg(stats_aggs(value, prefix))`, rows in no set order.
+
+    Where nearly every group is one row (a dense trace names each op range apart: 5.6M groups of
+    5.7M rows), a hash group-by with a median and a deviation per group costs seconds; a group of
+    one row has its value as every statistic, so only the groups of several rows are aggregated.
+    Keys must be integers or enums (their codes); other keys take the plain group-by.
+    """
+    aggs = stats_aggs(value, prefix)
+    if not all(frame[k].dtype.is_integer() or isinstance(frame[k].dtype, pl.Enum) for k in keys):
+        return frame.group_by(keys).agg(aggs)
+    import numpy as np  # deferred with sqlite_round's: the small kernel summary never needs it
+
+    # one integer per key tuple, each key's codes shifted into its own bits
+    combined = np.zeros(frame.height, dtype=np.uint64)
+    shift = 0
+    for k in keys:
+        x = frame[k].to_physical()
+        lo, hi = x.min(), x.max()
+        if x.null_count() or lo is None:
+            return frame.group_by(keys).agg(aggs)
+        span = int(hi) - int(lo)  # type: ignore[arg-type]
+        bits = max(span.bit_length(), 1)
+        if shift + bits > 63 or int(hi) >= 2**63:  # type: ignore[arg-type]
+            return frame.group_by(keys).agg(aggs)
+        combined |= (x.to_numpy().astype(np.int64) - int(lo)).astype(np.uint64) << np.uint64(shift)  # type: ignore[arg-type]
+        shift += bits
+    if frame.height and int(combined.max()) < 4 * frame.height:  # dense codes: count by bins
+        bins = combined.astype(np.int64)
+        counts = np.bincount(bins)[bins]
+    else:
+        _, inverse, n = np.unique(combined, return_inverse=True, return_counts=True)
+        counts = n[inverse]
+    alone = pl.Series(counts == 1) & frame[value].is_not_null()
+    several = frame.filter(~alone).group_by(keys).agg(aggs)
+    v = pl.col(value)
+    ones = frame.filter(alone).select(
+        *keys,
+        v.alias(f"{prefix}total"),
+        pl.lit(1).alias(f"{prefix}num"),
+        v.cast(pl.Float64).alias(f"{prefix}avg"),
+        v.cast(pl.Float64).alias(f"{prefix}med"),
+        v.alias(f"{prefix}min"),
+        v.alias(f"{prefix}max"),
+        pl.lit(0.0).alias(f"{prefix}stddev"),
+    )
+    return pl.concat([several, ones.cast(several.schema)])
+
+
 def _exact_round(x: float, digits: int) -> float:
     q = Decimal(1).scaleb(-digits)
     return float(Decimal(x).quantize(q, rounding=ROUND_HALF_UP))

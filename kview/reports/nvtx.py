@@ -7,7 +7,13 @@ from typing import Literal
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.summary_stats import order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
+from kview.analysis.summary_stats import (
+    grouped_stats,
+    order_like_sqlite,
+    percent_of_total,
+    sqlite_round,
+    stats_aggs,
+)
 from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.reports.base import Report, empty
 from kview.trace import Trace
@@ -32,7 +38,7 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
     r = r.select(
         "name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur")
     )
-    g = r.group_by(["name_code", "style"] if with_style else ["name_code"]).agg(stats_aggs("dur"))
+    g = grouped_stats(r, ["name_code", "style"] if with_style else ["name_code"], "dur")
     g = nv.with_names(trace, g)
     keys = ["name", "style"] if with_style else ["name"]
     g = g.with_columns(percent_of_total().alias("Time (%)"))
