@@ -70,6 +70,18 @@ def test_grouped_stats_equals_the_group_by(rows):
         df.group_by(["k", "style"]).agg(stats_aggs("v", "p_")),
         ["k", "style"],
     )
+    # with further aggregations and their one-row forms (nvtx_gpu_proj_sum's)
+    df = df.with_columns((pl.col("v") // 3).alias("w"))
+    extra = {
+        "n": (pl.len(), pl.lit(1, dtype=pl.UInt32)),
+        "w_sum": (pl.col("w").sum(), pl.col("w")),
+        "w_avg": (pl.col("w").mean(), pl.col("w").cast(pl.Float64)),
+    }
+    _same_groups(
+        grouped_stats(df, ["k", "style"], "v", extra=extra),
+        df.group_by(["k", "style"]).agg(*(a.alias(c) for c, (a, _) in extra.items()), *stats_aggs("v")),
+        ["k", "style"],
+    )
 
 
 def test_grouped_stats_on_the_nvtx_ranges_of_a_real_trace():

@@ -30,15 +30,24 @@ def stats_aggs(value: str, prefix: str = "") -> list[pl.Expr]:
     ]
 
 
-def grouped_stats(frame: pl.DataFrame, keys: list[str], value: str, prefix: str = "") -> pl.DataFrame:
-    """`frame.group_by(keys).agg(stats_aggs(value, prefix))`, rows in no set order.
+def grouped_stats(
+    frame: pl.DataFrame,
+    keys: list[str],
+    value: str,
+    prefix: str = "",
+    extra: dict[str, tuple[pl.Expr, pl.Expr]] | None = None,
+) -> pl.DataFrame:
+    """`frame.group_by(keys).agg(*extra aggregations, *stats_aggs(value, prefix))`, rows in no set
+    order. `extra`: column -> (its aggregation, what it is for a group of one row, whose columns
+    are then not null).
 
     Where nearly every group is one row (a dense trace names each op range apart: 5.6M groups of
     5.7M rows), a hash group-by with a median and a deviation per group costs seconds; a group of
     one row has its value as every statistic, so only the groups of several rows are aggregated.
     Keys must be integers or enums (their codes); other keys take the plain group-by.
     """
-    aggs = stats_aggs(value, prefix)
+    extra = extra or {}
+    aggs = [*(a.alias(c) for c, (a, _) in extra.items()), *stats_aggs(value, prefix)]
     if not all(frame[k].dtype.is_integer() or isinstance(frame[k].dtype, pl.Enum) for k in keys):
         return frame.group_by(keys).agg(aggs)
     import numpy as np  # deferred with sqlite_round's: the small kernel summary never needs it
@@ -63,11 +72,13 @@ def grouped_stats(frame: pl.DataFrame, keys: list[str], value: str, prefix: str 
     else:
         _, inverse, n = np.unique(combined, return_inverse=True, return_counts=True)
         counts = n[inverse]
-    alone = pl.Series(counts == 1) & frame[value].is_not_null()
-    several = frame.filter(~alone).group_by(keys).agg(aggs)
+    # a NULL alone is no value (sum 0, count 0): such a group is aggregated
+    alone = frame.select(pl.all_horizontal(pl.Series(counts == 1), *(pl.col(c).is_not_null() for c in frame.columns)))
+    several = frame.filter(~alone.to_series()).group_by(keys).agg(aggs)
     v = pl.col(value)
-    ones = frame.filter(alone).select(
+    ones = frame.filter(alone.to_series()).select(
         *keys,
+        *(one.alias(c) for c, (_, one) in extra.items()),
         v.alias(f"{prefix}total"),
         pl.lit(1).alias(f"{prefix}num"),
         v.cast(pl.Float64).alias(f"{prefix}avg"),

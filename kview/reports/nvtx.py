@@ -229,15 +229,21 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     proj = proj.join(children.rename({"parent": "id"}), on="id", how="left").with_columns(
         pl.col("child_nb").fill_null(0)
     )
-    g = proj.group_by(["name_code", "style"]).agg(
-        pl.col("proj_dur").sum().alias("Total Proj Time (ns)"),
-        pl.col("range_dur").sum().alias("Total Range Time (ns)"),
-        pl.len().alias("Range Instances"),
-        *stats_aggs("proj_dur", prefix="p_"),
-        pl.col("ops").sum().alias("Total GPU Ops"),
-        pl.col("ops").mean().alias("Avg GPU Ops"),
-        pl.col("level").mean().alias("Avg Range Lvl"),
-        pl.col("child_nb").mean().alias("Avg Num Child"),
+    one = pl.lit(1, dtype=pl.UInt32)
+    g = grouped_stats(
+        proj.select("name_code", "style", "proj_dur", "range_dur", "ops", "level", "child_nb"),
+        ["name_code", "style"],
+        "proj_dur",
+        prefix="p_",
+        extra={  # each with its value for a range name seen once
+            "Total Proj Time (ns)": (pl.col("proj_dur").sum(), pl.col("proj_dur")),
+            "Total Range Time (ns)": (pl.col("range_dur").sum(), pl.col("range_dur")),
+            "Range Instances": (pl.len(), one),
+            "Total GPU Ops": (pl.col("ops").sum(), pl.col("ops")),
+            "Avg GPU Ops": (pl.col("ops").mean(), pl.col("ops").cast(pl.Float64)),
+            "Avg Range Lvl": (pl.col("level").mean(), pl.col("level").cast(pl.Float64)),
+            "Avg Num Child": (pl.col("child_nb").mean(), pl.col("child_nb").cast(pl.Float64)),
+        },
     )
     g = nv.with_names(trace, g)
     keys = ["name", "style"]
