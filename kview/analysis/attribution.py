@@ -368,6 +368,8 @@ class _Kinds:
             by_code = np.zeros(size, dtype=bool)
             values = labels[flag].fill_null(False).to_numpy()
             by_code[where] = ~values if flag == "marker" else values
+            if key == "fop":
+                self.fop_by_code = by_code
             mask = self.masks[key] = by_code[codes]
             found = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
             self.rows[key] = found.astype(np.int32) if len(found) < (1 << 31) else found  # half the memory
@@ -497,10 +499,12 @@ def _forward_of_backward(trace: Trace, kinds: _Kinds, nodes: pl.DataFrame) -> pl
     latest op marker with `seq = N` that started before the backward node. That op's user range
     (`b_uid`) and outermost op (`b_fop_code`), as _contexts gives them."""
     ranges = nv.projection_ranges(trace)
-    fw = ranges.select("id", "name_code", "start", "end", "global_tid").join(
-        kinds.labels.filter(pl.col("fwd_op") & pl.col("seq").is_not_null()).select("name_code", "seq"),
-        on="name_code",
-        how="inner",
+    # the forward op ranges with a seq, picked by code (codes index the labels: a gather, not a
+    # join of millions of ranges against millions of labels)
+    codes = ranges["name_code"].to_numpy()
+    fwd = kinds.fop_by_code & kinds.seq.is_not_null().to_numpy()
+    fw = ranges.filter(pl.Series(fwd[codes])).select(
+        "id", "name_code", "start", "end", "global_tid", kinds.seq_of(pl.col("name_code"))
     )
     q = nodes.select("bseq", "bstart").unique().drop_nulls()
     m = q.sort("bstart").join_asof(
