@@ -191,14 +191,12 @@ def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
         )
     ):
         return _launch_joined(ops, runtime)
+
     # (process, correlation) as one integer: the process's index (a few) above the id, so the
     # matching is one Int64 hash instead of a two-column one (half the time at 2.4M calls)
-    at = pids.to_numpy()
-
     def key(pid: pl.Series, c: pl.Series) -> pl.Series:
-        return pl.Series(
-            "_k", (np.searchsorted(at, pid.to_numpy()).astype(np.int64) << _CORRELATION_BITS) | c.to_numpy()
-        )
+        at = pids.search_sorted(pid).cast(pl.Int64)
+        return (at * (1 << _CORRELATION_BITS) + c.cast(pl.Int64)).alias("_k")
 
     op_key = key(ops["global_pid"], corr[0])
     # only the launches of GPU ops are made unique (most runtime calls launch nothing)
