@@ -133,13 +133,16 @@ def _keys_wait_for_the_kernels_table(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(request, tmp_path_factory, monkeypatch):
-    """No test reads or writes ~/.cache. The tests of one worker share one cache folder (a
-    trace's tables are made once per worker, then read back as a user's second run reads them:
-    the cache is verified before use); a test about the cache itself (`own_cache`) gets a fresh one."""
+    """No test reads or writes ~/.cache. The tests of a run share one cache folder, every worker
+    the same (a trace's tables are made once, then read back as a user's second run reads them:
+    the cache is verified before use, and several kview processes may fill it at once, as they
+    may a user's); a test about the cache itself (`own_cache`) gets a fresh one."""
     if request.node.get_closest_marker("own_cache") or os.environ.get("KVIEW_TEST_OWN_CACHE"):
         folder = tmp_path_factory.mktemp("cache")
     else:
-        folder = tmp_path_factory.getbasetemp() / "shared-cache"
+        # a worker's base folder is popen-gwN inside the run's own folder: the cache sits beside them
+        base = tmp_path_factory.getbasetemp()
+        folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-cache"
         folder.mkdir(exist_ok=True)
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
 
