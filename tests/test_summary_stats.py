@@ -53,7 +53,7 @@ def _same_groups(got: pl.DataFrame, want: pl.DataFrame, keys: list[str]) -> None
 @given(
     st.lists(
         st.tuples(
-            st.integers(min_value=-3, max_value=40),
+            st.one_of(st.none(), st.integers(min_value=-3, max_value=40)),
             st.sampled_from(["PushPop", "StartEnd"]),
             st.one_of(st.none(), st.integers(min_value=-(10**12), max_value=10**12)),
         ),
@@ -70,10 +70,12 @@ def test_grouped_stats_equals_the_group_by(rows):
         df.group_by(["k", "style"]).agg(stats_aggs("v", "p_")),
         ["k", "style"],
     )
-    # with further aggregations and their one-row forms (nvtx_gpu_proj_sum's)
+    # with further aggregations and their one-row forms (nvtx_gpu_proj_sum's, nvtx_kern_sum's)
     df = df.with_columns((pl.col("v") // 3).alias("w"))
     extra = {
         "n": (pl.len(), pl.lit(1, dtype=pl.UInt32)),
+        "w_n": (pl.col("w").n_unique(), pl.lit(1, dtype=pl.UInt32)),
+        "w_nulls": (pl.col("w").null_count(), pl.lit(0, dtype=pl.UInt32)),
         "w_sum": (pl.col("w").sum(), pl.col("w")),
         "w_avg": (pl.col("w").mean(), pl.col("w").cast(pl.Float64)),
     }

@@ -58,8 +58,10 @@ def grouped_stats(
     for k in keys:
         x = frame[k].to_physical()
         lo, hi = x.min(), x.max()
-        if x.null_count() or lo is None:
-            return frame.group_by(keys).agg(aggs)
+        if lo is None:  # every key NULL: one group
+            x, lo, hi = x.fill_null(0), 0, 0
+        elif x.null_count():  # NULL is a key of its own (its rows are aggregated: see `alone`)
+            x, hi = x.fill_null(hi + 1), hi + 1  # type: ignore[operator]
         span = int(hi) - int(lo)  # type: ignore[arg-type]
         bits = max(span.bit_length(), 1)
         if shift + bits > 63 or int(hi) >= 2**63:  # type: ignore[arg-type]

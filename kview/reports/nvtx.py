@@ -12,7 +12,6 @@ from kview.analysis.summary_stats import (
     order_like_sqlite,
     percent_of_total,
     sqlite_round,
-    stats_aggs,
 )
 from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.reports.base import Report, empty
@@ -108,11 +107,16 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         )
     )
     gkeys = ["PID", "TID", "name_code", "style", "name_id"]
-    g = combo.group_by(gkeys).agg(
-        pl.col("id").n_unique().alias("nvtx_inst_u"),
-        pl.col("id").null_count().alias("nvtx_nulls"),
-        pl.col("kern_id").n_unique().alias("Kern Inst"),
-        *stats_aggs("kdur"),
+    one = pl.lit(1, dtype=pl.UInt32)
+    g = grouped_stats(
+        combo.select(*gkeys, "id", "kern_id", "kdur"),
+        gkeys,
+        "kdur",
+        extra={  # each with its value for one kernel in a range seen once
+            "nvtx_inst_u": (pl.col("id").n_unique(), one),
+            "nvtx_nulls": (pl.col("id").null_count(), pl.lit(0, dtype=pl.UInt32)),
+            "Kern Inst": (pl.col("kern_id").n_unique(), one),
+        },
     )
     # count(DISTINCT x) ignores NULL; polars' n_unique counts it as a value.
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
