@@ -18,7 +18,7 @@ from typing import ClassVar
 import polars as pl
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -119,6 +119,7 @@ class FrameTable(ScrollView, can_focus=True):
         self.sort_state: tuple[str, bool] | None = None
         self.width_hints: dict[str, int] = {}
         self.cut_cache: dict[tuple[str, int], dict[str, str]] = {}
+        self.fitted_for: tuple[int, int] | None = None  # (width, room) the widths were fitted for
         if frame is not None:
             self.set_frame(frame)
 
@@ -197,11 +198,18 @@ class FrameTable(ScrollView, can_focus=True):
         for c in f.columns:
             self.natural.setdefault(c, 1)
 
+    def room(self) -> tuple[int, int]:
+        """The table's width (which columns show) and the cells its rows are drawn in: that width
+        less the vertical scrollbar when the rows overflow."""
+        return self.size.width, self.scrollable_content_region.width
+
     def _fit(self) -> None:
         """Widths: a number column as wide as its widest value (its header may be cut), a text
         column as wide as its widest value up to its cap (MAX_WIDTH). When that is wider than
-        the terminal, text columns give way, the widest first, down to their floor (MIN_WIDTH);
-        what still does not fit is reached by scrolling sideways. `<` `>` `_` set a width."""
+        the room the rows have, text columns give way, the widest first, down to their floor
+        (MIN_WIDTH); what still does not fit is reached by scrolling sideways. `<` `>` `_` set
+        a width."""
+        self.fitted_for = self.room()
         cols = self.columns
         numeric = [self.frame.schema[c].is_numeric() for c in cols]
         values = [self.natural.get(c, 1) for c in cols]
@@ -215,7 +223,7 @@ class FrameTable(ScrollView, can_focus=True):
             else:
                 w = min(max(len(h) + 1, v), MAX_WIDTH.get(c, 40))
             self.widths.append(max(w, v) if n else max(w, 1))
-        avail = self.size.width - 1
+        avail = self.fitted_for[1] - 1
         if avail > 20:
             # numbers under a long header (a trace name in Compare) give up the header first,
             # then text columns down to their floor, then any number header down to its values,
@@ -247,6 +255,14 @@ class FrameTable(ScrollView, can_focus=True):
     def on_resize(self, _event) -> None:
         self._fit()
         self.refresh()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # Fit again when the room changed without a Resize: a scrollbar that appears takes two
+        # cells, and Textual sends none to a table it first lays out while the screen's map is
+        # rebuilt by a lookup (the table would keep widths fitted for no width at all)
+        if self.fitted_for != self.room():
+            self._fit()
+        return super().render_lines(crop)
 
     def relayout(self) -> None:
         """Measure and fit again (the unit or the hidden columns changed)."""
@@ -368,10 +384,11 @@ class FrameTable(ScrollView, can_focus=True):
             self.scroll_to(y=self.cursor_row - visible + 1, animate=False)
         x0 = sum(w + 2 for w in self.widths[: self.cursor_col])
         x1 = x0 + (self.widths[self.cursor_col] if self.widths else 0)
+        room = self.room()[1]
         if x0 < self.scroll_offset.x:
             self.scroll_to(x=x0, animate=False)
-        elif x1 > self.scroll_offset.x + self.size.width:
-            self.scroll_to(x=max(x1 - self.size.width, 0), animate=False)
+        elif x1 > self.scroll_offset.x + room:
+            self.scroll_to(x=max(x1 - room, 0), animate=False)
         self.refresh()
         self.post_message(self.RowHighlighted(self, self.cursor_row))
 
