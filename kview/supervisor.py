@@ -31,6 +31,9 @@ _MEMORY = re.compile(
 )
 
 
+OUT_OF_MEMORY = "kview: out of memory"
+
+
 class _Relay:
     """The child's stderr, line by line, to ours. kview's own lines pass at once; Rust's panic
     and abort text is left out (from its first line up to the next line of kview's own), what it
@@ -60,9 +63,12 @@ class _Relay:
 
     def _line(self, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace")
+        # running out of memory can cut Python's own report short (say "Exception ignored in
+        # sys.unraisablehook: ", no line end), so kview's line follows it on the same line
+        text = text[max(text.find(OUT_OF_MEMORY), 0) :]
         if text.startswith("kview"):  # kview's own line: said at once
             self.hiding = False
-            self.said_memory = self.said_memory or text.startswith("kview: out of memory")
+            self.said_memory = self.said_memory or text.startswith(OUT_OF_MEMORY)
             _say(text)
         elif _MEMORY.search(text):
             self.memory = self.hiding = self.rust = True

@@ -157,3 +157,17 @@ def test_a_reader_connection_that_cannot_be_made_is_memory_only_under_a_limit():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True", "False", "True"]  # numpy's import ends so when OpenBLAS gets no thread
+
+
+def test_kview_line_after_a_report_cut_short_by_the_same_lack_of_memory(capfd):
+    """Python's report of an exception it ignores can be cut short by the memory running out (no
+    line end), so the child's one line follows it on the same line: the user sees kview's line."""
+    from kview.errors import OutOfMemory
+    from kview.supervisor import _Relay
+
+    line = OutOfMemory("SystemError").line()
+    relay = _Relay()
+    relay.feed(f"Exception ignored in sys.unraisablehook: {line}\n".encode())
+    relay.end()
+    assert relay.said_memory
+    assert capfd.readouterr().err == line + "\n"
