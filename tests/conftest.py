@@ -52,6 +52,17 @@ KINETO_NAMES = _listed(KINETO / "SOURCES.txt")
 KINETO_TRACES = [KINETO / n for n in KINETO_NAMES]
 
 
+# the MTIA trace's JSON is 87 MB: its own test opens it by default (test_first_contact), the
+# repeats of other tests on it are nightly
+MTIA = "mtia_trace_single_rank__mtia_rank_0.json.gz"
+
+
+def nightly_for(paths: list[Path], moved: set[str]) -> list:
+    """`paths` as parameters, those named in `moved` in the nightly set only (a slow repeat of
+    a shape another trace of the default run has)."""
+    return nightly_beyond(paths, {p.name for p in paths} - moved)
+
+
 def nightly_beyond(paths: list[Path], keep: set[str]) -> list:
     """`paths` as parameters where only those named in `keep` run by default; the others join the
     nightly set (`pytest -m nightly`): the default run keeps one trace of each shape."""

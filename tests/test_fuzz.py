@@ -168,6 +168,7 @@ def _same_answer_or_one_line(trace, truth, xdg):
             assert len(err.strip().splitlines()) == 1 and str(trace) in err, err
 
 
+@pytest.mark.nightly  # a slow repeat of test_byte_flips_in_every_cache_file_at_once, one file at a time
 def test_byte_flips_in_each_cache_file(filled_cache, tmp_path, monkeypatch):
     """Every cache file in turn with 8 bytes flipped, the others intact: the same answers."""
     trace, xdg, files, truth = filled_cache

@@ -20,7 +20,7 @@ from kview.io import kineto_reader as kr
 from kview.reports import REPORTS
 from kview.trace import open_trace, validate
 
-from conftest import KINETO, KINETO_TRACES, kineto_events
+from conftest import KINETO, KINETO_TRACES, MTIA, kineto_events, nightly_for
 
 READABLE = [p for p in KINETO_TRACES if not p.name.startswith("rocprof")]
 
@@ -40,7 +40,7 @@ def _plain_kernel_summary(path):
     return {n: (len(d), sum(d), min(d), max(d)) for n, d in per.items()}, sorted(starts)
 
 
-@pytest.mark.parametrize("path", READABLE, ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", nightly_for(READABLE, {MTIA}), ids=lambda p: p.name.split(".")[0])
 def test_kernel_counts_totals_and_starts_equal_a_plain_count_over_the_file(path):
     t = open_trace(path, use_cache=False)
     want, starts = _plain_kernel_summary(path)

@@ -180,15 +180,15 @@ async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, 
 
 
 OPENABLE = [p for p in [*PUBLIC_TRACES, *KINETO_TRACES] if not p.name.startswith("rocprof")]
-# one trace of each shape by default (the CLI runs every command on all of them in test_first_contact)
+# one trace of each shape by default (the CLI runs every command on all of them in test_first_contact);
+# the CPU-only trace's views are every key's storm's (test_tui_keystorm), the B200 trace's every view
+# is compared with its command's document (test_documents)
 OPEN_BY_DEFAULT = {
     "dlprof_lenet_nsys2022.1.sqlite",  # the oldest nsys schema
     "nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite",  # the newest, two GPUs, NCCL
     "vecadd_nsys2025.5.sqlite",  # no NVTX
     "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # AMD
-    "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",  # no GPU work
     "resnet50_plugin_oldest.pt.trace.json.gz",  # the oldest torch.profiler
-    "traces__b200__eager_trace.json.gz",  # Blackwell, a recent torch
     "traces__inference__vllm_decode_full__graph_execution.json.gz",  # CUDA graphs
 }
 
