@@ -332,13 +332,7 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
     Valid for families that nest (push/pop on one thread). Ties of identical intervals
     become a chain in id order.
     """
-    return _nested(ranges)[0]
-
-
-def _nested(ranges: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
-    """(nest(ranges), each row's parent row, -1 for a root): one sort, then numpy per thread."""
-    n = Nesting.nested(ranges)
-    return n.tree, n.parent
+    return Nesting.nested(ranges).tree
 
 
 def _nest_rows(ranges: pl.DataFrame) -> np.ndarray:
