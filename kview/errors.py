@@ -93,6 +93,9 @@ def memory_limit() -> str:
     return "; limit: " + ", ".join(parts) if parts else ""
 
 
+OUT_OF_MEMORY = "kview: out of memory"  # how the line starts: the supervisor finds it by this
+
+
 class OutOfMemory(KviewError):
     """Memory ran out (an allocation failed, a reader's threads could not start, the system
     ended a worker): said as memory and its limit, never as the fault of an input."""
@@ -102,7 +105,7 @@ class OutOfMemory(KviewError):
 
     def line(self) -> str:
         detail = f" ({self.problem})" if self.problem else ""
-        return f"kview: out of memory{detail}{memory_limit()}; free memory or raise the limit"
+        return f"{OUT_OF_MEMORY}{detail}{memory_limit()}; free memory or raise the limit"
 
 
 # What a failed allocation or thread start says inside the Rust readers' errors and panics

@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 
-from kview.errors import OutOfMemory, address_space_limit, internal_error_line
+from kview.errors import OUT_OF_MEMORY, OutOfMemory, address_space_limit, internal_error_line
 from kview.output.visible import visible_lines
 
 ENV = "KVIEW_UNSUPERVISED"  # set: the command runs in this process (and in the child itself)
@@ -29,9 +29,6 @@ _MEMORY = re.compile(
     r"OpenBLAS blas_thread_init: pthread_create failed|"
     r"Cannot allocate memory|failed to map segment"
 )
-
-
-OUT_OF_MEMORY = "kview: out of memory"
 
 
 class _Relay:
