@@ -15,6 +15,7 @@ import pytest
 
 from conftest import SAMPLES
 from fswatch import Untouched
+from in_process import kview_here as kview  # what a command reads, writes and says: no child needed
 
 # the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
 pytestmark = pytest.mark.own_cache
@@ -22,16 +23,6 @@ pytestmark = pytest.mark.own_cache
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 OTHER = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 COMMANDS = [["stats", "-r", "all"], ["kernels"], ["layers"], ["overview"], ["phases"], ["compare"], ["diff"], ["ranks"]]
-
-
-def kview(*args, env=None, timeout=180):
-    return subprocess.run(
-        [sys.executable, "-m", "kview.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def args_for(cmd, trace):
