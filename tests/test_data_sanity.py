@@ -5,11 +5,8 @@ keeps nsys's numbers and says on stderr what is in them. A clean trace says noth
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -18,6 +15,7 @@ from kview.analysis.sanity import warning
 from kview.trace import open_trace
 
 from conftest import LM_TRACES, PUBLIC_TRACES, SAMPLES
+from in_process import kview_here
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 BACKWARDS, OUTSIDE = 7, 5  # every 7th kernel ends before it starts; 5 memsets after the session
@@ -40,13 +38,7 @@ def damaged(tmp_path_factory):
 
 
 def kview(*args):
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", *map(str, args), "--no-cache"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=os.environ,
-    )
+    r = kview_here(*args, "--no-cache")  # the document: no child needed
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     return r
 

@@ -10,8 +10,6 @@ import lzma
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -21,15 +19,10 @@ from kview.analysis.gpu_peaks import PEAKS, device_gpus, named_gpu
 from kview.trace import open_trace
 
 from conftest import FIXTURES, KINETO, PUBLIC, SAMPLES
+from in_process import kview_here as kview  # the document and the exit status: no child needed
 
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 H200_FP32, H200_BW = 67e12, 4800e9  # the H200 SXM row (NVIDIA H200 datasheet)
-
-
-def kview(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kview.cli", *map(str, args)], capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ import lzma
 import shutil
 import sqlite3
 import statistics
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -21,6 +19,7 @@ from kview.errors import UsageError
 from kview.trace import open_trace
 
 from conftest import FIXTURES, KINETO, PUBLIC
+from in_process import kview_here as kview  # the document and the exit status: no child needed
 
 CAPTURE = FIXTURES / "capture"
 
@@ -35,12 +34,6 @@ def ddp(tmp_path_factory):
             shutil.copyfileobj(src, dst)
         out[r] = path
     return out
-
-
-def kview(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "kview.cli", *map(str, args)], capture_output=True, text=True, stdin=subprocess.DEVNULL
-    )
 
 
 def launched_ops_sql(con) -> list[tuple[int, int]]:
