@@ -28,6 +28,7 @@ from kview.errors import (
     debugging,
     internal_error_line,
     is_out_of_memory,
+    no_allocator_threads_under_a_limit,
     shown,
 )
 from kview.formats import FORMATS, MULTI_TABLE_FORMATS
@@ -1296,6 +1297,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    no_allocator_threads_under_a_limit()  # before polars loads, in the explorer as in a command
     supervise = argv is None  # not capture and bench: their programs' output is the user's, as it comes
     if argv is None:  # the program itself, not a caller in-process (tests)
         import signal

@@ -143,6 +143,21 @@ def is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (ImportError, SystemError)) or "timed out waiting for connection" in text
 
 
+# polars' allocator (jemalloc) starts background threads that return freed pages to the system;
+# under an address-space limit such a thread can fail to start, and jemalloc then crashes
+# (SIGSEGV, measured at `ulimit -v` 744 MB on `stats -r all`) or can wait on it forever. Its
+# environment variable, read when polars loads, turns them off: freed pages are returned on
+# the allocating threads instead.
+POLARS_ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
+
+
+def no_allocator_threads_under_a_limit() -> None:
+    """Under an address-space limit, before polars loads: no allocator background threads
+    (a setting the user made stays)."""
+    if address_space_limit() is not None:
+        os.environ.setdefault(POLARS_ALLOCATOR_ENV, "background_thread:false")
+
+
 def address_space_limit() -> int | None:
     """The process's address-space limit in bytes (ulimit -v, prlimit --as), None when unlimited."""
     if resource is None:

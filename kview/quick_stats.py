@@ -27,7 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import cast
 
-from kview.errors import TraceError
+from kview.errors import OutOfMemory, TraceError, is_out_of_memory
 from kview.io.converted import REPORT_SUFFIXES
 from kview.io.paths import named
 from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, read_into_polars, sqlite_uri
@@ -271,7 +271,9 @@ def _grouped(path: Path, last: int, session: int | None) -> list[Stats] | None:
         k = rows()
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
-    except BaseException:  # text for a time, damage, memory: the columnar path says it in its words
+    except BaseException as e:  # text for a time, damage: the columnar path says it in its words
+        if is_out_of_memory(e):  # said now: the columnar path would wait for the same memory again
+            raise OutOfMemory("reading " + path.name) from None
         return None
     if k.height == 0 or any(k.schema.get(c) != pl.Int64 for c in ("_kv_rid", "start", "end", "demangledName")):
         return None

@@ -27,7 +27,8 @@ _STARTS = re.compile(
 _MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
     r"OpenBLAS blas_thread_init: pthread_create failed|"
-    r"Cannot allocate memory|failed to map segment"
+    r"Cannot allocate memory|failed to map segment|"
+    r"<jemalloc>: .*failed"  # polars' allocator: a thread or a mapping it could not get
 )
 
 
@@ -150,6 +151,8 @@ def run_supervised(command: str) -> int | None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         return 128 + sig
+    if relay.said_memory:  # its line said memory ran out; what it hit after that (a crash
+        return 2  # of a library left without memory while exiting) is the same cause
     if sig == signal.SIGKILL:
         print(_memory_line("the system ended kview, most likely for memory (SIGKILL)"), file=sys.stderr)
         return 2

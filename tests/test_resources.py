@@ -40,7 +40,9 @@ def _kview(args: list[str], limit_mb: int | None = None, **kw) -> subprocess.Com
     )
 
 
-@pytest.mark.parametrize("limit_mb", [256, 384, 512, 768, 1024, 1536])
+# 744 MB: where polars' allocator failed to start a background thread after kview said memory ran
+# out, then crashed (SIGSEGV) on this 2-core machine
+@pytest.mark.parametrize("limit_mb", [256, 384, 512, 744, 768, 1024, 1536])
 @pytest.mark.parametrize(
     "args", [["stats", str(LM), "-r", "all"], ["kernels", str(LM), "-f", "csv"]], ids=lambda a: a[0]
 )
@@ -143,6 +145,25 @@ def test_a_command_the_system_kills_is_one_line_about_memory():
     _, err = p.communicate(timeout=120)
     assert p.returncode == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("kview: out of memory") and "SIGKILL" in err
+
+
+def test_a_crash_after_kview_said_memory_ran_out_adds_nothing():
+    """A command that said memory ran out and then crashed on its way out (polars' allocator
+    left without a thread, SIGSEGV): the user sees kview's one line and exit 2, not an internal
+    error. The supervisor is the real one; its child says the line and crashes as such a run did."""
+    code = (
+        "import os, signal, sys; from kview.errors import OutOfMemory; from kview.supervisor import run_supervised\n"
+        "code = run_supervised('stats')\n"
+        "if code is None:\n"
+        "    os.write(2, (OutOfMemory('reading x.sqlite').line() + '\\n').encode())\n"
+        "    os.write(2, b'<jemalloc>: arena 0 background thread creation failed (11)\\n')\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "sys.exit(code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "kview: out of memory (reading x.sqlite); free memory or raise the limit"
+    ], r.stderr
 
 
 def test_a_reader_connection_that_cannot_be_made_is_memory_only_under_a_limit():
