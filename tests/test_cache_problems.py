@@ -16,6 +16,7 @@ import pytest
 from kview.io import cache
 
 from conftest import SAMPLES, as_a_user
+from in_process import kview_here
 
 # the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
 pytestmark = pytest.mark.own_cache
@@ -44,9 +45,19 @@ def kview(*args, xdg=None, code=None, cwd=None, env=None, preexec=None):
 
 
 def without_cache(*args):
-    r = kview(*args, "--no-cache")
+    """The answer without the cache: no cache, so no state of a process to keep apart; the
+    test's own process gives it."""
+    r = kview_here(*args, "--no-cache")
     assert r.returncode == 0, r.stderr
     return r.stdout
+
+
+def fill(*args, xdg):
+    """A first run that leaves its entries in the cache under `xdg`, made in the test's process:
+    what a later run (a child, with none of this process's memory) does with them is the subject."""
+    r = kview_here(*args, env={"XDG_CACHE_HOME": str(xdg)})
+    assert r.returncode == 0, r.stderr
+    return r
 
 
 def warnings(r) -> list[str]:
@@ -158,7 +169,7 @@ def test_same_size_same_mtime_edit_is_detected(tmp_path):
     xdg = tmp_path / "xdg"
     # -f json: a small trace's kernel summary as a table or CSV is answered from SQLite, past the cache
     args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json")
-    before = kview(*args, xdg=xdg)
+    before = fill(*args, xdg=xdg)
     content = cache.content_fingerprint(t, t.stat().st_size)
     _edit_in_place(t, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000;")
     assert cache.content_fingerprint(t, t.stat().st_size) != content  # not only ctime tells
@@ -171,7 +182,7 @@ def test_same_size_same_mtime_deletion_does_not_mix_old_and_new_columns(tmp_path
     t = tmp_path / "t.sqlite"
     shutil.copy(FWD, t)
     xdg = tmp_path / "xdg"
-    assert kview("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json", xdg=xdg).returncode == 0  # caches some columns
+    fill("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json", xdg=xdg)  # caches some columns
     _edit_in_place(t, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 3 = 0;")
     r = kview("kernels", t, "-f", "csv", xdg=xdg)  # needs those columns and others never cached
     assert r.returncode == 0, r.stderr
@@ -186,7 +197,7 @@ def test_entry_from_another_trace_is_never_served(how, tmp_path):
     xdg = tmp_path / "xdg"
     args = ("stats", b, "-r", "cuda_gpu_kern_sum,nvtx_sum", "-f", "json")
     for t in (a, b):
-        assert kview("stats", t, "-r", "cuda_gpu_kern_sum,nvtx_sum", xdg=xdg).returncode == 0
+        fill("stats", t, "-r", "cuda_gpu_kern_sum,nvtx_sum", xdg=xdg)
     frames = xdg / "kview" / "frames"
     entry = {(d / "source").read_text(): d for d in frames.iterdir()}
     ea, eb = entry[str(a)], entry[str(b)]
@@ -206,7 +217,7 @@ def test_entry_from_another_trace_is_never_served(how, tmp_path):
 def test_damaged_entry_is_rebuilt_with_one_warning(tmp_path):
     xdg = tmp_path / "xdg"
     args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
-    assert kview(*args, xdg=xdg).returncode == 0
+    fill(*args, xdg=xdg)
     for f in (xdg / "kview" / "frames").glob("*/kernels.*.parquet"):
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     r = kview(*args, xdg=xdg)
@@ -221,7 +232,7 @@ def test_json_trace_cache_is_keyed_by_content(tmp_path):
     t = tmp_path / "t.json.gz"
     shutil.copy(JSON, t)
     args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "csv")
-    first = kview(*args, xdg=xdg)
+    first = fill(*args, xdg=xdg)
     st = t.stat()
     shutil.copy(SAMPLES / "lm-small_ctx256_train_torch.json.gz", t)
     os.utime(t, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -233,7 +244,7 @@ def test_json_trace_cache_is_keyed_by_content(tmp_path):
 def test_temporaries_of_killed_runs_are_removed_and_none_are_left(tmp_path):
     xdg = tmp_path / "xdg"
     args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
-    assert kview(*args, xdg=xdg).returncode == 0
+    fill(*args, xdg=xdg)
     (entry,) = (xdg / "kview" / "frames").iterdir()
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -252,7 +263,7 @@ def test_a_non_file_in_place_of_a_cache_file_costs_that_entry_only(what, tmp_pat
     t = tmp_path / "t.sqlite"
     shutil.copy(FWD, t)
     args = ("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json")
-    assert kview(*args, xdg=xdg).returncode == 0
+    fill(*args, xdg=xdg)
     (entry,) = (xdg / "kview" / "frames").iterdir()
     target = entry / "report.cuda_gpu_kern_sum.parquet"
     if what == "file as entry folder":
@@ -282,7 +293,7 @@ def test_a_file_that_does_not_verify_is_dropped_and_rebuilt(tmp_path):
     checksum catches it before a byte is decoded."""
     xdg = tmp_path / "xdg"
     args = ("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "json")
-    assert kview(*args, xdg=xdg).returncode == 0
+    fill(*args, xdg=xdg)
     (f,) = (xdg / "kview" / "frames").glob("*/report.cuda_gpu_kern_sum.parquet")
     data = bytearray(f.read_bytes())
     data[len(data) // 3] ^= 0x01
