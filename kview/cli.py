@@ -28,7 +28,7 @@ from kview.errors import (
     debugging,
     internal_error_line,
     is_out_of_memory,
-    no_allocator_threads_under_a_limit,
+    no_library_threads_under_a_limit,
     shown,
 )
 from kview.formats import FORMATS, MULTI_TABLE_FORMATS
@@ -1297,7 +1297,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    no_allocator_threads_under_a_limit()  # before polars loads, in the explorer as in a command
     supervise = argv is None  # not capture and bench: their programs' output is the user's, as it comes
     if argv is None:  # the program itself, not a caller in-process (tests)
         import signal
@@ -1315,6 +1314,8 @@ def _main(argv: list[str] | None) -> int:
         supervise = False  # argparse alone answers, before anything that could abort runs
     else:
         name = _command_name(argv)
+    if supervise or name is None:  # not in a program capture or bench runs: its threads are its own
+        no_library_threads_under_a_limit()  # before polars loads, in the explorer as in a command
     if name is None:  # the explorer: its errors are shown in it, or are tracebacks of kview's bugs
         typo = _misspelt_command(argv)
         if typo:

@@ -143,19 +143,21 @@ def is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (ImportError, SystemError)) or "timed out waiting for connection" in text
 
 
-# polars' allocator (jemalloc) starts background threads that return freed pages to the system;
-# under an address-space limit such a thread can fail to start, and jemalloc then crashes
-# (SIGSEGV, measured at `ulimit -v` 744 MB on `stats -r all`) or can wait on it forever. Its
-# environment variable, read when polars loads, turns them off: freed pages are returned on
-# the allocating threads instead.
-POLARS_ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
+# Under an address-space limit a thread a library starts when it loads can fail to start:
+# polars' allocator (jemalloc) then crashed (SIGSEGV, measured at `ulimit -v` 744 MB on `stats
+# -r all`) and OpenBLAS (numpy's) gives up its import; a library left waiting for such a thread is
+# the likely cause of the one hang seen under a limit (`stats -r all` at 384 MB, once in five runs
+# of the suite, nothing said). kview needs neither's threads: jemalloc returns freed pages
+# on the allocating thread instead, and kview does no linear algebra.
+LIBRARY_THREADS_OFF = {"_RJEM_MALLOC_CONF": "background_thread:false", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def no_allocator_threads_under_a_limit() -> None:
-    """Under an address-space limit, before polars loads: no allocator background threads
-    (a setting the user made stays)."""
+def no_library_threads_under_a_limit() -> None:
+    """Under an address-space limit, before polars and numpy load: none of their background
+    threads (a setting the user made stays)."""
     if address_space_limit() is not None:
-        os.environ.setdefault(POLARS_ALLOCATOR_ENV, "background_thread:false")
+        for name, value in LIBRARY_THREADS_OFF.items():
+            os.environ.setdefault(name, value)
 
 
 def address_space_limit() -> int | None:
