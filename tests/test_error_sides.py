@@ -18,13 +18,15 @@ from kview.reports import REPORTS
 from kview.trace import open_trace
 
 from conftest import SAMPLES, as_a_user
+from in_process import kview_here
 
 FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 TRAIN = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 
 def kview(*args, env=None, code=None, preexec=None):
-    """Run the CLI in a child; `code` runs first in that child (a failure injected at a call)."""
+    """Run the CLI in a child; `code` runs first in that child (a failure injected at a call).
+    What needs no child (a document, a refusal, a file written or not) runs in kview_here."""
     prog = (
         [sys.executable, "-m", "kview.cli"]
         if code is None
@@ -55,7 +57,7 @@ def one_line(r) -> str:
 
 
 def test_o_writes_every_report_and_nothing_else(tmp_path):
-    r = kview("stats", FWD, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", tmp_path / "r")
+    r = kview_here("stats", FWD, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", tmp_path / "r")
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r_cuda_api_sum.csv", "r_cuda_gpu_kern_sum.csv"]
     want = REPORTS["cuda_gpu_kern_sum"](open_trace(FWD, use_cache=False)).frame
@@ -68,13 +70,13 @@ def test_o_writes_every_report_and_nothing_else(tmp_path):
 def test_o_never_overwrites_without_force(tmp_path):
     old = tmp_path / "r_cuda_gpu_kern_sum.csv"
     old.write_text("my notes\n")
-    r = kview("stats", FWD, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", tmp_path / "r")
+    r = kview_here("stats", FWD, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", tmp_path / "r")
     assert r.returncode == 2
     line = one_line(r)
     assert line == f"kview: output {old}: exists (give --force to overwrite it)"
     assert old.read_text() == "my notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [old.name]  # not even the other report
-    r = kview("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", tmp_path / "r", "--force")
+    r = kview_here("stats", FWD, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", tmp_path / "r", "--force")
     assert r.returncode == 0, r.stderr
     assert old.read_text().startswith("Time (%),Total Time (ns)")
 
@@ -90,7 +92,7 @@ def test_o_never_writes_over_its_input_even_with_force(how, tmp_path):
         shutil.copy(FWD, trace)
         (os.link if how == "hard link" else os.symlink)(trace, out)
     before = trace.read_bytes()
-    r = kview("stats", trace, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", tmp_path / "r", "--force")
+    r = kview_here("stats", trace, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", tmp_path / "r", "--force")
     assert r.returncode == 2
     assert one_line(r) == f"kview: output {out}: is an input of this command; kview never writes over its input"
     assert trace.read_bytes() == before
@@ -99,9 +101,9 @@ def test_o_never_writes_over_its_input_even_with_force(how, tmp_path):
 def test_o_into_a_path_whose_folder_is_a_file(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("x")
-    r = kview("stats", FWD, "-f", "csv", "-o", f / "r")
+    r = kview_here("stats", FWD, "-f", "csv", "-o", f / "r")
     assert r.returncode == 2 and one_line(r).startswith(f"kview: output {f}/r_") and f"{f} is not a folder" in r.stderr
-    r = kview("stats", FWD, "-f", "csv", "-o", tmp_path / "missing" / "r")
+    r = kview_here("stats", FWD, "-f", "csv", "-o", tmp_path / "missing" / "r")
     assert r.returncode == 2 and f"its folder {tmp_path / 'missing'} does not exist" in one_line(r)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
@@ -152,7 +154,7 @@ def test_o_on_a_real_full_tmpfs_leaves_nothing(tmp_path):
     ):
         pytest.skip("mounting a tmpfs is not allowed here")
     try:
-        r = kview("stats", TRAIN, "-r", "all", "-f", "csv", "-o", mnt / "r")  # ~7 MB of CSV into 256 KiB
+        r = kview_here("stats", TRAIN, "-r", "all", "-f", "csv", "-o", mnt / "r")  # ~7 MB of CSV into 256 KiB
         assert r.returncode == 2
         assert one_line(r).endswith("cannot be written (No space left on device); nothing was written")
         assert list(mnt.iterdir()) == []
@@ -218,7 +220,7 @@ def _variant(tmp_path, sql):
 def test_nvtx_without_ends_or_rows_opens(cmd, sql, tmp_path):
     t = _variant(tmp_path, sql)
     fmt = "json" if cmd[0] in ("stats", "overview") else "csv"  # several tables: one JSON document
-    r = kview(cmd[0], t, *cmd[1:], "-f", fmt)
+    r = kview_here(cmd[0], t, *cmd[1:], "-f", fmt)
     assert r.returncode in (0, 1) and r.stderr.count("\n") <= 1, r.stderr
     assert "internal error" not in r.stderr and "cannot be read" not in r.stderr
     if cmd[0] == "layers" and r.returncode == 1:
