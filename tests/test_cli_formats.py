@@ -5,19 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 
 from conftest import LM_TRACES
+from in_process import kview_here
 
 TRACE = next(p for p in LM_TRACES if p.name == "lm-small_ctx256_train_nsys.sqlite")
 GOLDEN = TRACE.with_name(f"{TRACE.stem}_cuda_gpu_kern_sum.csv")
 
 
 def _run(*args, trace=TRACE, code=0, cmd="stats"):
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", cmd, str(trace), *args], capture_output=True, text=True, timeout=120
-    )
+    r = kview_here(cmd, str(trace), *args)
     assert r.returncode == code, r.stderr
     return r.stdout if code == 0 else r.stderr
 
@@ -94,24 +91,7 @@ def test_a_report_without_data_writes_nothing_and_says_so(tmp_path):
     from conftest import KINETO
 
     cpu = KINETO / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kview.cli",
-            "stats",
-            str(cpu),
-            "-r",
-            "cuda_gpu_kern_sum",
-            "-f",
-            "csv",
-            "-o",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("stats", str(cpu), "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", str(tmp_path / "run"))
     assert r.returncode == 0 and list(tmp_path.iterdir()) == []
     assert "skipped cuda_gpu_kern_sum (does not contain CUDA kernel data); no file written for it" in r.stderr
     assert _run("-r", "cuda_gpu_kern_sum", "-f", "csv", trace=cpu) == ""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import polars as pl
 
@@ -13,6 +11,7 @@ from kview.analysis.compare import diff, phase_windows, root_window, side_by_sid
 from kview.trace import open_trace
 
 from conftest import PUBLIC, SAMPLES
+from in_process import kview_here
 
 LM = [SAMPLES / f"lm-small_ctx256_{m}_nsys.sqlite" for m in ("forward", "backward", "train")]
 
@@ -101,43 +100,16 @@ def test_diff_on_public_before_after_pair_names_the_biggest_changes():
     assert set(d["Kernels that vanished"]["Kernel"]) == set(a) - set(b)
     totals = dict(zip(d["Totals"][""], d["Totals"]["Δ"]))
     assert totals["kernels"] == sum(c for _, c in b.values()) - sum(c for _, c in a.values())
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "diff", str(before), str(after), "-f", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("diff", str(before), str(after), "-f", "json")
     assert r.returncode == 0 and json.loads(r.stdout)["Largest changes in total time"][0]["Kernel"] == want[0]
 
 
 def test_compare_csv_first_column_and_plain_numbers(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kview.cli",
-            "compare",
-            *map(str, LM),
-            "--root",
-            "profiled_step",
-            "--by",
-            "category",
-            "-f",
-            "csv",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("compare", *map(str, LM), "--root", "profiled_step", "--by", "category", "-f", "csv")
     assert r.returncode == 0, r.stderr
     head, first = r.stdout.splitlines()[:2]
     assert head.startswith("Category,lm-small_ctx256_forward_nsys,") and first.split(",")[1].isdigit()
-    bad = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "compare", str(LM[0]), "--root", "nope"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = kview_here("compare", str(LM[0]), "--root", "nope")
     assert bad.returncode == 2 and "no range named 'nope'" in bad.stderr
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -16,6 +14,7 @@ from kview.analysis.attribution import attribute
 from kview.trace import open_trace
 
 from conftest import SAMPLES
+from in_process import kview_here
 
 TRAIN = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
@@ -57,23 +56,13 @@ def test_pattern_the_engine_accepts_and_python_rejects(table):
 
 
 def test_cli_names_the_filter_as_the_side_that_failed():
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "kernels", str(TRAIN), "--filter", "dir:bprop (?=gemm)"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("kernels", str(TRAIN), "--filter", "dir:bprop (?=gemm)")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == (
         "kview: --filter: bad regular expression '(?=gemm)': look-around, including look-ahead "
         "and look-behind, is not supported\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "layers", str(TRAIN), "--pattern", "layer_(?!1)"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("layers", str(TRAIN), "--pattern", "layer_(?!1)")
     assert r.returncode == 2 and r.stderr.startswith("kview: bad layer pattern 'layer_(?!1)': look-around")
     assert len(r.stderr.splitlines()) == 1
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import polars as pl
 import pytest
 
@@ -14,6 +11,7 @@ from kview.analysis.layers import layer_times, phase_times
 from kview.trace import open_trace
 
 from conftest import SAMPLES
+from in_process import kview_here
 
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 BERT = SAMPLES / "bert-2l_seq128_train_nsys.sqlite"
@@ -76,12 +74,7 @@ def test_malformed_filters_give_a_clear_message(bad, msg):
 
 
 def test_cli_filter_error_is_one_line_exit_2():
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "kernels", str(LM), "--filter", "dur>5parsecs"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("kernels", str(LM), "--filter", "dur>5parsecs")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "unknown unit" in r.stderr
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from collections import defaultdict
 
 import polars as pl
@@ -16,6 +14,7 @@ from kview.reports import REPORTS
 from kview.trace import JsonTrace, open_trace
 
 from conftest import SAMPLES
+from in_process import kview_here
 
 JSONS = sorted(SAMPLES.glob("*_torch.json.gz"))
 
@@ -77,12 +76,6 @@ def test_every_command_accepts_json(cmd, tmp_path):
     if cmd[0] in ("compare", "diff"):
         args = [cmd[0], js, str(SAMPLES / "lm-small_ctx256_forward_torch.json.gz"), *cmd[1:]]
     fmt = "json" if cmd[0] in ("stats", "diff") else "csv"  # several tables: one JSON document
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", *args, "-f", fmt],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)},
-    )
+    r = kview_here(*args, "-f", fmt, env={"XDG_CACHE_HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("\n") > 3

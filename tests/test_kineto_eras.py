@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from decimal import Decimal
 
@@ -21,6 +19,7 @@ from kview.reports import REPORTS
 from kview.trace import open_trace, validate
 
 from conftest import KINETO, KINETO_TRACES, MTIA, kineto_events, nightly_for
+from in_process import kview_here
 
 READABLE = [p for p in KINETO_TRACES if not p.name.startswith("rocprof")]
 
@@ -129,15 +128,13 @@ def test_other_json_is_named_in_one_line_by_cli_and_tui_check(tmp_path, content,
         validate(p)
     with pytest.raises(TraceError, match=words.replace("(", r"\(").replace(")", r"\)")):
         open_trace(p, use_cache=False)
-    r = subprocess.run([sys.executable, "-m", "kview.cli", "stats", str(p)], capture_output=True, text=True, timeout=60)
+    r = kview_here("stats", str(p))
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and words in r.stderr
 
 
 def test_the_public_rocprof_file_is_refused_with_its_name():
     p = KINETO / "rocprof__908_results.json.gz"
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "kernels", str(p)], capture_output=True, text=True, timeout=60
-    )
+    r = kview_here("kernels", str(p))
     assert (
         r.returncode == 2
         and r.stderr == f"kview: {p}: is a rocprofv3 trace (rocprofiler-sdk JSON): not supported yet\n"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 
 import polars as pl
 
@@ -13,6 +11,7 @@ from kview.analysis.overview import build
 from kview.trace import open_trace
 
 from conftest import PUBLIC, SAMPLES
+from in_process import kview_here
 
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
@@ -69,12 +68,7 @@ def test_overview_findings_on_public_vecadd():
     o = build(open_trace(PUBLIC / "vecadd_nsys2025.5.sqlite", use_cache=False))
     text = " ".join(o.findings)
     assert "Pageable memcpy: 3 copies" in text and "Synchronous memcpy" in text
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "overview", str(PUBLIC / "vecadd_nsys2025.5.sqlite")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = kview_here("overview", str(PUBLIC / "vecadd_nsys2025.5.sqlite"))
     assert r.returncode == 0 and "** Findings:" in r.stdout and "NVIDIA GeForce RTX 3060" in r.stdout
 
 
