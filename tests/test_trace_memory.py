@@ -4,6 +4,7 @@ over CUDA_GPU_MEMORY_USAGE_EVENTS)."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import lzma
@@ -27,6 +28,8 @@ RESNET_2021 = KINETO / "resnet50_nw0_2021.pt.trace.json.gz"  # Bytes only (PyTor
 MEM_TORCH = FIXTURES / "memory" / "mem_torch.json.gz"  # captured on an H200 with profile_memory=True
 
 
+# a test reads its trace's events several times: decoded once (no caller changes them)
+@functools.lru_cache(maxsize=1)
 def _events(path):
     with gzip.open(path, "rt") as f:
         doc = json.load(f, parse_float=Decimal)
