@@ -14,6 +14,7 @@ import os
 import subprocess
 from unittest import mock
 
+from kview import warning
 from kview.cli import main
 from kview.io import memory_budget
 from kview.output import table_text
@@ -23,6 +24,7 @@ def kview_here(*args, env: dict[str, str] | None = None) -> subprocess.Completed
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
     limit, width = memory_budget._limit, table_text._table_width  # what --max-memory and -f table set
+    warning._warned.clear()  # a child starts with no warning said: neither does a run here
     with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(argv)
