@@ -84,7 +84,8 @@ def measure(model_name, a, ctx, dtype, mode, warmup, snapshot=None) -> dict:
     if model_name == "lm" and ns.ctx is None:
         ns.ctx = 512
     model, loss_fn = BUILDERS[model_name](ns, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, foreach=False)
+    # only a training step uses it; making one imports torch._dynamo (seconds of CPU at start-up)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, foreach=False) if mode == "train" else None
     dt = DTYPES[dtype]
     autocast = (lambda: torch.autocast(device_type=device, dtype=dt)) if dt else contextlib.nullcontext
 
