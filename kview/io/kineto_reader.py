@@ -117,8 +117,8 @@ def looks_like_json(head: bytes) -> bool:
     return head.lstrip()[:1] in (b"{", b"[")
 
 
-def _text(path: Path) -> str:
-    """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
+def _inflated(path: Path) -> bytes:
+    """The file's bytes, inflated if gzip'd, within the memory budget (see memory_budget)."""
     limit, why = memory_budget.json_text_limit()
     try:
         with open(path, "rb") as f:
@@ -132,14 +132,73 @@ def _text(path: Path) -> str:
             if not gz:
                 if limit is not None and size > limit:
                     raise TraceError(path, memory_budget.too_large(limit, why))
-                return decoded(f.read())
+                return f.read()
             if limit is not None and size * MAX_DEFLATE_RATIO > limit and not _inflates_within(f, limit):
                 raise TraceError(path, memory_budget.too_large(limit, why))
             f.seek(0)
             raw = f.read()
-        return decoded(gzip.decompress(raw))
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error, gzip.BadGzipFile) as e:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _json_text(path: Path) -> str | bytes:
+    """The JSON text: its bytes where they are plain ASCII (their characters, one byte each, so
+    every position is the same; msgspec decodes bytes as they are and a str of 169 MB costs a
+    fifth of a second), else the decoded str."""
+    raw = _inflated(path)
+    if raw.isascii() and raw[:1] != b"\x00" and raw[1:2] != b"\x00":  # not UTF-16 (a NUL beside a character)
+        return raw
+    try:
+        return decoded(raw)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _text(path: Path) -> str:
+    """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
+    text = _json_text(path)
+    return text.decode("ascii") if isinstance(text, bytes) else text
+
+
+def _as_str(text: str | bytes) -> str:
+    return text.decode("ascii") if isinstance(text, bytes) else text
+
+
+_KEY_END = re.compile(r"\s*:\s*")
+_KEY_END_BYTES = re.compile(rb"\s*:\s*")
+
+
+def _key_value_at(text: str | bytes, key: str) -> int | None:
+    """Where the value of the first `"key":` in the text starts (re.search of `"key"\\s*:\\s*`,
+    with the literal found by str.find: a regex scans a 169 MB text for an absent key slowly)."""
+    if isinstance(text, bytes):
+        lit: Any = f'"{key}"'.encode()
+        end: Any = _KEY_END_BYTES
+    else:
+        lit, end = f'"{key}"', _KEY_END
+    i = text.find(lit)
+    while i >= 0:
+        m = end.match(text, i + len(lit))
+        if m:
+            return m.end()
+        i = text.find(lit, i + 1)
+    return None
+
+
+def _stripped_ends(text: str | bytes) -> tuple[int, str]:
+    """How many characters of whitespace lead the text, and its last character that is not
+    whitespace ('' if none), as str.strip sees them, without copying the text."""
+    window = 1 << 12
+    head = _as_str(text[:window])
+    body = head.lstrip()
+    if not body and len(text) > window:
+        head = _as_str(text)
+        body = head.lstrip()
+    tail = _as_str(text[-window:]).rstrip()
+    if not tail and len(text) > window:
+        tail = _as_str(text).rstrip()
+    return len(head) - len(body), tail[-1:]
 
 
 # JSON files that are not torch.profiler traces but are often mistaken for one: what they are.
@@ -154,28 +213,28 @@ OTHER_JSON = (
 )
 
 
-def events_start(path: Path, text: str) -> tuple[int, bool]:
+def events_start(path: Path, text: str | bytes) -> tuple[int, bool]:
     """Where the events list of a Chrome trace starts, and whether it is the legacy bare array
     (`[{...}, ...]`, whose closing bracket the format makes optional). Raises TraceError naming
     what the file is otherwise. Cheap: looks at structure only, never decodes the events."""
-    body = text.lstrip()
-    lead = len(text) - len(body)
-    if body[:1] == "[":
+    lead, last = _stripped_ends(text)
+    first = _as_str(text[lead : lead + 1])
+    if first == "[":
         return lead + 1, True
-    if body[:1] != "{":
+    if first != "{":
         raise TraceError(path, "is not a torch.profiler trace (neither a JSON object nor a list of events)")
-    m = re.compile(r'"traceEvents"\s*:\s*').search(text)
-    if not m:
-        head = text[: 1 << 16]
+    at = _key_value_at(text, "traceEvents")
+    if at is None:
+        head = _as_str(text[: 1 << 16])
         for rx, what in OTHER_JSON:
             if what and rx.search(head):
                 raise TraceError(path, what)
         raise TraceError(path, "is JSON but not a torch.profiler trace (no traceEvents list)")
-    if text[m.end() : m.end() + 1] != "[":
+    if _as_str(text[at : at + 1]) != "[":
         raise TraceError(path, "is not valid trace JSON (traceEvents is not a list)")
-    if text.rstrip()[-1:] != "}":
+    if last != "}":
         raise TraceError(path, "is truncated trace JSON (it does not end with a closing brace)")
-    return m.end() + 1, False
+    return at + 1, False
 
 
 def load_json(path: Path) -> dict:
@@ -184,22 +243,44 @@ def load_json(path: Path) -> dict:
     The events array is walked with the C decoder object by object, so memory holds the text
     and the columns being built, never the whole tree of Python objects for every event.
     """
-    text = _text(path)
+    text = _json_text(path)
     return _doc(path, text, *events_start(path, text))
 
 
-def _doc(path: Path, text: str, at: int, bare: bool) -> dict:
+HEADER_WINDOW = 1 << 16  # characters of a header value decoded at first (doubled until it ends inside)
+
+
+def _header_value(text: str | bytes, at: int) -> Any:
+    """The JSON value at text[at:] (raw_decode's), decoding a window of the text that grows
+    until the value ends inside it: a number that ends at the window's edge may go on past it."""
+    n = HEADER_WINDOW
+    while True:
+        part = _as_str(text[at : at + n])
+        whole = at + n >= len(text)
+        try:
+            value, end = _DECODER.raw_decode(part)
+        except json.JSONDecodeError:
+            if whole:
+                raise
+        else:
+            if whole or end < len(part):
+                return value
+        n *= 2
+
+
+def _doc(path: Path, text: str | bytes, at: int, bare: bool) -> dict:
     """load_json's document over text already read and checked (events_start)."""
     doc: dict = {}
     if not bare:
         for key in HEADER_KEYS:
-            m = re.search(rf'"{re.escape(key)}"\s*:\s*', text)
-            if m:
+            start = _key_value_at(text, key)
+            if start is not None:
                 try:
-                    doc[key] = _DECODER.raw_decode(text, m.end())[0]
+                    doc[key] = _header_value(text, start)
                 except (ValueError, RecursionError):  # a header kview cannot read is one it does without
                     pass
-    doc["traceEvents"] = FastEvents.of(path, text, bare) or _events(path, text, at, bare)
+    fast = FastEvents.of(path, text, bare)
+    doc["traceEvents"] = fast if fast is not None else _events(path, _as_str(text), at, bare)
     return doc
 
 
@@ -812,11 +893,12 @@ class FastEvents:
         self.path, self.raws, self.types = path, raws, types
 
     @classmethod
-    def of(cls, path: Path, text: str, bare: bool) -> FastEvents | None:
+    def of(cls, path: Path, text: str | bytes, bare: bool) -> FastEvents | None:
         """None where msgspec is not installed, or the text is JSON only the standard decoder
         reads (a trailing comma, NaN, a bare array without its closing bracket) or reports."""
         types = _fast_decoder()
-        if types is None or (not bare and text.count('"traceEvents"') != 1):
+        key: Any = b'"traceEvents"' if isinstance(text, bytes) else '"traceEvents"'
+        if types is None or (not bare and text.count(key) != 1):
             return None
         msgspec, _, doc = types
         try:
@@ -1117,10 +1199,10 @@ class KinetoSource:
         self.use_cache = use_cache
         found = cache.load_all(path, [f"json.{k}" for k in FRAME_KEYS]) if use_cache else None
         self._frames = None if found is None else {k: found[f"json.{k}"] for k in FRAME_KEYS}
-        self._text: str | None = None
+        self._text: str | bytes | None = None
         self._decoding = threading.Lock()  # the explorer's views ask from several threads: one decode
         if self._frames is None:
-            self._text = _text(path)
+            self._text = _json_text(path)
             self._start = events_start(path, self._text)
 
     @property
