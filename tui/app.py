@@ -32,7 +32,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.command import CommandPalette
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Header, TabbedContent, TabPane
 
 from kview import atomic_write
 from kview.analysis import ranks as rk
@@ -53,6 +53,7 @@ from kview.tui.visible_filter import VisibleFilter
 from kview.tui.widgets.filter_input import FilterInput
 from kview.tui.widgets.frame_table import UNITS, FrameTable
 from kview.tui.widgets.help_screen import HelpScreen
+from kview.tui.widgets.keys_footer import KeysFooter
 from kview.tui.widgets.pick_screen import PickScreen
 
 
@@ -137,7 +138,7 @@ class KviewApp(App):
                 with TabPane(f"{key} {cls.title}", id=cls.view_id):
                     view = self.views[cls.view_id] = cls(id=f"view-{cls.view_id}")
                     yield view
-        yield Footer(compact=True)
+        yield KeysFooter(compact=True)
 
     def on_mount(self) -> None:
         loop = asyncio.get_running_loop()
