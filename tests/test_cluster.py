@@ -162,7 +162,11 @@ def test_a_rerun_reads_the_summaries_and_an_edit_or_a_foreign_file_is_never_read
     assert cached_tables(cache, b) is None
 
 
-def test_cli_reports_the_ranks_that_worked_names_the_file_that_failed_and_reruns_from_the_cache(ddp, tmp_path, capsys):
+def test_cli_reports_the_ranks_that_worked_names_the_file_that_failed_and_reruns_from_the_cache(
+    client, ddp, tmp_path, capsys
+):
+    """On the module's cluster, by its scheduler's address (as a user names a cluster started
+    elsewhere; the `client` fixture starts it as `--cluster local:2` does)."""
     run = tmp_path / "run"
     run.mkdir()
     for p in ddp:
@@ -170,7 +174,7 @@ def test_cli_reports_the_ranks_that_worked_names_the_file_that_failed_and_reruns
     bad = run / "ddp_nsys.rank2.sqlite"
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)  # damaged: a header and nothing else
     cache = tmp_path / "summaries"
-    argv = ["ranks", str(run), "--cluster", "local:2", "--cache-dir", str(cache), "-f", "json"]
+    argv = ["ranks", str(run), "--cluster", client.scheduler.address, "--cache-dir", str(cache), "-f", "json"]
     assert main(argv) == PARTIAL_EXIT
     out, err = capsys.readouterr()
     lines = err.splitlines()
