@@ -5,10 +5,7 @@ instead of exhausting memory."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -23,6 +20,7 @@ from kview.trace import open_trace
 
 from conftest import run_kview_measured
 from deep_nvtx import make
+from in_process import kview_here
 
 DEPTH = 20_000
 
@@ -98,12 +96,7 @@ def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):
     assert leak["Total Time (ns)"] == sum((i + 1) * d for i, d in enumerate(durs))
     assert (leak["NVTX Inst"], leak["Kern Inst"]) == (300, 300)
     pairs = sum(i + 2 for i in range(300))
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "nvtx_kern_sum,nvtx_gpu_proj_sum", "--no-cache"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "KVIEW_MAX_MEMORY": "4M"},
-    )
+    r = kview_here("stats", t, "-r", "nvtx_kern_sum,nvtx_gpu_proj_sum", "--no-cache", env={"KVIEW_MAX_MEMORY": "4M"})
     limit = (4 << 20) // nv.PAIR_BYTES
     assert (
         r.returncode == 0
@@ -116,11 +109,11 @@ def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):
 
 def test_a_report_refused_for_the_memory_budget_is_not_kept_in_the_cache(tmp_path):
     t = make(tmp_path / "d300.sqlite", 300)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    args = [sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "nvtx_kern_sum", "-f", "csv"]
-    small = subprocess.run(args, capture_output=True, text=True, env={**env, "KVIEW_MAX_MEMORY": "4M"})
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    args = ["stats", t, "-r", "nvtx_kern_sum", "-f", "csv"]
+    small = kview_here(*args, env={**env, "KVIEW_MAX_MEMORY": "4M"})
     assert small.returncode == 0 and "the memory budget allows" in small.stderr
-    full = subprocess.run(args, capture_output=True, text=True, env=env)  # same cache, no limit
+    full = kview_here(*args, env=env)  # same cache, no limit
     assert full.returncode == 0 and ":leak" in full.stdout and "memory budget" not in full.stderr
 
 

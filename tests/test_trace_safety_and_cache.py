@@ -6,8 +6,6 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
-import sys
 
 import pytest
 
@@ -18,6 +16,7 @@ from kview.reports import REPORTS
 from kview.trace import open_trace
 
 from conftest import LM_TRACES
+from in_process import kview_here
 
 # the cache is the subject (what a run writes, reads, refuses): each test starts with an empty one
 pytestmark = pytest.mark.own_cache
@@ -38,12 +37,7 @@ def test_read_only_folder_trace_unchanged_and_nothing_beside_it(tmp_path):
     ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
     before = (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro)))
     try:
-        r = subprocess.run(
-            [sys.executable, "-m", "kview.cli", "stats", str(t), "-r", "all", "-f", "json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        r = kview_here("stats", t, "-r", "all", "-f", "json")
         assert r.returncode == 0, r.stderr
         assert "Total Time (ns)" in r.stdout
         assert (_digest(t), t.stat().st_mtime_ns, sorted(os.listdir(ro))) == before
@@ -106,13 +100,7 @@ def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
 
 def test_no_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    r = subprocess.run(
-        [sys.executable, "-m", "kview.cli", "stats", str(TRACE), "--no-cache"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-    )
+    r = kview_here("stats", TRACE, "--no-cache")
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "xdg").exists()
     assert cache.cache_root() == tmp_path / "xdg" / "kview"
