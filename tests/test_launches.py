@@ -373,24 +373,24 @@ def test_cli_writes_every_table_in_every_format(command, tables, capsys, tmp_pat
         # data formats write kview's "-" (no value) as missing
         want = want.with_columns(pl.col(pl.String).replace("-", None))
         for fmt, sep in (("csv", ","), ("tsv", "\t")):
-            assert main([command, str(path), "--no-cache", "--table", name, "-f", fmt]) == 0
+            assert main([command, str(path), "--table", name, "-f", fmt]) == 0
             got = pl.read_csv(io.StringIO(capsys.readouterr().out), separator=sep, schema=want.schema)
             assert got.equals(want), (name, fmt)
-        assert main([command, str(path), "--no-cache", "--table", name, "-f", "json"]) == 0
+        assert main([command, str(path), "--table", name, "-f", "json"]) == 0
         rows = json.loads(capsys.readouterr().out)
         assert len(rows) == want.height and list(rows[0]) == want.columns
     for fmt in ("md", "table", "json"):
-        assert main([command, str(path), "--no-cache", "-f", fmt]) == 0
+        assert main([command, str(path), "-f", fmt]) == 0
         out = capsys.readouterr().out
         assert out.strip()
         if fmt == "json":
             assert len(json.loads(out)) == len(tables) - (command == "launches")  # queue-series: --table only
-    assert main([command, str(path), "--no-cache", "-f", "csv"]) == 2
+    assert main([command, str(path), "-f", "csv"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--table" in err
-    assert main([command, str(path), "--no-cache", "--top", "-1"]) == 2
+    assert main([command, str(path), "--top", "-1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     target = tmp_path / "out.csv"
-    assert main([command, str(path), "--no-cache", "--table", tables[0], "-o", str(target)]) == 0
+    assert main([command, str(path), "--table", tables[0], "-o", str(target)]) == 0
     first = frames[tables[0]]().with_columns(pl.col(pl.String).replace("-", None))
     assert pl.read_csv(target, schema=first.schema).equals(first)
