@@ -15,12 +15,13 @@ from kview.analysis.layers import phase_labels, phase_times, user_range_tree
 from kview.analysis.overview import build
 from kview.trace import open_trace
 
-from conftest import KINETO, KINETO_TRACES, LM_TRACES, PUBLIC, PUBLIC_TRACES, kineto_events
+from conftest import KINETO, KINETO_TRACES, LM_TRACES, MTIA, PUBLIC, PUBLIC_TRACES, kineto_events, nightly_for
 
 ALL = [p for p in [*PUBLIC_TRACES, *KINETO_TRACES, *LM_TRACES] if not p.name.startswith("rocprof")]
 
 
-@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name.split(".")[0])
+# the MTIA trace (87 MB of JSON) only in the nightly set: its own test opens it by default
+@pytest.mark.parametrize("path", nightly_for(ALL, {MTIA}), ids=lambda p: p.name.split(".")[0])
 def test_phases_agree_with_compare_overview_and_diff(path):
     t = open_trace(path, use_cache=False)
     p = phase_times(t)
