@@ -633,6 +633,13 @@ def _sizes_texts(dims: list) -> pl.Series:
     raw_type = _raw_type()
     texts: list[str | None] = []
     slow = []
+    types = set(map(type, dims))
+    if dims and raw_type is not None and types <= {raw_type, type(None)}:  # the fast decoder's: one join, one split
+        sep = _RAW_SEP.decode()
+        parts = (b"null" if d is None else d for d in dims) if type(None) in types else dims
+        s = pl.Series([_RAW_SEP.join(parts).decode()]).str.split(sep).explode()
+        s = s.scatter((s == "null").arg_true(), None)
+        return _checked_sizes(s, dims)
     for i, d in enumerate(dims):
         t = type(d)
         if t is raw_type:
@@ -648,7 +655,15 @@ def _sizes_texts(dims: list) -> pl.Series:
             texts.append(None)
             if d is not None:
                 slow.append(i)
-    s = pl.Series(texts, dtype=pl.String)
+    return _checked_sizes(pl.Series(texts, dtype=pl.String), dims, slow)
+
+
+_RAW_SEP = b"\x1f"  # in JSON text neither outside a string nor raw inside one
+
+
+def _checked_sizes(s: pl.Series, dims: list, slow: list[int] | None = None) -> pl.Series:
+    """Sizes texts s of dims, those not in PyTorch's form (and the `slow` ones) made by _sizes."""
+    slow = slow or []
     # PyTorch's form already (Kineto writes ", " between items): integers and brackets only, no -0
     ok = s.str.contains(r"^(?:[\[\]0-9-]|, )*$") & ~s.str.contains(r"(?:^|[\[ ])-0")
     deep = (s.str.count_matches("[", literal=True) > SIZES_DEPTH).fill_null(False)
@@ -735,7 +750,7 @@ def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
             "name": _strs([e.name for e in ev]),
             "seq": _ints([x.seq for x in a]),
             "ext": _ints([x.ext for x in a]),
-            "sizes": _sizes_texts([_dims(x) for x in a]),
+            "sizes": _sizes_texts([x.dims if x.dims is not ABSENT else x.dims_old for x in a]),
         }
     )
     name = pl.col("name")
@@ -780,6 +795,7 @@ class _Parts:
         into tables, cheap per event, then builds each table's part column by column."""
         kern, rt, driver, cpy, mset, rng, how = [], [], [], [], [], [], []
         cats, unread = self.cats, self.unread
+        lo, hi = _I64
         for e in chunk:
             if e is None:
                 continue
@@ -807,7 +823,9 @@ class _Parts:
                 cpy.append(e)
             elif cat == MEMSET:
                 mset.append(e)
-            elif (cat == USER or cat == CPU_OP) and _valid_id(e.tid):
+            elif (cat == USER or cat == CPU_OP) and (
+                (lo <= tid < hi) if type(tid := e.tid) is int else _int(tid) is not None  # _valid_id, inline
+            ):
                 rng.append(e)
                 if cat == USER or (raw_cat == "Operator" and _is_legacy_user_range(str(e.name), e.args or NO_ARGS)):
                     how.append(_NAME)
