@@ -116,6 +116,15 @@ def _durations_in_ns():
 
 
 @pytest.fixture(autouse=True)
+def _tabs_switch_at_once(monkeypatch):
+    """The tabs' underline slides to the view shown over 0.3 s: 18 redraws, which a pilot waits
+    for after each key (a third of a view switch's CPU). No test is about the slide: here the
+    underline moves at once (TEXTUAL_ANIMATIONS=none, read by each App); the key storms keep it."""
+    if "textual.constants" in sys.modules:
+        monkeypatch.setattr(sys.modules["textual.constants"], "TEXTUAL_ANIMATIONS", "none")
+
+
+@pytest.fixture(autouse=True)
 def _keys_wait_for_the_kernels_table(monkeypatch):
     """A key in the explorer's Kernels view changes what it shows and the table is made in the
     view's worker: a pilot's `press` returns once that table is shown (it waits for the state,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+import textual.constants
 from test_tui import loaded
 from textual import events
 from textual.keys import REPLACED_KEYS, _get_unicode_name_from_key
@@ -62,6 +63,13 @@ def _key_event(key: str) -> events.Key:
     except KeyError:
         char = key if len(key) == 1 else None
     return events.Key(key, char)
+
+
+@pytest.fixture(autouse=True)
+def _tabs_slide(monkeypatch):
+    """A storm meets the app mid-animation, as a user's keys do: the tabs' underline slides
+    here (the other explorer tests move it at once, conftest)."""
+    monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "full")
 
 
 async def _storm(pilot, keys: list[str], gap_ms: int) -> None:
