@@ -244,7 +244,10 @@ def load_json(path: Path) -> dict:
     and the columns being built, never the whole tree of Python objects for every event.
     """
     text = _json_text(path)
-    return _doc(path, text, *events_start(path, text))
+    start = events_start(path, text)
+    held = [text]
+    del text
+    return _doc(path, held, *start)
 
 
 HEADER_WINDOW = 1 << 16  # characters of a header value decoded at first (doubled until it ends inside)
@@ -268,8 +271,12 @@ def _header_value(text: str | bytes, at: int) -> Any:
         n *= 2
 
 
-def _doc(path: Path, text: str | bytes, at: int, bare: bool) -> dict:
-    """load_json's document over text already read and checked (events_start)."""
+def _doc(path: Path, held: list, at: int, bare: bool) -> dict:
+    """load_json's document over text already read and checked (events_start), handed over as
+    the one item of `held`: the text goes as soon as its events are read (the fast decoder's
+    with its last chunk, the standard decoder's bytes once it has them as str), not when the
+    frames are built from them."""
+    text: str | bytes = held.pop()
     doc: dict = {}
     if not bare:
         for key in HEADER_KEYS:
@@ -280,7 +287,9 @@ def _doc(path: Path, text: str | bytes, at: int, bare: bool) -> dict:
                 except (ValueError, RecursionError):  # a header kview cannot read is one it does without
                     pass
     fast = FastEvents.of(path, text, bare)
-    doc["traceEvents"] = fast if fast is not None else _events(path, _as_str(text), at, bare)
+    if fast is None:
+        text = _as_str(text)  # (bytes: the only other copy goes)
+    doc["traceEvents"] = fast if fast is not None else _events(path, cast(str, text), at, bare)
     return doc
 
 
@@ -1233,9 +1242,10 @@ class KinetoSource:
 
     def _decode(self) -> dict[str, pl.DataFrame]:
         assert self._text is not None
-        text, self._text = self._text, None  # the text is not kept past its decode
+        held = [self._text]  # the text is not kept past its decode (_doc)
+        self._text = None
         try:
-            kf = KinetoFrames(self.path, _doc(self.path, text, *self._start))
+            kf = KinetoFrames(self.path, _doc(self.path, held, *self._start))
         except TraceError:
             raise
         except (
@@ -1251,7 +1261,6 @@ class KinetoSource:
             raise TraceError(
                 self.path, f"has an event kview cannot read ({type(e).__name__}{': ' + msg if msg else ''})"
             ) from None
-        del text
         frames = {k: getattr(kf, k) for k in FRAME_KEYS if k != "_meta"}
         frames["_meta"] = pl.DataFrame(
             {"name": list(kf.metadata), "value": list(kf.metadata.values())},
