@@ -1103,7 +1103,7 @@ class KinetoFrames:
             "domain_id",
         )
         # Processes that ran host code: GPU devices get a process_name row too (device 0 is pid 0)
-        host = set(self.runtime_raw["pid"].drop_nulls().to_list()) | set(r["pid"].drop_nulls().to_list())
+        host = set(pl.concat([self.runtime_raw["pid"], r["pid"]]).drop_nulls().unique().to_list())
         procs = {p: n for p, n in procs.items() if p in host}
         self.processes = pl.DataFrame(
             {
