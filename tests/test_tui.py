@@ -15,13 +15,25 @@ from textual.command import CommandPalette  # noqa: E402
 from textual.worker import WorkerCancelled  # noqa: E402
 
 from kview.reports import cuda_gpu_kern_sum  # noqa: E402
-from kview.trace import open_trace  # noqa: E402
+from kview.trace import Trace, open_trace  # noqa: E402
 from kview.tui.app import KviewApp  # noqa: E402
 
 from conftest import KINETO_TRACES, PUBLIC, PUBLIC_TRACES, ROOT, SAMPLES, nightly_beyond  # noqa: E402
 
 LM = str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")
 LM_FWD = str(SAMPLES / "lm-small_ctx256_forward_nsys.sqlite")
+
+_OPENED: dict[str, Trace] = {}
+
+
+def explorer(*paths: str) -> KviewApp:
+    """The explorer over `paths` as `kview PATH ...` starts it (the CLI opens and checks each
+    trace and hands it to the app), each trace opened once per test process and shared by the
+    tests that show it: its store makes each table once, the same tables whichever test asks."""
+    for p in paths:
+        if p not in _OPENED:
+            _OPENED[p] = open_trace(p, use_cache=False)
+    return KviewApp(list(paths), use_cache=False, traces=[_OPENED[p] for p in paths])
 
 
 async def loaded(pilot):
@@ -59,7 +71,7 @@ async def test_first_frame_and_kernel_summary_equal_the_report():
 async def test_filter_copy_markdown_and_tsv(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("DISPLAY", raising=False)
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("2", "slash", *"xmma", "enter")
@@ -83,7 +95,7 @@ async def test_filter_copy_markdown_and_tsv(tmp_path, monkeypatch):
 
 
 async def test_toggle_grouping_sort_drill_in_and_back():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
@@ -108,7 +120,7 @@ async def test_toggle_grouping_sort_drill_in_and_back():
 
 
 async def test_nvtx_tree_enter_opens_kernels_filtered():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("3")
@@ -133,7 +145,7 @@ async def test_nvtx_tree_enter_opens_kernels_filtered():
 
 async def test_layers_order_compare_overview_help_export_palette_quit(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    app = KviewApp([LM, LM_FWD], use_cache=False)
+    app = explorer(LM, LM_FWD)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("4")
@@ -217,7 +229,7 @@ async def test_public_fixtures_open_in_every_view(path):
 
 
 async def test_torch_profiler_json_opens_in_the_tui():
-    app = KviewApp([str(SAMPLES / "bert-2l_seq128_train_torch.json.gz")], use_cache=False)
+    app = explorer(str(SAMPLES / "bert-2l_seq128_train_torch.json.gz"))
     async with app.run_test(size=(120, 36)) as pilot:
         await loaded(pilot)
         await pilot.press("slash", *"layer:Q_Proj cat:gemm", "enter", "t")
@@ -234,7 +246,7 @@ def test_snapshot_of_each_view(snap_compare, view):
         await pilot.press(view)
         await pilot.pause()
 
-    assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(120, 36), run_before=run_before)
+    assert snap_compare(explorer(LM), terminal_size=(120, 36), run_before=run_before)
 
 
 def test_snapshot_at_80x24(snap_compare):
@@ -243,7 +255,7 @@ def test_snapshot_at_80x24(snap_compare):
     async def run_before(pilot):
         await loaded(pilot)
 
-    assert snap_compare(KviewApp([LM], use_cache=False), terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(explorer(LM), terminal_size=(80, 24), run_before=run_before)
 
 
 def test_each_view_fetches_its_own_document_one_frozen_message_per_thing_ready():

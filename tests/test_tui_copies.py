@@ -8,12 +8,11 @@ import pytest
 
 pytest.importorskip("textual")
 
-from test_tui import loaded  # noqa: E402
+from test_tui import explorer, loaded  # noqa: E402
 from test_tui_daily import lines  # noqa: E402
 
 from kview.cli import main  # noqa: E402
 from kview.output import render  # noqa: E402
-from kview.tui.app import KviewApp  # noqa: E402
 
 from conftest import SAMPLES  # noqa: E402
 
@@ -32,7 +31,7 @@ async def _copy_and_export(pilot, app, tmp_path, key: str, fmt: str) -> tuple[st
 async def test_copies_equal_exports_full_names_and_the_timeline_picture(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path.parent / f"{tmp_path.name}-cache"))
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         # Kernels: y and Y are the Markdown and TSV exports of the same table, full names in both

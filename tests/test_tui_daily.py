@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from test_tui import loaded  # noqa: E402
+from test_tui import explorer, loaded  # noqa: E402
 
 from kview.trace import open_trace  # noqa: E402
 from kview.tui.app import KviewApp  # noqa: E402
@@ -30,7 +30,7 @@ def path_row(app, path: str) -> dict:
 
 # -- 1: NVTX -> enter shows exactly the kernels the range's GPU time counts ----------------------
 async def test_nvtx_enter_shows_exactly_the_kernels_the_range_counts():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("3")
@@ -61,7 +61,7 @@ async def test_nvtx_enter_shows_exactly_the_kernels_the_range_counts():
 
 # -- 11: autograd-thread work under the phase it counts in ----------------------------------------
 async def test_autograd_work_hangs_under_backward_pass():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("3")
@@ -86,7 +86,7 @@ async def test_autograd_work_hangs_under_backward_pass():
 
 # -- 6: filters ------------------------------------------------------------------------------
 async def test_filter_history_grouping_spaces_completion_and_errors():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
@@ -138,7 +138,7 @@ async def test_filter_history_grouping_spaces_completion_and_errors():
 
 # -- 7: a group's category is where its time goes ------------------------------------------------
 async def test_grouped_category_is_the_category_of_most_time():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
@@ -173,7 +173,7 @@ def sqlite(path: str, query: str, *args) -> list[tuple]:
 # -- 3, 8, `/` in the Overview: scrolled by keyboard at 80x24, y copies the focused section --------
 async def test_overview_scrolls_by_keyboard_copies_the_focused_section_and_searches(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await pilot.press("1")
@@ -232,7 +232,7 @@ def test_cut_names_read_the_same_whatever_order_the_rows_come_in():
 
 
 async def test_columns_never_cut_numbers_units_column_keys_footer_help_and_palette():
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
@@ -336,7 +336,7 @@ def FrameTableUnit() -> str:  # noqa: N802 - reads like the class attribute it r
 async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
     from kview.reports import cuda_gpu_kern_sum
 
-    app = KviewApp([LM, LM_FWD, LM_BWD], use_cache=False)
+    app = explorer(LM, LM_FWD, LM_BWD)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
@@ -430,7 +430,7 @@ async def test_trace_switcher_layers_bars_and_compare_by_and_metric():
 async def test_kernel_context_frequency_nvtx_search_copy_and_export(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")

@@ -3,7 +3,7 @@ and the Overview's tensor-core finding points at it."""
 
 from __future__ import annotations
 
-from test_tui import loaded, screen_text
+from test_tui import explorer, loaded, screen_text
 
 from kview.analysis import efficiency as eff
 from kview.trace import open_trace
@@ -16,7 +16,7 @@ LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 async def test_efficiency_view_cycles_the_tables_of_kview_efficiency():
     trace = open_trace(LM, use_cache=False)
-    app = KviewApp([str(LM)], use_cache=False)
+    app = explorer(str(LM))
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         await pilot.press("9")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import lzma
 
 import pytest
-from test_tui import loaded, screen_text
+from test_tui import explorer, loaded, screen_text
 
 from kview.analysis import memory
 from kview.analysis import memory_timeline as mt
@@ -93,7 +93,7 @@ async def test_a_snapshot_alone_opens_in_the_memory_view(capture):
 
 
 async def test_a_trace_without_a_snapshot_says_how_to_record_one():
-    app = KviewApp([str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite")], use_cache=False)
+    app = explorer(str(SAMPLES / "lm-small_ctx256_train_nsys.sqlite"))
     async with app.run_test(size=(120, 36)) as pilot:
         await loaded(pilot)
         await pilot.press("8")

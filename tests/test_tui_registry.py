@@ -8,7 +8,7 @@ import ast
 import threading
 
 import pytest
-from test_tui import loaded
+from test_tui import explorer, loaded
 from textual.widgets import Static
 
 from kview.analysis.attribution import attribute
@@ -106,7 +106,7 @@ def test_app_names_no_view():
 async def test_kernels_regroups_off_the_ui_thread_to_the_same_tables(monkeypatch):
     """Each key's table is made in the view's worker: the same table as made directly from
     the state, and the UI thread makes none."""
-    app = KviewApp([LM], use_cache=False)
+    app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         kv = app.view("kernels")
