@@ -316,16 +316,19 @@ def test_each_view_fetches_its_own_document_one_frozen_message_per_thing_ready()
             assert m.view == vid and hasattr(handlers[vid], m.handler_name), (vid, m.handler_name)
 
 
-def _tmux_env(tmp_path):
-    """The script runs `kview`: the one installed beside this interpreter, whatever PATH says."""
+def _tmux_env():
+    """The script runs `kview`: the one installed beside this interpreter, whatever PATH says.
+    Its cache is the run's shared one (conftest): a trace another test opened is read back, as
+    on a user's second run, not made again (about a CPU second per run, in a process that tmux
+    starts, out of the suite's sight)."""
     bindir = str(Path(sys.executable).parent)
-    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    return {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
-def test_tmux_script_drives_the_real_binary(size, tmp_path):
-    env = _tmux_env(tmp_path)
+def test_tmux_script_drives_the_real_binary(size):
+    env = _tmux_env()
     r = subprocess.run(
         # with a second trace: the switcher (] and T) on the real binary
         [
@@ -365,10 +368,10 @@ FIXTURE_WORDS = {
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 @pytest.mark.parametrize("fixture", sorted(FIXTURE_WORDS))
-def test_tmux_script_on_public_fixtures(fixture, tmp_path):
+def test_tmux_script_on_public_fixtures(fixture):
     path = PUBLIC / fixture
     word, nvtx = FIXTURE_WORDS[fixture]
-    env = _tmux_env(tmp_path)
+    env = _tmux_env()
     r = subprocess.run(
         ["bash", str(ROOT / "tests" / "tmux_smoke.sh"), str(path), "80", "24", word, nvtx],
         capture_output=True,
