@@ -99,6 +99,27 @@ def test_odd_events_read_alike_by_both_decoders(tmp_path, monkeypatch):
     assert "Linear_0" in texts and "ProfilerStep#1" in texts
 
 
+@pytest.mark.parametrize("letter", ["x", "\u00fc"], ids=["ascii", "utf8"])
+def test_header_values_past_the_first_window_and_after_the_events(letter, tmp_path, monkeypatch):
+    """A header value longer than the window first decoded (HEADER_WINDOW) is read whole, a key
+    written after the events is found, in an ASCII trace (read as bytes) and a UTF-8 one (str)."""
+    devices = [
+        {"id": i, "name": f"GPU {i} " + letter * 300, "totalGlobalMem": 150109880320 + i, "numSms": 132}
+        for i in range(300)
+    ]
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25}
+    doc = {"deviceProperties": devices, "traceEvents": [kernel], "baseTimeNanoseconds": 1790857026000000001}
+    assert len(json.dumps(devices)) > kr.HEADER_WINDOW
+    p = tmp_path / "header.json"
+    p.write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+    fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
+    _same(fast, std)
+    assert isinstance(fast, dict)
+    assert fast["devices"]["totalMemory"].to_list() == [d["totalGlobalMem"] for d in devices]
+    assert fast["devices"]["name"].to_list() == [d["name"] for d in devices]
+    assert dict(fast["_meta"].iter_rows())["KINETO_BASE_TIME_NS"] == str(doc["baseTimeNanoseconds"])
+
+
 nested = st.recursive(
     st.none()
     | st.booleans()
