@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import sys
+import time
 
 from kview.errors import OUT_OF_MEMORY, OutOfMemory, address_space_limit, internal_error_line
 from kview.output.visible import visible_lines
@@ -94,6 +96,46 @@ def _memory_line(what: str) -> str:
     return OutOfMemory(what).line()
 
 
+class _Stuck:
+    """Whether the child is stuck at its address-space limit. CPython (3.11 to 3.14) never gets
+    out when, while an exception unwinds to a handler, it cannot get memory for one int: its
+    eval loop retries forever, each round a failed mmap (seen under `ulimit -v` 256 MB, `kview
+    kernels`: 2 runs in 150 spun at 100% CPU until killed, nothing said). Stuck: for STUCK_S
+    seconds its address space at the limit (no new mapping fits: every allocation beyond what
+    it holds fails) while it keeps a core busy. A program that can still work there ends soon,
+    by finishing or by its own out-of-memory error; one that waits uses no CPU."""
+
+    STUCK_S = 20.0
+    SLACK = 2 << 20  # within this of the limit: no Python arena (1 MiB) can be mapped
+    BUSY = 0.05  # of a core, at least, over those seconds (a spinning child gets little on a loaded machine)
+    TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __init__(self, pid: int, limit: int):
+        self.pid, self.limit = pid, limit
+        self.since: tuple[float, int] | None = None  # (when it was first seen at the limit, its CPU ticks then)
+
+    def check(self) -> bool:
+        got = self._sample()
+        if got is None or got[0] < self.limit - self.SLACK:
+            self.since = None
+            return False
+        now = time.monotonic()
+        if self.since is None:
+            self.since = (now, got[1])
+            return False
+        seconds, cpu = now - self.since[0], (got[1] - self.since[1]) / self.TICKS
+        return seconds >= self.STUCK_S and cpu >= self.BUSY * seconds
+
+    def _sample(self) -> tuple[int, int] | None:
+        """(address space in bytes, user + kernel CPU ticks) of the child (proc(5): fields 23, 14, 15)."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after the name: field 3 on
+            return int(fields[20]), int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            return None
+
+
 def run_supervised(command: str) -> int | None:
     """Fork: in the child None (go on and run the command), in the parent the child's exit
     status once it ended, with one line of its own where the child could not say why."""
@@ -121,7 +163,16 @@ def run_supervised(command: str) -> int | None:
     for s in FORWARDED:
         signal.signal(s, forward)
     relay = _Relay()
+    limit = address_space_limit()
+    watch = _Stuck(pid, limit) if limit is not None and os.path.exists(f"/proc/{pid}/stat") else None
+    stuck = False
     while True:
+        if watch is not None and not select.select([r], [], [], 1.0)[0]:
+            if watch.check():
+                stuck = True
+                os.kill(pid, signal.SIGKILL)
+                break  # not waiting for the end of its output: a process it started may hold it
+            continue
         try:
             data = os.read(r, 65536)
         except InterruptedError:
@@ -137,6 +188,10 @@ def run_supervised(command: str) -> int | None:
             break
         except InterruptedError:
             continue
+    if stuck:
+        if not relay.said_memory:
+            print(_memory_line(""), file=sys.stderr)
+        return 2
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
         if relay.memory and code not in (0, 2):  # a C library gave up on an allocation and exited

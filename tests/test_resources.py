@@ -166,6 +166,39 @@ def test_a_crash_after_kview_said_memory_ran_out_adds_nothing():
     ], r.stderr
 
 
+def test_a_command_stuck_at_its_memory_limit_is_ended_in_one_line():
+    """CPython can spin for ever when memory runs out as an exception unwinds (kview kernels
+    under 256 MB did, 2 runs in 150): the supervisor ends a child that keeps a core busy at its
+    address-space limit and says memory ran out. The supervisor is the real one (its wait
+    shortened); its child takes the address space to the limit and then tries to map more for
+    ever, as the stuck interpreter did."""
+    code = (
+        "import ctypes, mmap, resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from kview import supervisor\n"
+        "supervisor._Stuck.STUCK_S = 2.0\n"
+        "code = supervisor.run_supervised('kernels')\n"
+        "if code is None:\n"
+        "    libc = ctypes.CDLL(None)\n"
+        "    libc.mmap.restype = ctypes.c_void_p\n"
+        "    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]\n"
+        "    size = 1 << 28\n"
+        "    while size >= 4096:  # mapped, never touched\n"
+        "        if libc.mmap(None, size, 3, 0x22, -1, 0) in (None, 2**64 - 1):\n"
+        "            size //= 2\n"
+        "    while True:\n"
+        "        try:\n"
+        "            mmap.mmap(-1, 1 << 20)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "sys.exit(code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("kview: out of memory;") and "(ulimit -v)" in lines[0]
+
+
 def test_a_reader_connection_that_cannot_be_made_is_memory_only_under_a_limit():
     """connectorx's pool gives up on a connection after 30 s ("timed out waiting for connection"): under an
     address-space limit that is the threads' stacks running out (the stdlib opened the file just before);
