@@ -20,7 +20,8 @@ wait_for "summary by name" 60 || fail "kernel table never appeared"
 t capture-pane -p -t kv | grep -qiE "kernel|gemm|elementwise|\[CUDA" || fail "no kernel names on screen"
 # Each key waits for what the one before it shows: on a loaded machine keys typed before the
 # filter box has focus would go to the table.
-t send-keys -t kv 2; sleep 0.3
+t send-keys -t kv 2
+wait_for "summary by name" 10 || fail "2 does not show the kernels"
 t send-keys -t kv /
 wait_for "filter:" 10 || fail "no filter box"
 t send-keys -t kv "$word"
@@ -48,12 +49,22 @@ t send-keys -t kv 6
 # rows by their labels: the status line ("... ms/cell") can sit under the copy toast at 80x24
 for _ in $(seq 1 150); do t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" && break; sleep 0.2; done
 t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" || fail "Timeline view shows no rows"
+for _ in $(seq 1 25); do  # the status line's time per cell (at 80x24 under the copy toast for a while)
+  zoom=$(t capture-pane -p -t kv | grep -oE "[^ ]+ [^ ]+/cell" | head -1)
+  [ -n "$zoom" ] && break
+  sleep 0.2
+done
 t send-keys -t kv +
-sleep 0.5
+for _ in $(seq 1 50); do  # which changes once the zoom is drawn
+  now=$(t capture-pane -p -t kv | grep -oE "[^ ]+ [^ ]+/cell" | head -1)
+  [ -z "$zoom" ] || [ "$now" != "$zoom" ] && break
+  sleep 0.2
+done
 t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)" || fail "Timeline has no GPU, API or NVTX rows"
 if [ -n "$second" ]; then
   wait_for "trace 1/2 (T)" 10 || fail "the header does not say which trace is shown"
-  t send-keys -t kv 2; sleep 0.3
+  t send-keys -t kv 2
+  wait_for "summary by name" 10 || fail "2 does not show the kernels"
   t send-keys -t kv "]"
   wait_for "trace 2/2 (T): $(basename "$second" | cut -c1-20)" 30 || fail "] did not switch to the second trace"
   wait_for "summary by name" 30 || fail "no kernel table for the second trace"
