@@ -226,7 +226,8 @@ def test_cli_compare_ranks_from_the_summaries_equals_compare_ranks(client, ddp, 
     on_cluster(client, ddp, cache, ("category", "gpu", None))  # what a first run left in the cache
     files = [str(f) for f in ddp]
     argv = ["compare", *files, "--by", "category", "-f", "csv"]
-    assert main([*argv, "--cluster", "local:2", "--cache-dir", str(cache)]) == 0
+    # the module's cluster by its address: `local:2` starts the same through the `client` fixture
+    assert main([*argv, "--cluster", client.scheduler.address, "--cache-dir", str(cache)]) == 0
     out, err = capsys.readouterr()
     assert err.count("read from the cache") == 2
     assert main([*argv, "--ranks", "--no-cache"]) == 0
