@@ -1,6 +1,6 @@
 """Memory stays bounded: a gzip'd JSON is inflated only up to what the memory budget allows
 (`--max-memory`, KVIEW_MAX_MEMORY, else the memory available), so a 4 MB bomb that inflates to
-4 GiB is refused in one line, quickly and small."""
+4 GiB is refused in one line and small (how fast: bench, not a test)."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ def run_measured(args, env=None):
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_gzip_bomb_is_refused_quickly_and_small(bomb, how):
+def test_gzip_bomb_is_refused_in_one_line_and_small(bomb, how):
     args = ["stats", bomb, "--no-cache"] + (["--max-memory", "1G"] if how == "flag" else [])
-    rc, err, seconds, rss = run_measured(args, env={"KVIEW_MAX_MEMORY": "1G"} if how == "env" else None)
+    rc, err, _, rss = run_measured(args, env={"KVIEW_MAX_MEMORY": "1G"} if how == "env" else None)
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -55,8 +55,7 @@ def test_gzip_bomb_is_refused_quickly_and_small(bomb, how):
         f"kview: {bomb}: inflates to more than 256.0 MiB of JSON, more than kview can decode within "
         f"{source}; give --max-memory SIZE (or set KVIEW_MAX_MEMORY) to allow more"
     )
-    assert rss < 900, f"peak RSS {rss:.0f} MiB"  # 256 MiB of text, not 4 GiB
-    assert seconds < 60
+    assert rss < 900, f"peak RSS {rss:.0f} MiB"  # 256 MiB of text, not 4 GiB (its time: bench, not here)
 
 
 def test_tui_refuses_the_bomb_before_starting(bomb):
