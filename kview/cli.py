@@ -1262,7 +1262,7 @@ def run_tui(args: argparse.Namespace) -> int:
     return tui.run(paths, use_cache=not args.no_cache, note=note, traces=traces, cluster=cluster)
 
 
-def _set_max_memory(size: str) -> None:
+def _set_max_memory(size: str | None) -> None:
     try:
         memory_budget.set_limit(size)
     except ValueError as e:
@@ -1323,8 +1323,7 @@ def _main(argv: list[str] | None) -> int:
             return 2
         args = _tui_parser().parse_args(argv)
         try:
-            if args.max_memory is not None:
-                _set_max_memory(args.max_memory)
+            _set_max_memory(args.max_memory)
         except UsageError as e:
             print(e.line(), file=sys.stderr)
             return 2
@@ -1366,8 +1365,8 @@ def _command(argv: list[str]) -> int:
     guard = StdoutGuard(stdout)
     sys.stdout = guard
     try:
-        if getattr(args, "max_memory", None) is not None:
-            _set_max_memory(args.max_memory)
+        # each command states its budget, none given included: main() may run many in one process
+        _set_max_memory(getattr(args, "max_memory", None))
         if args.cmd.shared and args.cmd.one_document:
             _check_output(args)
         code = args.cmd.run(args)

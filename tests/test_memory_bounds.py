@@ -98,6 +98,19 @@ def test_default_budget_is_the_memory_available(monkeypatch):
     assert abs(limit * 4 - avail) < 0.2 * avail
 
 
+def test_a_budget_given_to_one_command_is_not_the_next_ones(monkeypatch, capsys):
+    """main() may run several commands in one process (a caller in Python, the tests): a
+    --max-memory given to one is not the budget of the next, which gives none."""
+    from kview.cli import main
+
+    monkeypatch.delenv("KVIEW_MAX_MEMORY", raising=False)
+    assert main(["stats", str(JSON_GZ), "--max-memory", "2G", "--no-cache"]) == 0
+    assert memory_budget.budget()[1] == "--max-memory"
+    assert main(["stats", str(JSON_GZ), "--no-cache"]) == 0
+    capsys.readouterr()
+    assert memory_budget.budget()[1] == "the memory available"
+
+
 def test_bad_max_memory_is_a_usage_error():
     rc, err, _, _ = run_measured(["stats", JSON_GZ, "--max-memory", "lots"])
     assert rc == 2 and err.strip() == "kview: --max-memory: cannot read memory size 'lots' (e.g. 8G, 512M)"
