@@ -1356,7 +1356,8 @@ def _command(argv: list[str]) -> int:
     if getattr(args, "output", None) == "-":  # stdout, as the document goes without -o
         args.output = None
     _resolve_format(args)
-    if getattr(args, "format", None) == "table":  # a file is read whole, never wrapped: its table is not fitted
+    table = getattr(args, "format", None) == "table"
+    if table:  # a file is read whole, never wrapped: its table is not fitted
         from kview.output.table_text import set_table_width
 
         set_table_width(0 if getattr(args, "output", None) else None)
@@ -1365,8 +1366,8 @@ def _command(argv: list[str]) -> int:
     guard = StdoutGuard(stdout)
     sys.stdout = guard
     try:
-        # each command states its budget, none given included: main() may run many in one process
-        _set_max_memory(getattr(args, "max_memory", None))
+        if getattr(args, "max_memory", None) is not None:
+            _set_max_memory(args.max_memory)
         if args.cmd.shared and args.cmd.one_document:
             _check_output(args)
         code = args.cmd.run(args)
@@ -1396,6 +1397,10 @@ def _command(argv: list[str]) -> int:
         print(internal_error_line(args.command, e), file=sys.stderr)
         return 1
     finally:
+        # the budget and the table width were this command's: main() may run more in this process
+        memory_budget.set_limit(None)
+        if table:
+            set_table_width(None)
         if sys.stdout is guard:
             sys.stdout = stdout
 

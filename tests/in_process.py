@@ -16,14 +16,11 @@ from unittest import mock
 
 from kview import warning
 from kview.cli import main
-from kview.io import memory_budget
-from kview.output import table_text
 
 
 def kview_here(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
-    limit, width = memory_budget._limit, table_text._table_width  # what --max-memory and -f table set
     warning._warned.clear()  # a child starts with no warning said: neither does a run here
     with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -31,7 +28,6 @@ def kview_here(*args, env: dict[str, str] | None = None) -> subprocess.Completed
         except SystemExit as e:  # argparse's own exit: a usage error, --help
             code = e.code if isinstance(e.code, int) else int(e.code is not None)
         finally:
-            memory_budget._limit, table_text._table_width = limit, width
             # what the command left open (a connection, a file) is closed here, as at a child's
             # exit: inside the caller's watch of a folder, not during some later test
             gc.collect()

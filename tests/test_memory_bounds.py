@@ -98,14 +98,15 @@ def test_default_budget_is_the_memory_available(monkeypatch):
     assert abs(limit * 4 - avail) < 0.2 * avail
 
 
-def test_a_budget_given_to_one_command_is_not_the_next_ones(monkeypatch, capsys):
+def test_a_budget_given_to_one_command_goes_with_it(monkeypatch, capsys):
     """main() may run several commands in one process (a caller in Python, the tests): a
-    --max-memory given to one is not the budget of the next, which gives none."""
+    --max-memory given to one is that command's, not the budget of what runs after it."""
     from kview.cli import main
 
     monkeypatch.delenv("KVIEW_MAX_MEMORY", raising=False)
-    assert main(["stats", str(JSON_GZ), "--max-memory", "2G", "--no-cache"]) == 0
-    assert memory_budget.budget()[1] == "--max-memory"
+    assert main(["stats", str(JSON_GZ), "--max-memory", "4M", "--no-cache"]) == 2  # it held in the command
+    assert "--max-memory 4.0 MiB" in capsys.readouterr().err
+    assert memory_budget.budget()[1] == "the memory available"
     assert main(["stats", str(JSON_GZ), "--no-cache"]) == 0
     capsys.readouterr()
     assert memory_budget.budget()[1] == "the memory available"
