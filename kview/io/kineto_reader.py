@@ -155,14 +155,13 @@ def _json_text(path: Path) -> str | bytes:
         raise TraceError(path, f"cannot be read as trace JSON ({type(e).__name__}: {str(e)[:80]})") from None
 
 
-def _text(path: Path) -> str:
-    """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
-    text = _json_text(path)
-    return text.decode("ascii") if isinstance(text, bytes) else text
-
-
 def _as_str(text: str | bytes) -> str:
     return text.decode("ascii") if isinstance(text, bytes) else text
+
+
+def _text(path: Path) -> str:
+    """The JSON text, inflated if gzip'd, within the memory budget (see memory_budget)."""
+    return _as_str(_json_text(path))
 
 
 _KEY_END = re.compile(r"\s*:\s*")
