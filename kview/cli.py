@@ -1290,7 +1290,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except MemoryError:  # before a command's own handling (parsing, the first imports): still one line
         try:
-            print(OutOfMemory().line(), file=sys.stderr)
+            OutOfMemory().say()
         except MemoryError:
             os.write(2, b"kview: out of memory\n")
         return 2
@@ -1388,7 +1388,7 @@ def _command(argv: list[str]) -> int:
             print(guard.line(), file=sys.stderr)
             return 2
         if is_out_of_memory(e):  # an allocation failed: memory, never the input's fault
-            print(OutOfMemory(type(e).__name__ if not isinstance(e, MemoryError) else "").line(), file=sys.stderr)
+            OutOfMemory(type(e).__name__ if not isinstance(e, MemoryError) else "").say()
             return 2
         # kview's own bug: the readers turn damage inside a trace into TraceError (pyo3 panics
         # of the Arrow readers included), so what arrives here is not the file's

@@ -10,6 +10,7 @@ without it.
 from __future__ import annotations
 
 import os
+import sys
 
 try:  # loaded now: once memory has run out, a module may no longer load
     import resource
@@ -106,6 +107,11 @@ class OutOfMemory(KviewError):
     def line(self) -> str:
         detail = f" ({self.problem})" if self.problem else ""
         return f"{OUT_OF_MEMORY}{detail}{memory_limit()}; free memory or raise the limit"
+
+    def say(self) -> None:
+        """The line on stderr in one write: print() writes the line end apart, and a library
+        thread aborting for the same lack of memory can write between the two."""
+        sys.stderr.write(self.line() + "\n")
 
 
 # What a failed allocation or thread start says inside the Rust readers' errors and panics

@@ -225,3 +225,31 @@ def test_kview_line_after_a_report_cut_short_by_the_same_lack_of_memory(capfd):
     relay.end()
     assert relay.said_memory
     assert capfd.readouterr().err == line + "\n"
+
+
+def test_kview_line_with_a_rust_abort_written_before_its_line_end(capfd):
+    """A polars thread that aborts for the same lack of memory can write Rust's text after kview's
+    line and before its line end (CI, `kernels -f csv` at 744 MB): the user sees kview's line alone."""
+    from kview.errors import OutOfMemory
+    from kview.supervisor import _Relay
+
+    line = OutOfMemory("PanicException").line()
+    for rust in ("memory allocation of 512 bytes failed", "thread '<unnamed>' panicked at src/lib.rs:1:2:"):
+        relay = _Relay()
+        relay.feed(f"{line}{rust}\nnote: run with `RUST_BACKTRACE=1` to see a backtrace\n".encode())
+        relay.end()
+        relay.say_others()
+        assert relay.said_memory and relay.rust
+        assert capfd.readouterr().err == line + "\n"
+
+
+def test_the_out_of_memory_line_is_one_write(monkeypatch):
+    """kview's line and its end reach stderr in one write (stderr writes through: one write(2)),
+    so nothing another thread writes can come between them."""
+    from kview.errors import OutOfMemory
+
+    writes: list[str] = []
+    monkeypatch.setattr(sys.stderr, "write", writes.append)
+    OutOfMemory("X").say()
+    monkeypatch.undo()
+    assert writes == [OutOfMemory("X").line() + "\n"]
