@@ -122,6 +122,8 @@ def _tables_holding_the_attack():
     yield "enum", pl.DataFrame({"Kernel": pl.Series(["gemm", ATTACK], dtype=pl.Enum(["gemm", ATTACK]))})
     yield "categorical", pl.DataFrame({"Kernel": pl.Series(["gemm", ATTACK], dtype=pl.Categorical)})
     yield "column name", pl.DataFrame({ATTACK: [1, 2]})
+    # a column repeating a few texts is looked at once per distinct text: one row of 9,000, outside any sample, holds it
+    yield "repeated text", pl.DataFrame({"Kernel": ["gemm"] * 6001 + [ATTACK] + ["gemm"] * 2998})
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "table"])
