@@ -113,3 +113,46 @@ def test_nest_order_equals_the_four_key_sort(path):
     ties = by_start.head(50).with_columns(pl.lit(0, dtype=pl.Int64).alias("start"))
     for frame in (by_start, r.reverse(), pl.concat([ties, by_start.slice(50)])):
         assert nv._nest_order(frame).equals(frame.sort(keys, descending=desc))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in [*PUBLIC_TRACES, *LM_TRACES]
+        if p.name.startswith(("nsysai_2gpu_fsdp_before", "dlrm", "lm-small_ctx256_b"))
+    ],
+    ids=lambda p: p.name,
+)
+def test_names_made_chunk_by_chunk_equal_names_made_at_once(path, monkeypatch):
+    """labelled_ranges makes the names from the read's text a few chunks at a time (letting each
+    go): a read in many small chunks, made into names 300 rows at a time, gives the same ranges
+    and names as a read in one chunk made at once (traces with registered strings, a domain)."""
+    from kview.io import nsys_reader
+
+    def read(chunk_rows):
+        t = open_trace(path, use_cache=False)
+        monkeypatch.setattr(t.source, "nvtx_events", lambda: nsys_reader.nvtx_events(t.source.db, chunk_rows))
+        return t
+
+    monkeypatch.setattr(nv, "CHUNK_ROWS", 1 << 40)
+    whole = read(1 << 30)
+    assert whole.nvtx_events["text"].n_chunks() == 1
+    want = nv.labelled_ranges(whole)
+    monkeypatch.setattr(nv, "CHUNK_ROWS", 300)
+    pieces = read(200)
+    assert pieces.nvtx_events["text"].n_chunks() > 10
+    made: list[int] = []
+    by_chunk = nv._by_chunk
+
+    def counted(*a):
+        out = by_chunk(*a)
+        made.append(len(out))
+        return out
+
+    monkeypatch.setattr(nv, "_by_chunk", counted)
+    got = nv.labelled_ranges(pieces)
+    assert made[0] > 3  # made in several pieces
+    for g, w in zip(got, want):
+        assert g.equals(w)
+    assert got[0].height > 1000 and got[1].height > 10

@@ -36,6 +36,7 @@ from kview.io.schema import (
     PID_MASK,
     PID_ONLY,
 )
+from kview.io.sqlite_source import return_freed_memory
 from kview.trace import Trace
 
 STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
@@ -142,45 +143,99 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             .with_row_index("dom_ix", offset=1)
             .with_columns(pl.col("dom_ix").cast(pl.Int64))
         )
-        r = r.with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
+        ix = r.select("domain_id", (pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
             dom.select("domain_id", "pid_key", "dom_ix"), on=["domain_id", "pid_key"], how="left", maintain_order="left"
         )
+        if ix.height == r.height:  # each range in one domain: added, so the text keeps the read's chunks
+            r = r.with_columns(ix["dom_ix"])
+        else:
+            r = r.with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
+                dom.select("domain_id", "pid_key", "dom_ix"),
+                on=["domain_id", "pid_key"],
+                how="left",
+                maintain_order="left",
+            )
+        del ix
         domains = dom.select("dom_ix", "domain")
+        del named, dom
     else:
         r = r.with_columns(pl.lit(None, dtype=pl.Int64).alias("dom_ix"))
         domains = pl.DataFrame(schema={"dom_ix": pl.Int64, "domain": pl.String})
-    key = r.select(
-        pl.col("dom_ix").fill_null(0),
-        pl.when(registered).then(pl.col("text_id")).alias("_sid"),
-        pl.when(registered).then(None).otherwise(pl.col("text")).alias("_text"),
+    # the text from a frame of its own: a select over columns chunked unlike the read's (dom_ix)
+    # copies every column into one chunk
+    text = pl.DataFrame([r["text_id"], r["text"]]).select(
+        pl.when(registered).then(None).otherwise(pl.col("text")).alias("_text")
     )
+    key = r.select(pl.col("dom_ix").fill_null(0), pl.when(registered).then(pl.col("text_id")).alias("_sid")).hstack(
+        text
+    )
+    del text
     key_code, firsts = first_appearance(key)
-    keys = (
-        key.filter(firsts)
-        .join(sids.rename({"text_id": "_sid"}), on="_sid", how="left", maintain_order="left")
-        .join(domains, on="dom_ix", how="left", maintain_order="left")
-        .select(
-            pl.format("{}:{}", pl.col("domain").fill_null(""), pl.coalesce("sid", "_text").fill_null("")).alias("name")
+    labelled_ = pl.DataFrame([r[c] for c in ("id", "start", "end", "event_type", "global_tid", "end_global_tid")])
+    labelled_ = labelled_.with_columns(STYLE.alias("style"))
+    # The names are made from the first row of each key, one chunk of the read at a time, with
+    # nothing else holding the read's text: each chunk's text is let go once its names are made,
+    # so the read's text and the names' (both ~0.6 GB on a dense trace) are never all held at once.
+    pending = _by_chunk(key.filter(firsts), "_text")
+    del ev, r, doms, key
+    made = []
+    while pending:
+        part = pending.pop()  # from the last chunk: pop() lets the list's hold on it go
+        made.append(
+            part.join(sids.rename({"text_id": "_sid"}), on="_sid", how="left", maintain_order="left")
+            .join(domains, on="dom_ix", how="left", maintain_order="left")
+            .select(
+                pl.format("{}:{}", pl.col("domain").fill_null(""), pl.coalesce("sid", "_text").fill_null("")).alias(
+                    "name"
+                )
+            )
         )
-    )
-    del key
+        del part
+        return_freed_memory()
+    keys = pl.concat(made[::-1], rechunk=False) if made else pl.DataFrame(schema={"name": pl.String})
+    del made
     if domains.height or sids.height:
         name_of_key, named_first = first_appearance(keys)
     else:  # every name is ":" + a distinct text: one name per key already
         name_of_key = pl.Series("code", np.arange(keys.height, dtype=np.int64))
         named_first = pl.Series("first", np.ones(keys.height, dtype=bool))
     table = keys.filter(named_first).with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
-    labelled_ = r.select(
-        "id",
-        "start",
-        "end",
-        "event_type",
-        "global_tid",
-        "end_global_tid",
-        name_of_key.gather(key_code).alias("name_code"),
-        STYLE.alias("style"),
-    )
+    labelled_ = _one_chunk(labelled_.insert_column(6, name_of_key.gather(key_code).alias("name_code")))
     return labelled_, table
+
+
+def _by_chunk(frame: pl.DataFrame, text: str) -> list[pl.DataFrame]:
+    """`frame` cut where its column `text` changes chunk (about a million rows a piece at most),
+    each piece's text referring to its own chunks' buffers only."""
+    pieces: list[list[pl.Series]] = [[]]
+    rows = [0]
+    for c in frame[text].get_chunks():
+        if rows[-1] and rows[-1] + len(c) > CHUNK_ROWS:
+            pieces.append([])
+            rows.append(0)
+        pieces[-1].append(c)
+        rows[-1] += len(c)
+    others = frame.drop(text)
+    out, at = [], 0
+    for chunks, n in zip(pieces, rows):
+        col = pl.concat(chunks, rechunk=False) if chunks else frame[text].clear()
+        out.append(others.slice(at, n).insert_column(frame.columns.index(text), col))
+        at += n
+    return out
+
+
+CHUNK_ROWS = 1 << 20  # rows of names made at a time from the read's text
+
+
+def _one_chunk(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` (its only holder) with every column in one chunk, copied one column at a time and
+    the read's buffers each leaves handed back: the next whole-frame operation would copy them
+    all at once, and the read's (the C allocator's) would stay with it."""
+    for i, c in enumerate(frame.columns):
+        if frame[c].n_chunks() > 1:
+            frame.replace_column(i, frame[c].rechunk())
+            return_freed_memory()
+    return frame
 
 
 # a fixed seed: keys are compared within one process only, never stored
