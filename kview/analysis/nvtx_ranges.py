@@ -192,7 +192,9 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         del part
         return_freed_memory()
-    keys = pl.concat(made[::-1], rechunk=False) if made else pl.DataFrame(schema={"name": pl.String})
+    # one chunk (its views copied, not the text): readers gather names by code, which across
+    # chunks copies the text of every name gathered
+    keys = pl.concat(made[::-1], rechunk=True) if made else pl.DataFrame(schema={"name": pl.String})
     del made
     if domains.height or sids.height:
         name_of_key, named_first = first_appearance(keys)
