@@ -112,6 +112,17 @@ class Table:
 
 # every declared table by key
 TABLES: dict[str, Table] = {}
+
+
+def table_by_key(key: str) -> Table:
+    """The table declared under `key`. A table is known by its key once its module is imported,
+    and a process asks by key for tables it may not have needed yet (the explorer reading back
+    what its worker made: `layers.phase_spans` before anything imported kview.analysis.compare)."""
+    if key not in TABLES:
+        import_all()
+    return TABLES[key]
+
+
 # table key -> the keys of the tables its computation asked for, as traces are used (the graph's
 # edges seen at run time; tests check they are among those read from the code)
 DEPENDS: dict[str, set[str]] = {}
@@ -277,19 +288,19 @@ class Store:
 
     def by_key(self, key: str) -> Any:
         """Table `key` (of no arguments), by its key: for a worker told which tables to make."""
-        return self._get(TABLES[key], (), {})
+        return self._get(table_by_key(key), (), {})
 
     def on_disk(self, keys: Iterable[str]) -> bool:
         """Whether the disk tier holds files for every one of the tables `keys` (reading one
         still checks it: "is it worth starting from the disk", not "is it valid")."""
-        return self.disk is not None and all(self.disk.has(TABLES[k]) for k in keys)
+        return self.disk is not None and all(self.disk.has(table_by_key(k)) for k in keys)
 
     def make(self, keys: Iterable[str], out: str | None = None) -> None:
         """Make the tables `keys` (by key, in that order); with `out`, write each one's frames
         there as its codec makes them, one Parquet file per cache key (what `read_made` reads
         back in the process that asked a worker for them)."""
         for k in keys:
-            t = TABLES[k]
+            t = table_by_key(k)
             value = self.by_key(k)
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
@@ -299,7 +310,7 @@ class Store:
     def read_made(self, keys: Iterable[str], out: str) -> None:
         """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here."""
         for k in keys:
-            t = TABLES[k]
+            t = table_by_key(k)
             assert t.codec is not None
             frames = tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
             value = t.codec.decode(frames)

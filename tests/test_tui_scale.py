@@ -4,9 +4,13 @@ process and read back; every view gets exactly what it gets when they are made i
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
+import pytest
 
 from kview.analysis import nvtx_ranges as nv
 from kview.trace import open_trace
@@ -69,3 +73,23 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
     monkeypatch.setattr(prepare, "prepare", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
     for a, b in zip(_messages(use_cache=True)[1], here):
         _equal(a, b, type(a).__name__)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_the_view_in_front_gets_a_large_traces_tables_in_a_fresh_explorer(tmp_path, use_cache):
+    """The explorer asks its worker for the tables by key and reads them back before it has
+    imported every module that declares them (the kernels view is in front: nothing has asked
+    for the Layers view's `layers.phase_spans` yet): a fresh process, as a user's, gets them all."""
+    code = (
+        "import sys; from kview.tui import prepare; prepare.PREPARE_BYTES = 0;"
+        "from kview.trace import open_trace; from kview.tui.views.kernels import KernelsView;"
+        "assert 'kview.analysis.compare' not in sys.modules;"
+        "cache = sys.argv[2] == '1'; trace = open_trace(sys.argv[1], use_cache=cache);"
+        "print(*[type(m).__name__ for m in KernelsView.document(trace, cache)])"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(LM), "1" if use_cache else "0"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "AttributedKernels" and "KernelSummary" in r.stdout.split()
