@@ -34,6 +34,7 @@ NVTX_REPORTS = ("nvtx_gpu_proj_sum", "nvtx_kern_sum", "nvtx_sum")
 
 TUI = """
 import asyncio, json, sys, time
+from textual.worker import WorkerCancelled
 from kview.tui.app import KviewApp
 
 async def go():
@@ -48,8 +49,13 @@ async def go():
         while quiet < 3:
             unfinished = [w for w in app.workers if not w.is_finished]
             if unfinished:
-                await app.workers.wait_for_complete(unfinished)
-            quiet = 0 if (unfinished or app.working or 0 not in app.loaded) else quiet + 1
+                try:
+                    await app.workers.wait_for_complete(unfinished)
+                except WorkerCancelled:  # a view's fetch the app replaced by a newer one
+                    pass
+            # every view of the trace has its document: none fetching, none waiting for its turn
+            busy = unfinished or app.working or 0 not in app.loaded or app.fetching or app.waiting
+            quiet = 0 if busy else quiet + 1
             await pilot.pause(0.05)
         views = {v: type(app.view(v)).__name__ for v in app.views}
         out = {"first kernel table (s)": round(first, 2), "every view loaded (s)": round(time.perf_counter() - app.t0, 1)}
