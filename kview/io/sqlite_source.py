@@ -171,7 +171,7 @@ def _malloc_trim():
 
     try:
         return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # no glibc (macOS, musl): its allocator returns pages itself
+    except (OSError, AttributeError, TypeError):  # no glibc (macOS, musl, Windows): nothing to trim
         return None
 
 
