@@ -101,6 +101,34 @@ def test_long_sqlite_work_answers_signals(tmp_path, sig):
     assert err == b""
 
 
+def test_the_readers_connection_serves_several_threads_at_once():
+    """The explorer's views read one trace from several threads. On one SQLite connection, a
+    thread stepping a query (SQLite's lock held) calls the signal handler's hook, which wants
+    the GIL, while another thread holding the GIL reads its rows' columns, which wants SQLite's
+    lock: without one thread at a time on the connection the process hung, every time here."""
+    child = textwrap.dedent(
+        """
+        import sys, threading
+        from kview.io.sqlite_source import SqliteSource
+        src = SqliteSource(sys.argv[1])
+        def work():
+            for _ in range(50):
+                src.rows("SELECT min(rowid), max(rowid), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+                src.rows("SELECT start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 20000")
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(src.scalar("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", child, str(NSYS)], capture_output=True, text=True, timeout=60)
+    with sqlite3.connect(f"file:{NSYS}?mode=ro&immutable=1", uri=True) as con:
+        kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    assert r.returncode == 0 and r.stdout.split() == [str(kernels)], r.stderr
+
+
 def _json_path(tmp_path, text: str, name="t.json"):
     p = tmp_path / name
     p.write_text(text)

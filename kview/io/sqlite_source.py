@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Callable
 from functools import cache, cached_property
@@ -195,6 +196,11 @@ class SqliteSource:
         self._url = connectorx_url(self.path)
         try:
             self.con = sqlite3.connect(sqlite_uri(self.path), uri=True, check_same_thread=False)
+            # one thread at a time on the connection: a thread stepping a query holds SQLite's
+            # lock and wants the GIL for the progress handler below, while another holding the
+            # GIL reads its own rows' columns and wants SQLite's lock (the explorer's views read
+            # one trace from several threads: they hung, each waiting for the other)
+            self._one_at_a_time = threading.Lock()
             # Python runs signal handlers only between its own instructions: a callback every so
             # many SQLite steps lets Ctrl-C and SIGTERM end a long query
             self.con.set_progress_handler(_let_signals_in, PROGRESS_STEPS)
@@ -231,18 +237,21 @@ class SqliteSource:
     def _read_columns(self, table: str) -> list[str]:
         if not self.has(table):
             return []
-        return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+        with self._one_at_a_time:
+            return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
 
     def scalar(self, sql: str, params=()):
         try:
-            row = self.con.execute(sql, params).fetchone()
+            with self._one_at_a_time:
+                row = self.con.execute(sql, params).fetchone()
         except sqlite3.DatabaseError as e:
             raise self._query_error(e) from None
         return None if row is None else row[0]
 
     def rows(self, sql: str, params=()) -> list[tuple]:
         try:
-            return self.con.execute(sql, params).fetchall()
+            with self._one_at_a_time:
+                return self.con.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
             raise self._query_error(e) from None
 
@@ -310,4 +319,5 @@ class SqliteSource:
             raise TraceError(self.path, f"cannot be read ({msg})") from None
 
     def close(self) -> None:
-        self.con.close()
+        with self._one_at_a_time:
+            self.con.close()
