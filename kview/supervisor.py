@@ -26,7 +26,6 @@ FORWARDED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if
 _STARTS = re.compile(
     r"thread '.*' (\(\d+\) )?panicked at |stack backtrace:|fatal runtime error|note: .*RUST_BACKTRACE|Fatal Python error"
 )
-_INSIDE = re.compile(r"thread '.*' (\(\d+\) )?panicked at |fatal runtime error|Fatal Python error")
 _MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
     r"OpenBLAS blas_thread_init: pthread_create failed|"
@@ -66,13 +65,15 @@ class _Relay:
         text = raw.decode("utf-8", "replace")
         # running out of memory can cut Python's own report short (say "Exception ignored in
         # sys.unraisablehook: ", no line end), so kview's line follows it on the same line
-        text = text[max(text.find(OUT_OF_MEMORY), 0) :]
+        self._text(text[max(text.find(OUT_OF_MEMORY), 0) :])
+
+    def _text(self, text: str) -> None:
         if text.startswith("kview"):  # kview's own line: said at once
             # a library's abort text written by another thread before the line's end: its own line
-            cut = min((m.start() for m in (_MEMORY.search(text), _INSIDE.search(text)) if m), default=0)
+            cut = min((m.start() for m in (_MEMORY.search(text), _STARTS.search(text)) if m), default=0)
             if cut:
-                self._line(text[:cut].encode())
-                self._line(text[cut:].encode())
+                self._text(text[:cut])
+                self._text(text[cut:])
                 return
             self.hiding = False
             self.said_memory = self.said_memory or text.startswith(OUT_OF_MEMORY)
