@@ -8,7 +8,7 @@ import pytest
 from kview.analysis import nvtx_ranges as nv
 from kview.trace import open_trace
 
-from conftest import KINETO_TRACES, LM_TRACES, PUBLIC_TRACES
+from conftest import KINETO_TRACES, LM_TRACES, PUBLIC_TRACES, SAMPLES
 
 TRACES = [*PUBLIC_TRACES, *LM_TRACES[:3], *KINETO_TRACES[:3]]
 
@@ -156,3 +156,31 @@ def test_names_made_chunk_by_chunk_equal_names_made_at_once(path, monkeypatch):
     for g, w in zip(got, want):
         assert g.equals(w)
     assert got[0].height > 1000 and got[1].height > 10
+
+
+def test_a_domain_created_on_two_threads_counts_its_ranges_once_per_creation(tmp_path):
+    """As nsys joins them: a range meets every domain-create row of its domainId in its process,
+    so a domain created again on another thread of that process names its ranges twice (the
+    sample's one CCCL range, with the domain created again as `CCCL2`)."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "two_creations.sqlite"
+    shutil.copy(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", path)
+    with sqlite3.connect(path) as con:
+        pid_bits = "globalTid - (globalTid & 16777215)"  # the process's bits, another thread's id
+        con.execute(
+            f"INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) SELECT start + 5, "
+            f"eventType, text || '2', {pid_bits} + 7, domainId FROM NVTX_EVENTS WHERE eventType = 75"
+        )
+        created = con.execute("SELECT count(*), min(domainId) FROM NVTX_EVENTS WHERE eventType = 75").fetchone()
+        in_it = con.execute(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE eventType != 75 AND domainId = ?", (created[1],)
+        ).fetchone()[0]
+        ranges = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)").fetchone()[0]
+    assert created[0] == 2 and in_it >= 1
+    t = open_trace(path, use_cache=False)
+    lab = nv.with_names(t, nv.labelled(t))
+    assert lab.height == ranges + in_it
+    domains = lab.filter(pl.col("name").str.starts_with("CCCL"))["name"].str.split(":").list.first()
+    assert domains.value_counts().sort("name")["count"].to_list() == [in_it, in_it]

@@ -143,19 +143,17 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             .with_row_index("dom_ix", offset=1)
             .with_columns(pl.col("dom_ix").cast(pl.Int64))
         )
-        ix = r.select("domain_id", (pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
-            dom.select("domain_id", "pid_key", "dom_ix"), on=["domain_id", "pid_key"], how="left", maintain_order="left"
-        )
-        if ix.height == r.height:  # each range in one domain: added, so the text keeps the read's chunks
-            r = r.with_columns(ix["dom_ix"])
-        else:
-            r = r.with_columns((pl.col("global_tid") & PID_ONLY).alias("pid_key")).join(
-                dom.select("domain_id", "pid_key", "dom_ix"),
-                on=["domain_id", "pid_key"],
-                how="left",
-                maintain_order="left",
+        on, pid = ["domain_id", "pid_key"], (pl.col("global_tid") & PID_ONLY).alias("pid_key")
+        keys = dom.select(*on, "dom_ix")
+        if keys.select(pl.struct(on).is_unique().all()).item():
+            # each range meets one domain row at most: joined on the key columns alone and the
+            # column added, so the text keeps the read's chunks
+            r = r.with_columns(
+                r.select("domain_id", pid).join(keys, on=on, how="left", maintain_order="left")["dom_ix"]
             )
-        del ix
+        else:  # a domain created on several threads of a process: its ranges' rows repeat
+            r = r.with_columns(pid).join(keys, on=on, how="left", maintain_order="left")
+        del keys
         domains = dom.select("dom_ix", "domain")
         del named, dom
     else:
