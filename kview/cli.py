@@ -594,7 +594,6 @@ def cmd_layers(args) -> int:
 
 def cmd_overview(args) -> int:
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis import nvtx_ranges
     from kview.documents.overview import overview
 
     _one_table_per_document(
@@ -602,7 +601,8 @@ def cmd_overview(args) -> int:
     )
     trace = _open(args, args.trace)
     # nothing else asks for the ranges in this process: let them go once the Overview made its tables of them
-    return _show(args, overview(trace, release=lambda: nvtx_ranges.release(trace)))
+    trace.one_command = True
+    return _show(args, overview(trace))
 
 
 def cmd_nvtx(args) -> int:

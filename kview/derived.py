@@ -459,5 +459,5 @@ def import_all() -> None:
     for m in pkgutil.walk_packages(kview.__path__, "kview."):
         if m.name.startswith(("kview.tui", "kview.capture", "kview.models")) or m.name in sys.modules:
             continue
-        if m.name.startswith(("kview.analysis", "kview.reports")):
+        if m.name.startswith(("kview.analysis", "kview.reports", "kview.documents")):
             importlib.import_module(m.name)

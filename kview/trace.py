@@ -45,6 +45,9 @@ class Trace:
         self._frame_locks = KeyedLocks()
         # its derived tables (kview.derived): memory, and the frame cache for persisted ones
         self.store = Store(self, FrameCacheTier(self.path) if use_cache else None)
+        # opened for one command, which lets tables made only on the way go once used (the
+        # Overview: the NVTX ranges); the explorer keeps them for its other views
+        self.one_command = False
 
     # -- facts -------------------------------------------------------------
     @cached_property

@@ -47,16 +47,20 @@ def test_overview_busy_share_and_findings():
     assert o.gaps["Idle (ns)"].to_list() == sorted(o.gaps["Idle (ns)"].to_list(), reverse=True)
 
 
-def test_overview_that_lets_the_ranges_go_is_the_same_and_never_makes_them_again():
-    """`kview overview` lets the NVTX ranges go once the Overview's tables of them are made: the
-    Overview is the same, and nothing after the release asks for the ranges again (they would
-    be made again, the seconds and the gigabyte the release is for)."""
+def test_overview_that_lets_the_ranges_go_is_the_same_and_never_makes_them_again(monkeypatch):
+    """`kview overview` (a trace opened for one command) lets the NVTX ranges go once the
+    Overview's tables of them are made: the Overview is the same, and nothing after the release
+    asks for the ranges again (they would be made again, the seconds and the gigabyte the
+    release is for)."""
     from kview.analysis import nvtx_ranges
 
     kept = build(open_trace(LM, use_cache=False))
     trace = open_trace(LM, use_cache=False)
+    trace.one_command = True
     calls = []
-    let_go = build(trace, release=lambda: (calls.append(sorted(trace.store.held())), nvtx_ranges.release(trace)))
+    release = nvtx_ranges.release
+    monkeypatch.setattr(nvtx_ranges, "release", lambda t: (calls.append(sorted(t.store.held())), release(t)))
+    let_go = build(trace)
     assert len(calls) == 1 and {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_nesting"} <= set(calls[0])
     assert not trace.store.held() & {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges"}
     assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)

@@ -86,6 +86,37 @@ def test_reports_and_the_attributed_table_read_back_from_the_cache_equal_fresh(t
     assert not again._frames and all(n == "attribution" or n.startswith("report.") for n in names), names
 
 
+def _sections(doc):
+    return [(x.name, x.title, x.frame.schema, x.frame.rows()) for x in doc.sections], doc.notes, doc.command
+
+
+def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
+    """The Overview, Efficiency, Launches, critical path and Layers documents are kept: a second look
+    reads them (nothing of the trace loaded, nothing attributed) and they equal a fresh making;
+    under another name of the same file (a link), the Overview names the link, as made for it."""
+    from kview.documents.efficiency import efficiency
+    from kview.documents.launches import critical_path, launches
+    from kview.documents.layers import layers
+    from kview.documents.overview import overview
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    docs = (overview, efficiency, launches, critical_path, layers)
+    fresh, first = open_trace(TRACE, use_cache=False), open_trace(TRACE)
+    want = [_sections(d(fresh)) for d in docs]
+    assert [_sections(d(first)) for d in docs] == want
+    again = open_trace(TRACE)
+    assert [_sections(d(again)) for d in docs] == want
+    assert not again._frames and "attribution" not in again.store.held(), again.store.held()
+    assert dict(overview(again).frame("trace").rows())["Trace"] == TRACE.name
+
+    link = tmp_path / "another-name.sqlite"
+    link.symlink_to(TRACE)
+    named = overview(open_trace(link))
+    assert dict(named.frame("trace").rows())["Trace"] == "another-name.sqlite"
+    assert named.frame("findings").equals(overview(open_trace(link, use_cache=False)).frame("findings"))
+    assert any("another-name.sqlite" in f for f in named.frame("findings")["Finding"])
+
+
 def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     t = tmp_path / "t.sqlite"

@@ -4,11 +4,12 @@ render the same result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import polars as pl
 
+from kview.analysis import nvtx_ranges
 from kview.analysis.attribution import attribute
 from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
@@ -21,6 +22,7 @@ from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
 from kview.analysis.sanity import impossible, warning
 from kview.analysis.steps import step_instances
+from kview.derived import Codec, derived
 from kview.notation import fmt_ns
 from kview.trace import Trace
 
@@ -55,11 +57,47 @@ def time_zero(trace: Trace) -> str:
     return f"{what}, {zero:,} ns on the {name}"
 
 
-def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] | None = None) -> Overview:
-    """The Overview of `trace`. `release`, when given, is called once every table made from the
-    NVTX ranges that the Overview asks for is made (the attribution, holdings, phases, steps):
-    `kview overview` lets the ranges, their names and nesting go there, a gigabyte at a million
-    kernels, rather than holding them through the rest."""
+# the Overview as the frame cache keeps it: a frame per field, its facts and findings as text
+_PARTS = tuple(f.name for f in fields(Overview))
+
+
+def _encode(o: Overview) -> tuple[pl.DataFrame, ...]:
+    text = {
+        "facts": pl.DataFrame(o.facts, schema={"fact": pl.String, "value": pl.String}, orient="row"),
+        "findings": pl.DataFrame({"finding": o.findings}, schema={"finding": pl.String}),
+    }
+    return tuple(text.get(p, getattr(o, p)) for p in _PARTS)
+
+
+def _decode(f: tuple[pl.DataFrame, ...]) -> Overview:
+    got: dict[str, Any] = dict(zip(_PARTS, f))
+    return Overview(**got | {"facts": got["facts"].rows(), "findings": got["findings"].to_series().to_list()})
+
+
+OVERVIEW = Codec("overview:" + ",".join(_PARTS), _PARTS, _encode, _decode)
+
+
+@derived(key="overview", version="1", persist=True, codec=OVERVIEW)
+def overview_of(trace: Trace) -> Overview:
+    """The Overview of `trace`, kept in the frame cache: a second look (the explorer reopening a
+    trace, `kview overview` again) reads its few small tables instead of attributing every
+    kernel and walking every step's critical path again (a minute at a million kernels)."""
+    return build(trace)
+
+
+def overview(trace: Trace) -> Overview:
+    """The Overview of `trace` (kept, see overview_of). Its sentences name the trace's file (the
+    commands to run next): one kept under another name of the same file (a link to it) is made
+    again for this name, not shown with the other's."""
+    o = overview_of(trace)
+    return o if o.facts[0] == ("Trace", trace.name) else build(trace)
+
+
+def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
+    """The Overview of `trace`, made. A trace opened for one command (`Trace.one_command`:
+    `kview overview`) lets the NVTX ranges, their names and nesting go once every table the
+    Overview makes of them is made (the attribution, holdings, phases, steps), a gigabyte at a
+    million kernels, rather than holding them through the rest."""
     a = attribute(trace)
     # GPU work that ends before it starts or lies outside the session would show as negative
     # busy time or a span past the trace: left out of every figure here, and said so
@@ -115,8 +153,8 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
     # the impossible rows are left out of the phases too, as the finding says
     phases = phase_table(trace, a["Idx"].cast(pl.Int64)) if bad else phase_times(trace)
     step_instances(trace)  # what critical_path_section and rank_section ask of the ranges
-    if release is not None:
-        release()
+    if trace.one_command:
+        nvtx_ranges.release(trace)
     facts += [(k[0].upper() + k[1:], f"{h[k]:,}") for k in ("CPU ops", "ranges", "API calls") if h[k]]
     if not ops.height:
         facts.append(("GPU kernels", "none"))
@@ -149,7 +187,7 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
         ).sort("Device")
         g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
         g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
-        top_gaps = g.sort("gap", descending=True).head(5)
+        top_gaps = g.sort(["gap", "end", "device"], descending=[True, False, False]).head(5)
         # the kernel after each of those five gaps: the ops starting then, not every op made unique
         nxt = (
             ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel"))
@@ -184,7 +222,8 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
             .filter(pl.col("n") >= launch_bound_run)
         )
         if runs.height:
-            worst = runs.sort("n", descending=True).row(0, named=True)
+            # the longest; of equal ones the first (group_by's order is not the same every run)
+            worst = runs.sort(["n", "s", "device", "Stream"], descending=[True, False, False, False]).row(0, named=True)
             findings.append(
                 f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
                 f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
@@ -195,7 +234,7 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
     cats = (
         a.group_by("Category")
         .agg(pl.col("Duration (ns)").sum().alias("Time (ns)"), pl.len().alias("Ops"))
-        .sort("Time (ns)", descending=True)
+        .sort(["Time (ns)", "Category"], descending=[True, False])  # equal times: by name, the same every run
     )
     if cats.height:
         cats = cats.with_columns((pl.col("Time (ns)") * 100.0 / pl.col("Time (ns)").sum()).round(1).alias("Share (%)"))
@@ -204,7 +243,7 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
         .filter(~pl.col("Category").is_in(["memcpy", "memset"]))
         .group_by("Kernel")
         .agg(pl.col("Duration (ns)").sum().alias("Total (ns)"), pl.len().alias("Instances"), pl.col("Category").first())
-        .sort("Total (ns)", descending=True)
+        .sort(["Total (ns)", "Kernel"], descending=[True, False])
         .head(10)
     )
     if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
@@ -220,7 +259,7 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
         r = api_calls(trace).with_columns((pl.col("end") - pl.col("start")).alias("d"))
         sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
         if sync.height:
-            worst = sync.sort("d", descending=True).row(0, named=True)
+            worst = sync.sort(["d", "start"], descending=[True, False]).row(0, named=True)
             findings.append(
                 f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
                 f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
@@ -240,7 +279,7 @@ def build(trace: Trace, launch_bound_run: int = 20, release: Callable[[], None] 
     least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
     if least is not None and least < 50:
         findings.append(
-            f"GPU idle: device {busy.sort('Busy (%)').row(0)[0]} is busy only "
+            f"GPU idle: device {busy.sort('Busy (%)', 'Device').row(0)[0]} is busy only "
             f"{least}% of its span; see the largest idle gaps."
         )
 

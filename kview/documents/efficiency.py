@@ -8,12 +8,40 @@ import polars as pl
 
 from kview.analysis import efficiency as eff
 from kview.analysis.gpu_peaks import PEAKS
+from kview.derived import derived, frames
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
     from kview.trace import Trace
 
 NO_GPU_WORK = "no GPU work: nothing to measure against a GPU's peak"
+TITLES = {
+    "gpus": "GPUs and their peaks (dense)",
+    "steps": "Efficiency by step",
+    "layers": "Efficiency by layer",
+    "categories": "Efficiency by category",
+    "kernels": "Efficiency by kernel",
+    "tensor-cores": "FP32 GEMMs that could use tensor cores",
+}
+
+
+def _tables(trace: Trace, gpu: str | None) -> tuple[pl.DataFrame, ...]:
+    """The document's tables, in TITLES' order, against `gpu`'s peaks (None: the trace's GPU's)."""
+    return (
+        eff.trace_gpus(trace, gpu).join(PEAKS.drop("Source"), on="GPU", how="left"),
+        eff.by_step(trace, gpu),
+        eff.by_group(trace, "Layer", gpu),
+        eff.by_group(trace, "Category", gpu),
+        eff.by_kernel(trace, gpu),
+        eff.tensor_core_candidates(trace, gpu),
+    )
+
+
+@derived(key="documents.efficiency", version="1", persist=True, codec=frames(*TITLES))
+def _kept(trace: Trace) -> tuple[pl.DataFrame, ...]:
+    """The tables against the trace's own GPU, kept in the frame cache: a second look reads
+    them instead of measuring every kernel again (seconds at a million kernels)."""
+    return _tables(trace, None)
 
 
 def efficiency(trace: Trace, gpu: str | None = None) -> Document:
@@ -21,15 +49,9 @@ def efficiency(trace: Trace, gpu: str | None = None) -> Document:
     the GPUs and their peaks, MFU and bandwidth by step, layer, category and kernel, and the FP32
     GEMMs that could use tensor cores. The notes: no GPU work, or a GPU whose peaks kview does not
     know."""
-    gpus = eff.trace_gpus(trace, gpu).join(PEAKS.drop("Source"), on="GPU", how="left")
-    sections = (
-        Section("gpus", "GPUs and their peaks (dense)", gpus),
-        Section("steps", "Efficiency by step", eff.by_step(trace, gpu)),
-        Section("layers", "Efficiency by layer", eff.by_group(trace, "Layer", gpu)),
-        Section("categories", "Efficiency by category", eff.by_group(trace, "Category", gpu)),
-        Section("kernels", "Efficiency by kernel", eff.by_kernel(trace, gpu)),
-        Section("tensor-cores", "FP32 GEMMs that could use tensor cores", eff.tensor_core_candidates(trace, gpu)),
-    )
+    tables = _tables(trace, gpu) if gpu else _kept(trace)
+    sections = tuple(Section(name, title, t) for (name, title), t in zip(TITLES.items(), tables))
+    gpus = tables[0]
     notes = []
     if gpus.height == 0:
         notes.append(NO_GPU_WORK)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kview.analysis.overview import build
+from kview.analysis.overview import overview as made
 from kview.documents import Document, Section, facts_table, sentences
 
 if TYPE_CHECKING:
     from kview.trace import Trace
 
 
-def overview(trace: Trace, release: Callable[[], None] | None = None) -> Document:
-    """What the trace is, how busy the GPU was, where the time went, and the findings.
-    `release`: see build."""
+def overview(trace: Trace) -> Document:
+    """What the trace is, how busy the GPU was, where the time went, and the findings."""
 
-    o = build(trace, release=release)
+    o = made(trace)
     return Document(
         "Overview",
         (
