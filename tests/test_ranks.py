@@ -14,7 +14,16 @@ import polars as pl
 import pytest
 import rank_truth as truth
 
-from kview.analysis.collectives import collectives_by_rank, straggler_instances, stragglers
+from kview.analysis.collectives import (
+    collective_ops,
+    collectives_by_rank,
+    collectives_of,
+    instance_parts,
+    shared_instances,
+    straggler_instances,
+    straggler_table,
+    stragglers,
+)
 from kview.analysis.critical_path import with_bound_by
 from kview.analysis.iterations import iteration_stats, iteration_table
 from kview.analysis.rank_summary import rank_summary
@@ -252,6 +261,30 @@ def test_stragglers_and_optimizer_iterations_on_hand_made_ranks(tmp_path):
     assert t["Wall (ns)"].to_list() == [110_000, 200_000] * 2  # [first range, end of step 1], [110, 310]
     s = straggler_instances(run)
     assert s["Last rank"].to_list() == [1, 1] and s["Others' wait (ns)"].to_list() == [25_000, 25_000]
+
+
+def test_collectives_of_equal_time_and_start_come_in_name_order(tmp_path):
+    """Two ranks, each with an AllReduce and an AllGather of 40 µs that start at once on two
+    streams: a tie of time (the collectives table) and of start (the stragglers table). Their
+    groups come out of the group-by in no set order; the tables break the tie by the name, the
+    same on every call."""
+    names = {
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)": 9,
+        "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": 11,
+    }
+    for rank in (0, 1):
+        ev = [_step("ProfilerStep#1", 0, 400), *(_k(n, 50, 40, s) for n, s in names.items())]
+        _kineto(tmp_path / f"trace_rank{rank}.json", rank, ev)
+    run = open_run([str(tmp_path)], use_cache=False)
+    ops = collective_ops(run)
+    kinds = sorted(ops["collective"].unique().to_list())
+    assert len(kinds) == 2
+    for _ in range(20):  # a wrong order shows in about half the calls
+        c = collectives_of(ops)
+        assert c["Rank"].to_list() == [0, 0, 1, 1] and c["Time (ns)"].to_list() == [40_000] * 4
+        assert c["Collective"].to_list() == kinds * 2
+        s = straggler_table(shared_instances(instance_parts(ops)))
+        assert s["Collective"].to_list() == kinds
 
 
 def test_cli_ranks_and_iterations(ddp, tmp_path, capsys):

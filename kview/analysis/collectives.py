@@ -48,7 +48,8 @@ def collectives_of(c: pl.DataFrame) -> pl.DataFrame:
             pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()).alias("Bytes"),
         )
         .select(pl.col("rank").alias("Rank"), pl.col("collective").alias("Collective"), "Count", "Time (ns)", "Bytes")
-        .sort(["Rank", "Time (ns)"], descending=[False, True])
+        # ties of time broken by the name: the groups come out in no set order
+        .sort(["Rank", "Time (ns)", "Collective"], descending=[False, True, False])
     )
 
 
@@ -134,7 +135,8 @@ def straggler_instances(run: Run) -> pl.DataFrame:
 
 def straggler_table(shared: pl.DataFrame) -> pl.DataFrame:
     """straggler_instances of the shared_instances `shared`."""
-    return shared.sort(["Iteration", "first"], nulls_last=True).select(
+    # instances that started at once (on different streams) in the order of their kind and place
+    return shared.sort(["Iteration", "first", "collective", "seq"], nulls_last=True).select(
         "Iteration",
         pl.col("collective").alias("Collective"),
         pl.col("seq").alias("#"),
