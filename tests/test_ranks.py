@@ -26,6 +26,7 @@ from kview.analysis.collectives import (
 )
 from kview.analysis.critical_path import with_bound_by
 from kview.analysis.iterations import iteration_stats, iteration_table
+from kview.analysis.rank_files import Step, SummarizedRun
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import open_run, rank_table
 
@@ -285,6 +286,14 @@ def test_collectives_of_equal_time_and_start_come_in_name_order(tmp_path):
         assert c["Collective"].to_list() == kinds * 2
         s = straggler_table(shared_instances(instance_parts(ops)))
         assert s["Collective"].to_list() == kinds
+    # the same tables made one rank file at a time (`--cluster`)
+    files = sorted(str(p) for p in tmp_path.glob("trace_rank*.json"))
+    step = Step(str(tmp_path / "summaries"))
+    summarized = SummarizedRun(files, [step(f) for f in files])
+    for _ in range(10):
+        tables = summarized.tables_of("ranks")
+        assert tables["collectives"]["Collective"].to_list() == kinds * 2
+        assert tables["waits"]["Collective"].to_list() == kinds
 
 
 def test_cli_ranks_and_iterations(ddp, tmp_path, capsys):

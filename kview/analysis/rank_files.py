@@ -253,7 +253,7 @@ class SummarizedRun:
             if len(parts) >= FOLD_FILES:
                 folded, parts = [combine_instances(pl.concat(folded + parts))], []
         folded = [combine_instances(pl.concat(folded + parts))]
-        coll = pl.concat(by_rank).sort(["Rank", "Time (ns)"], descending=[False, True])
+        coll = pl.concat(by_rank).sort(["Rank", "Time (ns)", "Collective"], descending=[False, True, False])
         return coll, shared_instances(folded[0])
 
     def compare(self, by: str) -> pl.DataFrame:
