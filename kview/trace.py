@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -279,18 +280,35 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     return Trace(NsysSource(p.absolute()), use_cache=use_cache)
 
 
-def make_tables(path: str, keys: tuple[str, ...], use_cache: bool, out: str | None = None, quiet: bool = False) -> None:
+def make_tables(
+    path: str,
+    keys: tuple[str, ...],
+    use_cache: bool,
+    out: str | None = None,
+    quiet: bool = False,
+    then: tuple[str, ...] = (),
+    said: Any = None,
+    between: Callable[[Trace], None] | None = None,
+) -> None:
     """In a worker process: the tables `keys` of the trace at `path`, made by their keys (in
     that order) into the frame cache (with `use_cache`) and, with `out`, written into that
     folder for the process that asked (Store.read_made). A trace that cannot be opened: nothing
     (the asking process meets it again, and says it). `quiet`: nothing on the terminal (the
-    explorer owns it)."""
+    explorer owns it). `then`: tables made after those, once `True` is sent on `said` (a
+    pipe's sending end: the asking process reads the first while these are made) and
+    `between(trace)` has let go what they do not need."""
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key
     try:
         trace = open_trace(path, use_cache=use_cache)  # held: its store knows it weakly
         trace.store.make(keys, out)
+        if said is not None:
+            said.send(True)
+            said.close()
+        if between is not None:
+            between(trace)
+        trace.store.make(then, out)
     except TraceError:
         if out is not None:
             raise

@@ -58,7 +58,7 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
     _, here = _messages(use_cache=False)
     monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)  # every trace is large
     made = []
-    monkeypatch.setattr(prepare, "prepare", lambda *a, p=prepare.prepare: made.append(1) or p(*a))
+    monkeypatch.setattr(prepare, "Worker", lambda *a, w=prepare.Worker: made.append(1) or w(*a))
     for use_cache in (False, True):
         trace, there = _messages(use_cache)
         assert [type(m) for m in there] == [type(m) for m in here] and len(here) > 8
@@ -67,12 +67,29 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
         # one worker per trace, whichever view's document asked first
         assert made == [1]
         made.clear()
-        # the explorer itself never read the ranges' labels (the worker did)
+        # the explorer itself never read the ranges' labels, nor made the documents' tables (the worker did)
         assert trace.store.peek(nv.labels) is None
+        assert {"overview", "documents.launches", "documents.efficiency", "documents.layers"} <= trace.store.held()
+        assert "launches.launches" not in trace.store.held()  # every runtime call joined to its ops
     # the worker kept the tables in the frame cache: a reopen reads them, no worker runs
-    monkeypatch.setattr(prepare, "prepare", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
+    monkeypatch.setattr(prepare, "Worker", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
     for a, b in zip(_messages(use_cache=True)[1], here):
         _equal(a, b, type(a).__name__)
+
+
+def test_a_worker_that_fails_after_the_range_tables_leaves_the_documents_to_the_explorer(tmp_path, monkeypatch):
+    """The worker says when the range tables are written and makes the documents' tables next:
+    one that fails there (a table it cannot make) still gave the range tables, and the views of
+    the documents get theirs made in the explorer, equal."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _, here = _messages(use_cache=False)
+    monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)
+    monkeypatch.setattr(prepare, "DOCUMENTS", ("documents.layers", "no such table"))
+    trace, there = _messages(use_cache=False)
+    for a, b in zip(there, here, strict=True):
+        _equal(a, b, type(a).__name__)
+    assert trace.store.peek(nv.labels) is None  # the range tables came from the worker
+    assert "launches.launches" in trace.store.held()  # the Launches document was made here
 
 
 @pytest.mark.parametrize("use_cache", [False, True])

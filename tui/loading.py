@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kview.analysis.rank_files import SummarizedRun
     from kview.documents import Document
     from kview.trace import Trace
+    from kview.tui.prepare import Worker
 
 # the filter line suggests at most this many kernel names
 SUGGESTED_NAMES = 5000
@@ -89,17 +90,39 @@ def once(trace: Trace, name: str, make: Callable[[], T]) -> T:
     return value
 
 
-def prepared(trace: Trace, use_cache: bool) -> Iterator[Stage]:
-    """A large trace: the tables that read every NVTX range made in a worker process, once per
-    trace, by the first document that needs them (the others wait for it)."""
+def _worker(trace: Trace, use_cache: bool) -> Worker | None:
+    """A large trace's worker process (kview.tui.prepare), started once per trace by the first
+    document that needs its tables; None where the explorer makes or reads them itself."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.tui import prepare
 
+    return once(
+        trace, "worker", lambda: prepare.Worker(trace, use_cache) if prepare.worth_it(trace, use_cache) else None
+    )
+
+
+def _done(trace: Trace, name: str) -> bool:
     with _made_guard:
-        done = "prepared" in _made.get(trace, {})
-    if not done and prepare.worth_it(trace, use_cache):
+        return name in _made.get(trace, {})
+
+
+def prepared(trace: Trace, use_cache: bool) -> Iterator[Stage]:
+    """A large trace: the tables that read every NVTX range, from its worker process (once per
+    trace, by the first document that needs them; the others wait for it)."""
+    worker = None if _done(trace, "prepared") else _worker(trace, use_cache)
+    if worker is not None:
         yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
-    once(trace, "prepared", lambda: prepare.worth_it(trace, use_cache) and prepare.prepare(trace, use_cache))
+    once(trace, "prepared", lambda: worker is not None and worker.tables())
+
+
+def documented(trace: Trace, use_cache: bool) -> Iterator[Stage]:
+    """A large trace: the Overview's, Efficiency's, Launches' and Layers' tables, from its worker
+    process, which makes them after the range tables."""
+    yield from prepared(trace, use_cache)
+    worker = None if _done(trace, "documented") else _worker(trace, use_cache)
+    if worker is not None and _made[trace]["prepared"]:
+        yield Stage("making the Overview, Efficiency, Launches and Layers tables (in a worker process)")
+    once(trace, "documented", lambda: worker is not None and _made[trace]["prepared"] and worker.documents())
 
 
 def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -195,21 +218,21 @@ def overview_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.overview import overview
 
-    yield from prepared(trace, use_cache)
+    yield from documented(trace, use_cache)
     yield Stage("overview")
     yield OverviewReady(overview(trace))
 
 
 def launches_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     """The Launches view's: the documents of `kview launches` and `kview critical-path`."""
-    yield from prepared(trace, use_cache)
+    yield from documented(trace, use_cache)
     yield Stage("launches")
     yield launches(trace)
 
 
 def efficiency_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     """The Efficiency view's: the document of `kview efficiency`."""
-    yield from prepared(trace, use_cache)
+    yield from documented(trace, use_cache)
     yield Stage("efficiency")
     yield efficiency(trace)
 
@@ -232,7 +255,7 @@ def layers_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.layers import layers
 
-    yield from prepared(trace, use_cache)
+    yield from documented(trace, use_cache)
     yield Stage("layers")
     yield LayersReady(layers(trace))
 

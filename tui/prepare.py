@@ -1,4 +1,5 @@
-"""The tables of a large trace that go through every NVTX range, made in a worker process.
+"""The tables of a large trace that go through every NVTX range, and the documents made of
+them, made in a worker process.
 
 Attribution, the NVTX tree, the Timeline's range rows, the phases and the steps each read
 every range of the trace (5.7 million with their labels on the dense 1.1M-kernel trace: a
@@ -9,7 +10,9 @@ and never the ranges they were made from, and a worker killed for memory does no
 session with it. The worker computes exactly what the explorer would have (the same derived
 tables on the same file; with the cache in use they land in the frame cache as well). A trace
 whose tables are already in the frame cache, a small trace, or a worker that failed: the
-explorer makes or reads them itself, as it always did.
+explorer makes or reads them itself, as it always did. The documents' tables (Overview,
+Efficiency, Launches, Layers) come after the range tables, from the same worker, so the views of
+the range tables are shown while they are made.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import multiprocessing
 import os
 import tempfile
 
+from kview.analysis import nvtx_ranges
+from kview.analysis.nvtx_tree import paths_and_windows
 from kview.analysis.ranks import _start_resource_tracker
+from kview.analysis.timeline import nvtx_row_table
 from kview.trace import Trace, make_tables
 
 # traces of this size or more are prepared in a worker process (dense_x5: 212 MiB, 1.1M ranges)
@@ -38,6 +44,16 @@ TABLES = (
 )
 
 
+# the documents' tables it makes next, of the range tables it holds
+DOCUMENTS = (
+    "documents.layers",
+    "documents.efficiency",
+    "documents.launches",
+    "documents.critical_path",
+    "overview",
+)
+
+
 def large(trace: Trace) -> bool:
     try:
         return os.path.getsize(trace.path) >= PREPARE_BYTES
@@ -51,17 +67,55 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
     return large(trace) and not (use_cache and trace.store.on_disk(TABLES))
 
 
-def prepare(trace: Trace, use_cache: bool) -> bool:
-    """Make the tables in a worker process and put them in `trace`'s store; False (nothing
-    put) when the worker failed."""
-    _start_resource_tracker()
-    ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive a fork
-    with tempfile.TemporaryDirectory(prefix="kview-tables-") as out:
+def _let_go(trace: Trace) -> None:
+    """In the worker, once the range tables are written: what the documents' tables do not read
+    goes (the NVTX ranges, names and nesting: gigabytes at a million kernels; the NVTX tree's
+    and the Timeline's range rows, 0.5 GB on dense_x25)."""
+    nvtx_ranges.release(trace)
+    trace.store.drop(paths_and_windows, nvtx_row_table)
+
+
+class Worker:
+    """The worker process making a large trace's tables: the range tables first (it says so
+    on a pipe, and the views that need them go on), then the documents' (the Overview,
+    Efficiency, Launches and Layers views wait for those), so the explorer's own process never
+    makes them: their transients (the critical path of every step, every runtime call joined
+    to its ops) end with the worker, and the views of the range tables are shown meanwhile."""
+
+    def __init__(self, trace: Trace, use_cache: bool):
+        _start_resource_tracker()
+        ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive a fork
+        self.trace = trace
+        self.folder = tempfile.TemporaryDirectory(prefix="kview-tables-")
+        self.said, says = ctx.Pipe(duplex=False)
         # daemonic: ended by multiprocessing's exit handler when the explorer leaves first
-        worker = ctx.Process(target=make_tables, args=(str(trace.path), TABLES, use_cache, out, True), daemon=True)
-        worker.start()
-        worker.join()
-        if worker.exitcode != 0:
-            return False
-        trace.store.read_made(TABLES, out)
-    return True
+        self.process = ctx.Process(
+            target=make_tables,
+            args=(str(trace.path), TABLES, use_cache, self.folder.name, True, DOCUMENTS, says, _let_go),
+            daemon=True,
+        )
+        self.process.start()
+        says.close()  # the worker's end: a worker that ends without saying closes the pipe
+
+    def tables(self) -> bool:
+        """Wait for the range tables and put them in the trace's store; False (nothing put) when
+        the worker failed before making them."""
+        try:
+            made = self.said.recv()
+        except EOFError:
+            made = False
+        if made:
+            self.trace.store.read_made(TABLES, self.folder.name)
+        return bool(made)
+
+    def documents(self) -> bool:
+        """Wait for the documents' tables and put them in the trace's store; False (nothing put)
+        when the worker failed."""
+        self.process.join()
+        try:
+            if self.process.exitcode != 0:
+                return False
+            self.trace.store.read_made(DOCUMENTS, self.folder.name)
+            return True
+        finally:
+            self.folder.cleanup()

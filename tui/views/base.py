@@ -106,6 +106,9 @@ class View(Vertical):
     # (snapshot, use_cache) -> its messages for a memory snapshot opened alone (None: the view
     # says the file is no trace; the app shows the view that has one)
     snapshot_document: ClassVar[Document | None] = None
+    # True: on a large trace its document's tables come from the worker after the range tables
+    # (kview.tui.prepare.DOCUMENTS): it fetches after the views of those, which show meanwhile
+    fetched_late: ClassVar[bool] = False
     _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
 
     @property

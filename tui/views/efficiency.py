@@ -28,6 +28,7 @@ class EfficiencyView(TableCycleView):
     view_id = "efficiency"
     title = "Efficiency"
     document = efficiency_document
+    fetched_late = True
     key = "9"
     BINDINGS = bindings(VIEW_KEYS["efficiency"])
 

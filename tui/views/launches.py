@@ -30,6 +30,7 @@ class LaunchesView(TableCycleView):
     view_id = "launches"
     title = "Launches"
     document = launches_document
+    fetched_late = True
     key = "0"
     BINDINGS = bindings(VIEW_KEYS["launches"])
 

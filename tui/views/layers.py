@@ -32,6 +32,7 @@ class LayersView(View):
     view_id = "layers"
     title = "Layers"
     document = layers_document
+    fetched_late = True
     BINDINGS = bindings(VIEW_KEYS["layers"])
 
     data: var[LayersReady | None] = var(None, init=False)

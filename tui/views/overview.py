@@ -105,6 +105,7 @@ class OverviewView(View):
     view_id = "overview"
     title = "Overview"
     document = overview_document
+    fetched_late = True
     BINDINGS = bindings(VIEW_KEYS["overview"])
 
     data: var[OverviewReady | None] = var(None, init=False)
