@@ -166,6 +166,18 @@ def test_the_whole_trace_reads_back_with_its_attribution(tmp_path, capsys):
     assert rows == want
 
 
+def check_names_in_number_order(events: list[dict]) -> None:
+    """The names of processes and threads come in number order, so the file is the same on every
+    run: GPUs then host processes by pid; streams then host threads by (pid, tid)."""
+    meta = [e for e in events if e["ph"] == "M"]
+    procs = [e for e in meta if e["name"] == "process_name"]
+    keys = [(not e["args"]["name"].startswith("GPU "), e["pid"]) for e in procs]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    threads = [e for e in meta if e["name"] == "thread_name"]
+    keys = [(not e["args"]["name"].startswith("stream "), e["pid"], e["tid"]) for e in threads]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+
+
 @pytest.mark.parametrize(
     "path",
     # the two largest torch.profiler files (MTIA, 1.4 MB of one rank) only cost time here; the
@@ -186,7 +198,7 @@ def test_public_traces_export_and_read_back(path, tmp_path, capsys):
     out = tmp_path / "all.json"
     assert main(["export", str(path), "-o", str(out), "--no-cache"]) == 0
     capsys.readouterr()
-    check_format(_read(out))
+    check_names_in_number_order(check_format(_read(out)))
     assert _of_report(_summary(out, capsys)) == _of_report(_summary(path, capsys))
 
 

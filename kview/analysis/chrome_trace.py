@@ -326,18 +326,25 @@ def _names(
     """process_name / thread_name metadata for every pid and tid the events use (`counted`: the
     GPUs with counters)."""
     devices = trace.devices
+    # every list of names in number order (GPUs, then host processes; streams, then host
+    # threads): unique and join hand their rows on in no set order, and the file must not vary
     gpu = ops.select(pl.col("Device").fill_null(0).alias("pid"), pl.col("Stream").fill_null(0).alias("tid")).unique()
+    gpu = gpu.sort("pid", "tid")
     gpu_pids = pl.concat([gpu.select("pid"), pl.DataFrame({"pid": counted}, schema={"pid": pl.Int64})]).unique()
     dev_names = (
         devices.select(pl.col("id").alias("pid"), pl.col("name").alias("gpu_name"))
         if devices.height and "name" in devices.columns
         else pl.DataFrame(schema={"pid": pl.Int64, "gpu_name": pl.String})
     )
-    gpu_procs = gpu_pids.join(dev_names, on="pid", how="left").select(
-        "pid",
-        pl.concat_str(pl.lit("GPU "), pl.col("pid").cast(pl.String), pl.lit(" "), pl.col("gpu_name"))
-        .fill_null(pl.concat_str(pl.lit("GPU "), pl.col("pid").cast(pl.String)))
-        .alias("title"),
+    gpu_procs = (
+        gpu_pids.join(dev_names, on="pid", how="left")
+        .select(
+            "pid",
+            pl.concat_str(pl.lit("GPU "), pl.col("pid").cast(pl.String), pl.lit(" "), pl.col("gpu_name"))
+            .fill_null(pl.concat_str(pl.lit("GPU "), pl.col("pid").cast(pl.String)))
+            .alias("title"),
+        )
+        .sort("pid")
     )
     tids = [f.select("global_tid") for f in (calls, ranges) if f.height]
     host = pl.concat(tids).unique().drop_nulls() if tids else pl.DataFrame(schema={"global_tid": pl.Int64})
@@ -345,9 +352,10 @@ def _names(
     host_procs = (
         host.select(pid_of(pl.col("global_tid")).alias("pid"))
         .unique()
-        .join(procs.unique("pid"), on="pid", how="left")
+        .join(procs.unique("pid", keep="first"), on="pid", how="left")
         .select("pid", pl.col("pname").fill_null(pl.concat_str(pl.lit("process "), pl.col("pid").cast(pl.String))))
         .rename({"pname": "title"})
+        .sort("pid")
     )
     threads = trace.threads
     tnames = (
@@ -355,10 +363,14 @@ def _names(
         if threads.height
         else pl.DataFrame(schema={"global_tid": pl.Int64, "tname": pl.String})
     )
-    host_threads = host.join(tnames.unique("global_tid"), on="global_tid", how="left").select(
-        pid_of(pl.col("global_tid")).alias("pid"),
-        tid_of(pl.col("global_tid")).alias("tid"),
-        pl.col("tname").fill_null(pl.concat_str(pl.lit("thread "), tid_of(pl.col("global_tid")).cast(pl.String))),
+    host_threads = (
+        host.join(tnames.unique("global_tid", keep="first"), on="global_tid", how="left")
+        .select(
+            pid_of(pl.col("global_tid")).alias("pid"),
+            tid_of(pl.col("global_tid")).alias("tid"),
+            pl.col("tname").fill_null(pl.concat_str(pl.lit("thread "), tid_of(pl.col("global_tid")).cast(pl.String))),
+        )
+        .sort("pid", "tid")
     )
     streams = gpu.select("pid", "tid", pl.concat_str(pl.lit("stream "), pl.col("tid").cast(pl.String)).alias("tname"))
 
