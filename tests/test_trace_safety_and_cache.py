@@ -91,16 +91,22 @@ def _sections(doc):
 
 
 def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
-    """The Overview, Efficiency, Launches, critical path and Layers documents are kept: a second look
+    """The Overview, Efficiency, Launches, critical path, Layers and phases compared are kept: a second look
     reads them (nothing of the trace loaded, nothing attributed) and they equal a fresh making;
     under another name of the same file (a link), the Overview names the link, as made for it."""
+    from kview.analysis.layers import phase_times
+    from kview.documents.compare import phases
     from kview.documents.efficiency import efficiency
     from kview.documents.launches import critical_path, launches
     from kview.documents.layers import layers
     from kview.documents.overview import overview
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    docs = (overview, efficiency, launches, critical_path, layers)
+
+    def compared(t):  # the phases side by side, as the explorer's Compare view shows one trace first
+        return phases(t, phase_times(t)["Phase"].to_list(), "category")
+
+    docs = (overview, efficiency, launches, critical_path, layers, compared)
     fresh, first = open_trace(TRACE, use_cache=False), open_trace(TRACE)
     want = [_sections(d(fresh)) for d in docs]
     assert [_sections(d(first)) for d in docs] == want
