@@ -11,6 +11,7 @@ commands, and the explorer, whose loader receives it).
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import sys
@@ -286,29 +287,30 @@ def make_tables(
     use_cache: bool,
     out: str | None = None,
     quiet: bool = False,
-    then: tuple[str, ...] = (),
+    batches: tuple[int, ...] = (),
     said: Any = None,
-    between: Callable[[Trace], None] | None = None,
+    between: Callable[[Trace, int], None] | None = None,
 ) -> None:
     """In a worker process: the tables `keys` of the trace at `path`, made by their keys (in
     that order) into the frame cache (with `use_cache`) and, with `out`, written into that
     folder for the process that asked (Store.read_made). A trace that cannot be opened: nothing
     (the asking process meets it again, and says it). `quiet`: nothing on the terminal (the
-    explorer owns it). `then`: tables made after those, once `True` is sent on `said` (a
-    pipe's sending end: the asking process reads the first while these are made) and
-    `between(trace)` has let go what they do not need."""
+    explorer owns it). `batches`: the sizes of the first batches `keys` are made in (the rest
+    one more); after batch i is written, i is sent on `said` (a pipe's sending end: the asking
+    process reads a batch while the next are made) and `between(trace, i)` lets go what the
+    next do not need."""
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key
     try:
         trace = open_trace(path, use_cache=use_cache)  # held: its store knows it weakly
-        trace.store.make(keys, out)
-        if said is not None:
-            said.send(True)
-            said.close()
-        if between is not None:
-            between(trace)
-        trace.store.make(then, out)
+        cuts = [0, *itertools.accumulate(batches), len(keys)]
+        for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
+            trace.store.make(keys[lo:hi], out)
+            if said is not None:
+                said.send(i)
+            if between is not None:
+                between(trace, i)
     except TraceError:
         if out is not None:
             raise

@@ -77,6 +77,25 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
         _equal(a, b, type(a).__name__)
 
 
+def test_the_views_of_every_trace_wait_for_the_workers_tables(tmp_path, monkeypatch):
+    """The Kernels view shows once the worker's first batch (the attribution) is read back; the
+    Compare and Ranks views, which start then, wait for the batches they read (phases, steps,
+    the phases compared) rather than making them in the explorer, and equal those made here."""
+    from kview.tui import loading
+    from kview.tui.views.kernels import KernelsView
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    here = open_trace(LM, use_cache=False)
+    want = (loading.compare([here]), loading.ranks([here]))
+    monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)
+    trace = open_trace(LM, use_cache=False)
+    list(KernelsView.document(trace, False))
+    got = (loading.compare([trace]), loading.ranks([trace]))
+    assert trace.store.peek(nv.labels) is None  # every range table came from the worker
+    assert "documents.compare_phases" in trace.store.held()
+    _equal(got, want, "compare, ranks")
+
+
 def test_a_worker_that_fails_after_the_range_tables_leaves_the_documents_to_the_explorer(tmp_path, monkeypatch):
     """The worker says when the range tables are written and makes the documents' tables next:
     one that fails there (a table it cannot make) still gave the range tables, and the views of
@@ -84,7 +103,7 @@ def test_a_worker_that_fails_after_the_range_tables_leaves_the_documents_to_the_
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     _, here = _messages(use_cache=False)
     monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)
-    monkeypatch.setattr(prepare, "DOCUMENTS", ("documents.layers", "no such table"))
+    monkeypatch.setitem(prepare.BATCHES, "documents", ("documents.layers", "no such table"))
     trace, there = _messages(use_cache=False)
     for a, b in zip(there, here, strict=True):
         _equal(a, b, type(a).__name__)

@@ -11,6 +11,7 @@ and `run_timeline` the run's Timeline once every trace is in, in those views' ow
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -101,28 +102,28 @@ def _worker(trace: Trace, use_cache: bool) -> Worker | None:
     )
 
 
-def _done(trace: Trace, name: str) -> bool:
-    with _made_guard:
-        return name in _made.get(trace, {})
+# what the views wait for while the worker makes each batch of tables (kview.tui.prepare.BATCHES)
+STAGES = {
+    "kernels": "attributing kernels (in a worker process)",
+    "ranges": "nesting NVTX ranges (in a worker process)",
+    "documents": "making the Overview, Efficiency, Launches, Layers and Compare tables (in a worker process)",
+}
 
 
-def prepared(trace: Trace, use_cache: bool) -> Iterator[Stage]:
-    """A large trace: the tables that read every NVTX range, from its worker process (once per
-    trace, by the first document that needs them; the others wait for it)."""
-    worker = None if _done(trace, "prepared") else _worker(trace, use_cache)
-    if worker is not None:
-        yield Stage("attributing kernels and nesting NVTX ranges (in a worker process)")
-    once(trace, "prepared", lambda: worker is not None and worker.tables())
-
-
-def documented(trace: Trace, use_cache: bool) -> Iterator[Stage]:
-    """A large trace: the Overview's, Efficiency's, Launches' and Layers' tables, from its worker
-    process, which makes them after the range tables."""
-    yield from prepared(trace, use_cache)
-    worker = None if _done(trace, "documented") else _worker(trace, use_cache)
-    if worker is not None and _made[trace]["prepared"]:
-        yield Stage("making the Overview, Efficiency, Launches and Layers tables (in a worker process)")
-    once(trace, "documented", lambda: worker is not None and _made[trace]["prepared"] and worker.documents())
+def ready(trace: Trace, use_cache: bool, batch: str) -> Iterator[Stage]:
+    """A large trace: the tables of `batch` (kview.tui.prepare.BATCHES) and those before it,
+    from its worker process, each batch read back once (the views that need it wait for the
+    first). A worker that failed gives nothing more: the views make what it did not give."""
+    worker = _worker(trace, use_cache)
+    if worker is None:
+        return
+    for name in list(STAGES)[: list(STAGES).index(batch) + 1]:
+        with _made_guard:
+            done = f"batch {name}" in _made.get(trace, {})
+        if not done:
+            yield Stage(STAGES[name])
+        if not once(trace, f"batch {name}", functools.partial(worker.batch, name)):
+            return
 
 
 def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -145,7 +146,7 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
             yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
     else:
         yield KernelSummary(report.frame)
-    yield from prepared(trace, use_cache)
+    yield from ready(trace, use_cache, "kernels")
     yield Stage("attributing kernels")
     table = attributed(trace)
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
@@ -195,7 +196,7 @@ def timeline_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield Stage("timeline")
     gpu_timeline = timeline.build(trace, cpu=False)
     yield TimelineReady(gpu_timeline, cpu_pending=True)
-    yield from prepared(trace, use_cache)
+    yield from ready(trace, use_cache, "ranges")
     yield Stage("timeline: CPU threads")
     yield full_timeline(trace, gpu_timeline)
 
@@ -218,21 +219,21 @@ def overview_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.overview import overview
 
-    yield from documented(trace, use_cache)
+    yield from ready(trace, use_cache, "documents")
     yield Stage("overview")
     yield OverviewReady(overview(trace))
 
 
 def launches_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     """The Launches view's: the documents of `kview launches` and `kview critical-path`."""
-    yield from documented(trace, use_cache)
+    yield from ready(trace, use_cache, "documents")
     yield Stage("launches")
     yield launches(trace)
 
 
 def efficiency_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     """The Efficiency view's: the document of `kview efficiency`."""
-    yield from documented(trace, use_cache)
+    yield from ready(trace, use_cache, "documents")
     yield Stage("efficiency")
     yield efficiency(trace)
 
@@ -245,7 +246,7 @@ def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     from kview.analysis.nvtx_tree import path_windows
     from kview.documents.nvtx import nvtx
 
-    yield from prepared(trace, use_cache)
+    yield from ready(trace, use_cache, "ranges")
     yield Stage("NVTX tree")
     yield NvtxTree(trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
 
@@ -255,7 +256,7 @@ def layers_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.documents.layers import layers
 
-    yield from documented(trace, use_cache)
+    yield from ready(trace, use_cache, "documents")
     yield Stage("layers")
     yield LayersReady(layers(trace))
 
@@ -380,6 +381,14 @@ def field_words(table: pl.DataFrame) -> tuple[str, ...]:
 BY = ("range", "layer", "category", "kernel")
 
 
+def all_ready(traces: list[Trace], batch: str) -> None:
+    """Each large trace's tables from its worker up to `batch` (what the views of every trace
+    read: phases, steps, the phases compared), waited for rather than made again here."""
+    for t in traces:
+        for _ in ready(t, t.use_cache, batch):
+            pass
+
+
 def compare(traces: list[Trace], by: str | None = None, metric: str = "gpu", ranks: bool | None = None) -> CompareReady:
     """Several traces side by side (within their last `profiled_step` when every trace has
     one), or one trace's phases side by side, or the ranks of the run (`ranks`; by default when
@@ -392,6 +401,7 @@ def compare(traces: list[Trace], by: str | None = None, metric: str = "gpu", ran
     from kview.analysis.ranks import make_run
     from kview.documents import compare as cd
 
+    all_ready(traces, "documents")
     first = traces[0]
     several = len(traces) > 1
     if by == "gate":
@@ -499,6 +509,7 @@ def run_timeline(traces: list[Trace]) -> TimelineReady | None:
     from kview.analysis.ranks import make_run
     from kview.analysis.run_clock import run_clock
 
+    all_ready(traces, "ranges")
     run = make_run(traces)
     if len(traces) < 2 or len(run.ranks) < 2 or run.notes:
         return None
@@ -517,6 +528,7 @@ def ranks(traces: list[Trace]) -> RanksReady:
     from kview.analysis.ranks import make_run
     from kview.documents import ranks as rd
 
+    all_ready(traces, "ranges")
     run = make_run(traces)
     return _ranks_ready(rd.of_run(run, "ranks"), rd.of_run(run, "iterations"))
 

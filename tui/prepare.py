@@ -10,9 +10,9 @@ and never the ranges they were made from, and a worker killed for memory does no
 session with it. The worker computes exactly what the explorer would have (the same derived
 tables on the same file; with the cache in use they land in the frame cache as well). A trace
 whose tables are already in the frame cache, a small trace, or a worker that failed: the
-explorer makes or reads them itself, as it always did. The documents' tables (Overview,
-Efficiency, Launches, Layers) come after the range tables, from the same worker, so the views of
-the range tables are shown while they are made.
+explorer makes or reads them itself, as it always did. The worker makes them in batches, each
+read back as soon as it is written, so the Kernels view shows while the range tables are made,
+and the views of those while the documents' tables are made.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
+import threading
 
 from kview.analysis import nvtx_ranges
 from kview.analysis.nvtx_tree import paths_and_windows
@@ -30,28 +31,23 @@ from kview.trace import Trace, make_tables
 # traces of this size or more are prepared in a worker process (dense_x5: 212 MiB, 1.1M ranges)
 PREPARE_BYTES = 128 << 20
 
-# the derived tables the worker makes, by key, in the order it makes them (attribution first:
-# the rest reuse its nesting and labels)
-TABLES = (
-    "attribution",
-    "nvtx_tree",
-    "timeline.nvtx",
-    "layers.phase_times",
-    "layers.phase_spans",
-    "cpu_ops.holdings",
-    "steps",
-    "gpu_time.launch_timeline",
-)
-
-
-# the documents' tables it makes next, of the range tables it holds
-DOCUMENTS = (
-    "documents.layers",
-    "documents.efficiency",
-    "documents.launches",
-    "documents.critical_path",
-    "overview",
-)
+# the derived tables the worker makes, by key, in batches, each read back as soon as it is
+# written: the Kernels view's (the attribution first: the rest reuse its nesting and labels),
+# the NVTX, Timeline and phase views', then the documents' (Overview, Efficiency, Launches,
+# Layers, Compare), made of the range tables the worker holds
+BATCHES = {
+    "kernels": ("attribution", "gpu_time.launch_timeline"),
+    "ranges": ("nvtx_tree", "timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps"),
+    "documents": (
+        "documents.layers",
+        "documents.efficiency",
+        "documents.launches",
+        "documents.critical_path",
+        "overview",
+        "documents.compare_phases",
+    ),
+}
+TABLES = BATCHES["kernels"] + BATCHES["ranges"]  # every table made of the NVTX ranges
 
 
 def large(trace: Trace) -> bool:
@@ -67,20 +63,22 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
     return large(trace) and not (use_cache and trace.store.on_disk(TABLES))
 
 
-def _let_go(trace: Trace) -> None:
+def _let_go(trace: Trace, batch: int) -> None:  # batch: its place in BATCHES
     """In the worker, once the range tables are written: what the documents' tables do not read
     goes (the NVTX ranges, names and nesting: gigabytes at a million kernels; the NVTX tree's
     and the Timeline's range rows, 0.5 GB on dense_x25)."""
-    nvtx_ranges.release(trace)
-    trace.store.drop(paths_and_windows, nvtx_row_table)
+    if batch == list(BATCHES).index("ranges"):
+        nvtx_ranges.release(trace)
+        trace.store.drop(paths_and_windows, nvtx_row_table)
 
 
 class Worker:
-    """The worker process making a large trace's tables: the range tables first (it says so
-    on a pipe, and the views that need them go on), then the documents' (the Overview,
-    Efficiency, Launches and Layers views wait for those), so the explorer's own process never
-    makes them: their transients (the critical path of every step, every runtime call joined
-    to its ops) end with the worker, and the views of the range tables are shown meanwhile."""
+    """The worker process making a large trace's tables in batches (BATCHES), saying on a pipe
+    when each is written, so each view waits only for the batch it shows: the Kernels view for
+    the attribution, the NVTX and Timeline views for the range tables, the Overview,
+    Efficiency, Launches, Layers and Compare views for the documents'. The explorer's own
+    process never makes them: their transients (every range's label and nesting, the critical
+    path of every step, every runtime call joined to its ops) end with the worker."""
 
     def __init__(self, trace: Trace, use_cache: bool):
         _start_resource_tracker()
@@ -88,34 +86,33 @@ class Worker:
         self.trace = trace
         self.folder = tempfile.TemporaryDirectory(prefix="kview-tables-")
         self.said, says = ctx.Pipe(duplex=False)
+        self.written = 0  # batches the worker said it wrote
+        self._hearing = threading.Lock()  # views' threads wait for batches at once
+        keys = tuple(k for b in BATCHES.values() for k in b)
+        sizes = tuple(len(b) for b in BATCHES.values())[:-1]
         # daemonic: ended by multiprocessing's exit handler when the explorer leaves first
         self.process = ctx.Process(
             target=make_tables,
-            args=(str(trace.path), TABLES, use_cache, self.folder.name, True, DOCUMENTS, says, _let_go),
+            args=(str(trace.path), keys, use_cache, self.folder.name, True, sizes, says, _let_go),
             daemon=True,
         )
         self.process.start()
         says.close()  # the worker's end: a worker that ends without saying closes the pipe
 
-    def tables(self) -> bool:
-        """Wait for the range tables and put them in the trace's store; False (nothing put) when
-        the worker failed before making them."""
-        try:
-            made = self.said.recv()
-        except EOFError:
-            made = False
-        if made:
-            self.trace.store.read_made(TABLES, self.folder.name)
-        return bool(made)
-
-    def documents(self) -> bool:
-        """Wait for the documents' tables and put them in the trace's store; False (nothing put)
-        when the worker failed."""
-        self.process.join()
-        try:
-            if self.process.exitcode != 0:
-                return False
-            self.trace.store.read_made(DOCUMENTS, self.folder.name)
-            return True
-        finally:
+    def batch(self, name: str) -> bool:
+        """Wait for batch `name` (those before it read already) and put its tables in the
+        trace's store; False (nothing put) when the worker failed before writing it."""
+        i = list(BATCHES).index(name)
+        with self._hearing:
+            while self.written <= i:
+                try:
+                    self.written = self.said.recv() + 1
+                except EOFError:
+                    break
+        if self.written <= i:
+            return False
+        self.trace.store.read_made(BATCHES[name], self.folder.name)
+        if i == len(BATCHES) - 1:
+            self.process.join()
             self.folder.cleanup()
+        return True
