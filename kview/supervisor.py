@@ -1,7 +1,8 @@
 """A command runs in a child of the `kview` process, which relays the child's stderr and reads
 how it ended. What Python cannot catch is said here in one line: a Rust library that aborts
 when an allocation fails (`memory allocation of N bytes failed`, SIGABRT), a C library that
-exits on it (OpenBLAS), the system's out-of-memory killer (SIGKILL). The text Rust prints for a
+exits on it (OpenBLAS, glibc's loader starting a thread), the system's out-of-memory killer
+(SIGKILL). The text Rust prints for a
 panic or an abort never reaches the user's terminal; kview's own lines pass as they are.
 
 The child is forked before polars or any thread exists, so it costs a few milliseconds and no
@@ -30,7 +31,9 @@ _MEMORY = re.compile(
     r"memory allocation of \d+ bytes failed|OpenBLAS error: Memory allocation|skipping backtrace printing|"
     r"OpenBLAS blas_thread_init: pthread_create failed|"
     r"Cannot allocate memory|failed to map segment|"
-    r"<jemalloc>: .*failed"  # polars' allocator: a thread or a mapping it could not get
+    r"<jemalloc>: .*failed|"  # polars' allocator: a thread or a mapping it could not get
+    # glibc's loader when a new thread gets no memory for its thread-local data (it exits 127)
+    r"cannot allocate memory for thread-local data"
 )
 
 

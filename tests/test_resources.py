@@ -243,6 +243,23 @@ def test_kview_line_with_a_rust_abort_written_before_its_line_end(capfd):
         assert capfd.readouterr().err == line + "\n"
 
 
+def test_a_thread_without_memory_for_its_thread_local_data_is_one_line_naming_memory():
+    """glibc's loader exits 127 with its own words when a new thread gets no memory for its
+    thread-local data (CI, `kernels -f csv` under a 1.5 GB address-space limit, a polars or
+    connectorx thread starting): the supervisor says kview's one line and exits 2."""
+    from kview.errors import OutOfMemory
+
+    code = (
+        "import os, sys; from kview.supervisor import run_supervised; r = run_supervised('kernels')\n"
+        "if r is None:\n"
+        "    os.write(2, b'cannot allocate memory for thread-local data: ABORT\\n'); os._exit(127)\n"
+        "sys.exit(r)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KVIEW_UNSUPERVISED"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stderr) == (2, OutOfMemory("").line() + "\n")
+
+
 def test_the_out_of_memory_line_is_one_write(monkeypatch):
     """kview's line and its end reach stderr in one write (stderr writes through: one write(2)),
     so nothing another thread writes can come between them."""
