@@ -117,7 +117,10 @@ def ready(trace: Trace, use_cache: bool, batch: str) -> Iterator[Stage]:
     worker = _worker(trace, use_cache)
     if worker is None:
         return
-    for name in list(STAGES)[: list(STAGES).index(batch) + 1]:
+    from kview.tui.prepare import BATCHES  # loaded with the worker
+
+    order = list(BATCHES)
+    for name in order[: order.index(batch) + 1]:
         with _made_guard:
             done = f"batch {name}" in _made.get(trace, {})
         if not done:
@@ -395,7 +398,7 @@ def compare(traces: list[Trace], by: str | None = None, metric: str = "gpu", ran
     one trace holds several), by range, layer, category or kernel: the document of
     `kview compare` (kview.documents.compare), whose command line the caption gives."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.compare import distinct_labels
+    from kview.analysis.compare import distinct_labels, kept_phase_windows
     from kview.analysis.layers import phase_times
     from kview.analysis.nvtx_ranges import user_ranges
     from kview.analysis.ranks import make_run
@@ -424,7 +427,7 @@ def compare(traces: list[Trace], by: str | None = None, metric: str = "gpu", ran
             legend = "; ".join(f"{label} = {t.name}" for label, t in zip(labels, ts) if label != t.stem)
             head = f"{len(ts)} traces by {by}" + (f" · {legend}" if legend else "")
         else:
-            doc = cd.phases(first, phase_names, by, metric, windows=_phase_windows(first, phase_names))
+            doc = cd.phases(first, phase_names, by, metric, windows=kept_phase_windows(first, phase_names))
             head = f"the phases of this trace by {by}"
         return CompareReady(doc, f"{head}: {cd.what(by, metric)}  ·  = {doc.command}", by, metric)
     except ValueError as e:
@@ -452,18 +455,6 @@ def _gate(traces: list[Trace]) -> CompareReady:
     )
     caption = f"gate, {b.name} against {a.name}: {verdict}; {v.basis}  ·  = {doc.command} (exit {1 if n else 0})"
     return CompareReady(doc, caption, "gate")
-
-
-def _phase_windows(trace: Trace, phase_names: list[str]) -> list:
-    """The windows of the phases `phase_names` of `trace` (`compare.phase_windows`), from the
-    frame cache when the trace's phases are the ones kept there."""
-    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.compare import Window, phase_spans, phase_windows
-
-    spans = phase_spans(trace)
-    if spans["Phase"].to_list() != phase_names:
-        return phase_windows(trace, phase_names)
-    return [Window(trace, p, s, e) for p, s, e in spans.iter_rows()]
 
 
 def _compare_ranks(traces: list[Trace], run, by: str, metric: str) -> CompareReady:

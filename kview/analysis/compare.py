@@ -130,6 +130,15 @@ def phase_spans(trace: Trace) -> pl.DataFrame:
     )
 
 
+def kept_phase_windows(trace: Trace, names: list[str]) -> list[Window]:
+    """The windows of the phases `names` (`phase_windows`), from the kept phase spans when they
+    are the trace's own phases, in their order (no range's label read)."""
+    spans = phase_spans(trace)
+    if spans["Phase"].to_list() != names:
+        return phase_windows(trace, names)
+    return [Window(trace, p, s, e) for p, s, e in spans.iter_rows()]
+
+
 def _in_window(df: pl.DataFrame, w: Window, start="start", end="end") -> pl.DataFrame:
     if w.start is None:
         return df

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from kview.analysis.compare import (
-    Window,
     distinct_labels,
-    phase_spans,
+    kept_phase_windows,
     phase_windows,
     rank_windows,
     root_window,
@@ -20,6 +19,7 @@ from kview.derived import derived
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
+    from kview.analysis.compare import Window
     from kview.analysis.rank_files import SummarizedRun
     from kview.analysis.ranks import Run
     from kview.trace import Trace
@@ -80,10 +80,7 @@ FIRST = ("category", "gpu", None)
 def _kept_phases(trace: Trace) -> pl.DataFrame:
     """The trace's phases side by side by category (GPU time), kept in the frame cache: a second
     look reads it instead of measuring every phase's kernels again (seconds at a million kernels)."""
-    windows = [
-        Window(trace, p, start, end) for p, start, end in phase_spans(trace).iter_rows()
-    ]  # the ranges' own, kept
-    return side_by_side(windows, "category", "gpu")
+    return side_by_side(kept_phase_windows(trace, phase_times(trace)["Phase"].to_list()), "category", "gpu")
 
 
 def phases(

@@ -107,7 +107,7 @@ class View(Vertical):
     # says the file is no trace; the app shows the view that has one)
     snapshot_document: ClassVar[Document | None] = None
     # True: on a large trace its document's tables come from the worker after the range tables
-    # (kview.tui.prepare.DOCUMENTS): it fetches after the views of those, which show meanwhile
+    # (kview.tui.prepare.BATCHES["documents"]): it fetches after the views of those, which show meanwhile
     fetched_late: ClassVar[bool] = False
     _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
 
