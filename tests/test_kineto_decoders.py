@@ -39,7 +39,7 @@ def _frames(path: Path, fast: bool, monkeypatch) -> dict[str, pl.DataFrame] | st
         if not fast:
             m.setattr(kr, "_fast_decoder", lambda: None)
         text = kr._text(path)
-        used = kr.FastEvents.of(path, text, kr.events_start(path, text)[1]) is not None
+        used = kr.FastEvents.of(path, text, *kr.events_start(path, text)) is not None
         assert used == fast
         try:
             frames = kr.KinetoSource(path, use_cache=False).frames
@@ -97,6 +97,63 @@ def test_odd_events_read_alike_by_both_decoders(tmp_path, monkeypatch):
     assert "aten::mm, sizes = [[4, 256], [], [[]], [0], []]" in texts
     assert "aten::mm, op_id = 9, sizes = [[[[[[[[[...]]]]]]]]]" in texts
     assert "Linear_0" in texts and "ProfilerStep#1" in texts
+
+
+def _piece_trace(n: int) -> list:
+    """n events of every table, a kernel's name (the 16th) holding the text of a cut between events."""
+    events: list = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
+    for i in range(n):
+        ts, corr = 1000.125 + 10 * i, 100 + i
+        name = 'k},{"x": 1}' if i == 15 else "k"
+        run, at = {"ph": "X", "pid": 1, "tid": 2, "ts": ts}, {"ph": "X", "pid": 0, "tid": 7, "ts": ts + 2}
+        events += [
+            {**run, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "dur": 1, "args": {"correlation": corr}},
+            {**at, "cat": "kernel", "name": name, "dur": 3.5, "args": {"correlation": corr, "grid": [i, 1, 1]}},
+            {**run, "cat": "cpu_op", "name": "aten::mm", "dur": 4, "args": {"Input Dims": [[i, 2], []]}},
+            {"ph": "f", "id": i, "pid": 1, "tid": 2, "ts": ts, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        ]
+    return events
+
+
+# what each trace tests: a cut inside a string (name), an event msgspec cannot type (args a
+# list), JSON only the standard decoder reads (NaN, a trailing comma) or none reads, late in the list
+PIECE_DAMAGE = {
+    "cuts": lambda ev: ev,
+    "untyped": lambda ev: ev[:31] + [{**ev[31], "args": [1]}] + ev[32:],
+    "nan": lambda ev: ev[:40] + [{**ev[40], "dur": float("nan")}] + ev[41:],
+}
+
+
+@pytest.mark.parametrize("damage", [*PIECE_DAMAGE, "trailing_comma", "invalid", "bare", "bare_unclosed"])
+@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "indented"])
+@pytest.mark.parametrize("piece", [1, 300])
+def test_events_decoded_in_pieces_read_alike_by_both_decoders(damage, indent, piece, tmp_path, monkeypatch):
+    """The fast decoder cuts the events list into pieces (DECODE_BYTES, made small here: every
+    event its own piece, or a few); a cut that is not between two events (`},{` in a name) and
+    the events of a piece it cannot type or read are read as the standard path reads them."""
+    monkeypatch.setattr(kr, "DECODE_BYTES", piece)
+    events = PIECE_DAMAGE.get(damage, lambda ev: ev)(_piece_trace(20))
+    if damage.startswith("bare"):
+        text = json.dumps(events, indent=indent)
+        text = text[: text.rindex("]")] if damage == "bare_unclosed" else text
+    else:
+        text = json.dumps({"schemaVersion": 1, "traceEvents": events, "traceName": "t", "x": [{}, {}]}, indent=indent)
+    if damage == "trailing_comma":
+        at = text.rindex("]", 0, text.index('"traceName"'))
+        text = text[:at].rstrip() + ",\n" + text[at:]
+    if damage == "invalid":
+        at = text.index('"ac2g"', len(text) // 2)
+        text = text[:at] + "{" + text[at:]
+    p = tmp_path / "pieces.json"
+    p.write_text(text)
+    fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
+    _same(fast, std)
+    if damage == "invalid":
+        assert isinstance(fast, str) and "is not valid trace JSON" in fast
+        return
+    assert isinstance(fast, dict)
+    assert fast["kernels"].height == 20 and fast["nvtx_events"].height == 20
+    assert fast["kernels"]["grid_x"].to_list() == list(range(20))
 
 
 @pytest.mark.parametrize("letter", ["x", "\u00fc"], ids=["ascii", "utf8"])

@@ -285,7 +285,7 @@ def _doc(path: Path, held: list, at: int, bare: bool) -> dict:
                     doc[key] = _header_value(text, start)
                 except (ValueError, RecursionError):  # a header kview cannot read is one it does without
                     pass
-    fast = FastEvents.of(path, text, bare)
+    fast = FastEvents.of(path, text, at, bare)
     if fast is None:
         text = _as_str(text)  # (bytes: the only other copy goes)
     doc["traceEvents"] = fast if fast is not None else _events(path, cast(str, text), at, bare)
@@ -351,10 +351,9 @@ PLAIN_US = r"^[0-9]{1,15}(?:\.[0-9]{1,3})?$"
 
 
 def ns_from_plain_us_text(c: pl.Expr) -> pl.Expr:
-    """ns_from_us_text of a column of PLAIN_US text (or nulls)."""
-    parts = c.str.split_exact(".", 1)
-    frac = (parts.struct.field("field_1").fill_null("") + "000").str.slice(0, 3)
-    return parts.struct.field("field_0").cast(pl.Int64) * 1000 + frac.cast(pl.Int64)
+    """ns_from_us_text of a column of PLAIN_US text (or nulls): read as a decimal of three
+    places, whose integer form is the ns (exact: PLAIN_US has no fourth decimal to round)."""
+    return c.cast(pl.Decimal(18, 3)).to_physical().cast(pl.Int64)
 
 
 ID_DIGITS = 19  # the most digits of an id kview keeps (a 64-bit integer)
@@ -909,48 +908,133 @@ def _fast_decoder():
     return msgspec, ev, doc
 
 
-class FastEvents:
-    """The events list decoded by msgspec: split into each event's JSON text in C, then decoded
-    a chunk at a time straight into the fields the reader uses (no dict per event, nothing of
-    the events' args it does not read). Events it cannot type (not an object, args not an
-    object) are decoded one by one by the standard decoder, as the standard path reads them."""
+# Text decoded per msgspec call, cut between two events: small enough for the text and the
+# objects made from it to stay in the processor's cache (a call per event costs a third more).
+DECODE_BYTES = 1 << 18
+# Where one event ends and the next begins: `}`, a comma, `{`. A newline is never inside a JSON
+# string, and a cut anywhere but between two events of the list leaves a piece that is not
+# JSON: it fails to decode and the rest is split event by event instead (FastEvents._rest).
+_CUT = re.compile(r"\}\s*,(\s*)\{")
+_CUT_BYTES = re.compile(rb"\}\s*,(\s*)\{")
 
-    def __init__(self, path: Path, raws: list, types):
-        self.path, self.raws, self.types = path, raws, types
+
+class FastEvents:
+    """The events list decoded by msgspec straight into the fields the reader uses (no dict per
+    event, nothing of the events' args it does not read), a piece of the text at a time: the
+    list is cut between events and each piece decoded as a list in one call. Events it cannot
+    type (not an object, args not an object) are decoded one by one by the standard decoder, as
+    the standard path reads them; text msgspec does not read as JSON (a trailing comma, NaN, a
+    bare array without its closing bracket, damage) is read from there on as the standard path
+    reads it, which reports what is wrong where it reads it."""
+
+    def __init__(self, path: Path, text: str | bytes, at: int, bare: bool, types):
+        self.text: str | bytes | None = text
+        self.path, self.at, self.bare, self.types = path, at, bare, types
 
     @classmethod
-    def of(cls, path: Path, text: str | bytes, bare: bool) -> FastEvents | None:
-        """None where msgspec is not installed, or the text is JSON only the standard decoder
-        reads (a trailing comma, NaN, a bare array without its closing bracket) or reports."""
+    def of(cls, path: Path, text: str | bytes, at: int, bare: bool) -> FastEvents | None:
+        """None where msgspec is not installed, or the trace names its events list twice."""
         types = _fast_decoder()
         key: Any = b'"traceEvents"' if isinstance(text, bytes) else '"traceEvents"'
         if types is None or (not bare and text.count(key) != 1):
             return None
-        msgspec, _, doc = types
-        try:
-            raws = msgspec.json.decode(text, type=list.__class_getitem__(msgspec.Raw) if bare else doc)
-        except (msgspec.MsgspecError, RecursionError, ValueError):
-            return None
-        return cls(path, raws if bare else raws.traceEvents, types)
+        return cls(path, text, at, bare, types)
 
     def chunks(self):
-        msgspec, ev, _ = self.types
-        dec = msgspec.json.Decoder(ev, float_hook=str)  # floats as their decimal text, as the standard path
-        raws, self.raws = self.raws, []
-        for i in range(0, len(raws), CHUNK_EVENTS):
-            part = raws[i : i + CHUNK_EVENTS]
-            try:
-                chunk = [dec.decode(r) for r in part]
-            except (msgspec.MsgspecError, RecursionError, ValueError):
-                chunk = [self._one(r, dec, msgspec) for r in part]
+        """Lists of at least CHUNK_EVENTS events (the last one shorter), in the file's order."""
+        chunk: list = []
+        for part in self._parts():
+            chunk += part
+            if len(chunk) >= CHUNK_EVENTS:
+                yield chunk
+                chunk = []
+        if chunk:
             yield chunk
-        del raws
 
-    def _one(self, raw, dec, msgspec):
+    def _parts(self):
+        msgspec, ev, _ = self.types
+        text: Any = self.text
+        self.text = None  # the text goes with the last piece
+        if isinstance(text, bytes):
+            cut, left, right, opening = _CUT_BYTES, b"[", b"]", self._opening.encode()
+        else:
+            cut, left, right, opening = _CUT, "[", "]", self._opening
+        dec = msgspec.json.Decoder(list[ev], float_hook=str)  # floats as their decimal text, as the standard path
+        # the last piece: the rest of the list, its closing bracket and the rest of the document
+        tail = msgspec.json.Decoder(
+            list[ev] if self.bare else msgspec.defstruct("FastTail", [("traceEvents", list[ev])]), float_hook=str
+        )
+        a, piece = self.at, None
+        while True:
+            m = cut.search(text, a + DECODE_BYTES) if len(text) - a > 2 * DECODE_BYTES else None
+            if m is None and len(text) - a > 4 * DECODE_BYTES:  # no cut found: never all events at once
+                break
+            last = m is None
+            piece = opening + text[a:] if last else left + text[a : m.start() + 1] + right
+            try:
+                got = tail.decode(piece) if last else dec.decode(piece)
+            except (msgspec.ValidationError, RecursionError, ValueError):  # JSON, but an event it cannot type
+                got = self._raws(piece, last)
+                if got is None:
+                    break
+                got = [self._one(r, msgspec) for r in got]
+            except msgspec.DecodeError:  # not JSON msgspec reads (or not cut between events)
+                break
+            else:
+                got = got.traceEvents if last and not self.bare else got
+            yield got
+            if last:
+                return
+            a = m.start(1)
+        self.text = text
+        text = piece = None
+        yield from self._rest(a)
+
+    @property
+    def _opening(self) -> str:
+        """What makes the text from an event on a JSON document msgspec reads."""
+        return "[" if self.bare else '{"traceEvents":['
+
+    def _raws(self, piece, last: bool) -> list | None:
+        """A piece's events as their JSON text each; None if the piece is not JSON msgspec reads."""
+        msgspec, _, doc = self.types
         try:
-            return dec.decode(raw)
+            got = msgspec.json.decode(
+                piece, type=doc if last and not self.bare else list.__class_getitem__(msgspec.Raw)
+            )
+        except (msgspec.MsgspecError, RecursionError, ValueError):
+            return None
+        return got.traceEvents if last and not self.bare else got
+
+    def _rest(self, a: int):
+        """The events from self.text[a:] (a is the list's start or between two events): split by
+        msgspec if it reads the rest of the document as JSON, else read by the standard path."""
+        text: Any = self.text
+        self.text = None
+        if a == self.at:  # the whole document: msgspec reads it as it is
+            raws = self._raws(text, True)
+        else:
+            opening = self._opening.encode() if isinstance(text, bytes) else self._opening
+            raws = self._raws(opening + text[a:], True)
+        msgspec = self.types[0]
+        if raws is not None:
+            del text
+            for i in range(0, len(raws), CHUNK_EVENTS):
+                yield [self._one(r, msgspec) for r in raws[i : i + CHUNK_EVENTS]]
+            return
+        text = _as_str(text)  # (bytes: the only other copy goes)
+        yield from _chunks(map(event, _events(self.path, text, a, self.bare)))
+
+    def _one(self, raw, msgspec):
+        try:
+            return self._dec.decode(raw)
         except (msgspec.MsgspecError, RecursionError, ValueError):
             return event(_decode_one(self.path, bytes(raw).decode("utf-8"), 0)[0])
+
+    @functools.cached_property
+    def _dec(self):
+        msgspec, ev, _ = self.types
+        return msgspec.json.Decoder(ev, float_hook=str)
 
 
 def _chunks(events):
