@@ -123,6 +123,31 @@ def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_
     assert any("another-name.sqlite" in f for f in named.frame("findings")["Finding"])
 
 
+def test_timeline_rows_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
+    """The Timeline's GPU, CUDA API and NVTX rows are kept: a second look reads them (no kernel,
+    runtime call or range of the trace loaded) and every row equals a fresh making, array by
+    array (dtype and values), with the same names, classes and thread titles."""
+    from kview.analysis import timeline
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+    def rows(t):
+        tl = timeline.build(t)
+        arrays = [
+            (r.kind, r.label, r.group, r.depth, r.pid)
+            + tuple(None if a is None else (a.dtype.str, a.tolist()) for a in (r.start, r.end, r.code, r.cls, r.ident))
+            for r in tl.rows
+        ]
+        return arrays, tl.names, tl.classes, tl.threads, tl.span
+
+    want = rows(open_trace(TRACE, use_cache=False))
+    assert {r[0] for r in want[0]} == {"gpu", "api", "nvtx"}
+    assert rows(open_trace(TRACE)) == want
+    again = open_trace(TRACE)
+    assert rows(again) == want
+    assert not {"kernels", "runtime", "nvtx"} & set(again._frames), set(again._frames)
+
+
 def test_changed_trace_gets_a_new_cache_key(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     t = tmp_path / "t.sqlite"

@@ -259,14 +259,25 @@ def _op_names(trace: Trace, keys: pl.Series) -> pl.Series:
     return pl.Series("Kernel", out, dtype=pl.String)
 
 
-def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
-    """One row per (device, stream); (rows, op names by code (short and full), categories by
-    class code). Ops are coloured by their name's category until `recolour` gives them the
-    attributed one."""
+GPU_OPS = pl.Schema({"start": pl.Int64, "end": pl.Int64, "code": pl.Int32, "cls": pl.Int8, "Idx": pl.Int64})
+ROW_SPANS = pl.Schema({"label": pl.String, "group": pl.String, "lo": pl.Int64, "hi": pl.Int64, "pid": pl.Int64})
 
+
+@derived(key="timeline.gpu", version="1", persist=True, codec=frames("ops", "rows", "names", "classes"))
+def gpu_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The GPU rows of the timeline as integers, kept in the frame cache (a reopen reads them
+    back instead of reading, naming and sorting every GPU op again): every op in row order
+    (start, end, its name's code, its class, its Idx), each row's [lo, hi) of them with its
+    label, group and process, the names the codes index (short and full), the categories the
+    classes index."""
     ops = gpu_ops_by_idx(trace)
     if ops.height == 0:
-        return [], {"gpu": [], "gpu_full": []}, ["other"]
+        return (
+            pl.DataFrame(schema=GPU_OPS),
+            pl.DataFrame(schema=ROW_SPANS),
+            pl.DataFrame(schema={"short": pl.String, "full": pl.String}),
+            pl.DataFrame({"category": ["other"]}),
+        )
     keys = ops["key"].unique().sort()
     names = _op_names(trace, keys)
     cats = name_categories(names.unique())
@@ -284,8 +295,8 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
     categories = sorted(set(named["cat"].to_list()) | {"other"})
     code_of = named.select(
         "key",
-        pl.int_range(pl.len(), dtype=pl.Int32).alias("_code"),
-        pl.col("cat").replace_strict(categories, list(range(len(categories))), return_dtype=pl.Int8).alias("_cls"),
+        pl.int_range(pl.len(), dtype=pl.Int32).alias("code"),
+        pl.col("cat").replace_strict(categories, list(range(len(categories))), return_dtype=pl.Int8).alias("cls"),
     )
     o = ops.join(code_of, on="key", how="left").with_columns(pl.col("global_pid").fill_null(-1))
     # processes sharing a device have their own streams (numbered alike): a row per process there.
@@ -298,32 +309,38 @@ def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
     )
     o = o.with_columns(
         pl.when(pl.col("device").is_in(shared.implode())).then(pl.col("global_pid")).otherwise(-1).alias("_split")
-    ).sort(["device", "_split", "stream", "start", "end"])
+    ).sort(["device", "_split", "stream", "start", "end", "Idx"])
     dev, stream = o["device"].fill_null(-1).to_numpy(), o["stream"].fill_null(-1).to_numpy()
     split, pid = o["_split"].to_numpy(), o["global_pid"].to_numpy()
-    start, end = o["start"].to_numpy(), o["end"].to_numpy()
-    code, cls, idx = o["_code"].to_numpy(), o["_cls"].to_numpy(), o["Idx"].to_numpy()
-    # one key per (device, process where shared, stream), in that order
+    # one row per (device, process where shared, stream), in that order
     new = np.concatenate([[False], (dev[1:] != dev[:-1]) | (split[1:] != split[:-1]) | (stream[1:] != stream[:-1])])
-    rows = []
+    spans = []
     for lo, hi in _segments(np.cumsum(new)):
         d, s, p = int(dev[lo]), int(stream[lo]), int(split[lo])
         group = f"GPU{d}" if p == -1 else f"GPU{d} pid {(p >> 24) & TID_MASK}"
-        rows.append(
-            Row(
-                "gpu",
-                f"GPU{d} s{s}",
-                group,
-                -1,
-                start[lo:hi],
-                end[lo:hi],
-                code[lo:hi],
-                cls[lo:hi],
-                idx[lo:hi],
-                int(pid[lo:hi].max()),  # the row's process (-1 only where no op has one)
-            )
-        )
-    return rows, {"gpu": short_names(names).to_list(), "gpu_full": names.to_list()}, categories
+        # the row's process (-1 only where no op has one)
+        spans.append((f"GPU{d} s{s}", group, lo, hi, int(pid[lo:hi].max())))
+    return (
+        o.select(pl.col(c).cast(t) for c, t in GPU_OPS.items()),
+        pl.DataFrame(spans, schema=ROW_SPANS, orient="row"),
+        pl.DataFrame({"short": short_names(names), "full": names}),
+        pl.DataFrame({"category": categories}),
+    )
+
+
+def gpu_rows(trace: Trace) -> tuple[list[Row], dict[str, list[str]], list[str]]:
+    """One row per (device, stream); (rows, op names by code (short and full), categories by
+    class code). Ops are coloured by their name's category until `recolour` gives them the
+    attributed one."""
+    ops, spans, names, categories = gpu_row_table(trace)
+    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
+    code, cls, idx = ops["code"].to_numpy(), ops["cls"].to_numpy(), ops["Idx"].to_numpy()
+    rows = [
+        Row("gpu", label, group, -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi], idx[lo:hi], pid)
+        for label, group, lo, hi, pid in spans.iter_rows()
+    ]
+    gpu_names = {"gpu": names["short"].to_list(), "gpu_full": names["full"].to_list()}
+    return rows, gpu_names, categories["category"].to_list()
 
 
 def recolour(tl: Timeline, categories: pl.DataFrame) -> Timeline:
@@ -390,42 +407,19 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
     rows_by_tid: dict[int, list[Row]] = {}
     names: dict[str, list[str]] = {"api": [], "nvtx": []}
     api_base, nvtx_base = n_categories, n_categories + len(API_CLASSES)
-    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        r = trace.columns("runtime", ["start", "end", "global_tid", "name_id"]).filter(
-            pl.col("start").is_not_null() & pl.col("end").is_not_null()
-        )
-        if r.height:
-            ids = r.select(pl.col("name_id").fill_null(-1)).unique().sort("name_id")
-            ids = trace.with_strings(ids, "name_id", "name").with_columns(pl.col("name").fill_null("?"))
-            ids = ids.with_columns(
-                pl.int_range(pl.len(), dtype=pl.Int32).alias("_code"),
-                (pl.Series(_api_class(ids["name"])) + api_base).cast(pl.Int8).alias("_cls"),
-            )
-            names["api"] = ids["name"].str.replace(r"_v\d+$", "").to_list()
-            r = (
-                r.with_columns(pl.col("name_id").fill_null(-1))
-                .join(ids.select("name_id", "_code", "_cls"), on="name_id", how="left")
-                .sort(["global_tid", "start", "end"], descending=[False, False, True])
-            )
-            tid = r["global_tid"].to_numpy()
-            start, end = r["start"].to_numpy(), r["end"].to_numpy()
-            code, cls = r["_code"].to_numpy(), r["_cls"].to_numpy()
-            for lo, hi in _segments(tid):
-                g = int(tid[lo])
-                rows_by_tid.setdefault(g, []).append(
-                    Row(
-                        "api",
-                        "CUDA API",
-                        str(g),
-                        -1,
-                        start[lo:hi],
-                        end[lo:hi],
-                        code[lo:hi],
-                        cls[lo:hi],
-                        None,
-                        g & PID_MASK,
-                    )
+    calls, api_names = api_row_table(trace)
+    if calls.height:
+        names["api"] = api_names["name"].to_list()
+        tid = calls["tid"].to_numpy()
+        start, end = calls["start"].to_numpy(), calls["end"].to_numpy()
+        code, cls = calls["code"].to_numpy(), (calls["kind"].to_numpy() + api_base).astype(np.int8)
+        for lo, hi in _segments(tid):
+            g = int(tid[lo])
+            rows_by_tid.setdefault(g, []).append(
+                Row(
+                    "api", "CUDA API", str(g), -1, start[lo:hi], end[lo:hi], code[lo:hi], cls[lo:hi], None, g & PID_MASK
                 )
+            )
     if trace.has("NVTX_EVENTS"):
         nvtx_rows, names["nvtx"] = _nvtx_rows(trace, nvtx_base)
         for g, row in nvtx_rows:
@@ -439,6 +433,39 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
         # the API row first, then depths in order, start/end ranges last
         rows += sorted(rs, key=lambda r: (r.kind != "api", r.depth < 0, r.depth))
     return rows, names, {str(g): t for g, t in titles.items()}
+
+
+API_CALLS = pl.Schema({"tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "code": pl.Int32, "kind": pl.Int8})
+
+
+@derived(key="timeline.api", version="1", persist=True, codec=frames("calls", "names"))
+def api_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The CUDA API rows of the timeline as integers, kept in the frame cache: every runtime
+    call by thread, then start (the longer first where two start together), its name's code
+    in the second frame (the name without its _vN suffix) and its kind (API_CLASSES' index)."""
+    empty = (pl.DataFrame(schema=API_CALLS), pl.DataFrame(schema={"name": pl.String}))
+    if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return empty
+    r = trace.columns("runtime", ["start", "end", "global_tid", "name_id"]).filter(
+        pl.col("start").is_not_null() & pl.col("end").is_not_null()
+    )
+    if r.height == 0:
+        return empty
+    ids = r.select(pl.col("name_id").fill_null(-1)).unique().sort("name_id")
+    ids = trace.with_strings(ids, "name_id", "name").with_columns(pl.col("name").fill_null("?"))
+    ids = ids.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int32).alias("code"), pl.Series("kind", _api_class(ids["name"]))
+    )
+    calls = (
+        r.with_columns(pl.col("name_id").fill_null(-1))
+        .join(ids.select("name_id", "code", "kind"), on="name_id", how="left")
+        .sort(["global_tid", "start", "end"], descending=[False, False, True])
+        .select(pl.col("global_tid").alias("tid"), "start", "end", "code", "kind")
+    )
+    return (
+        calls.select(pl.col(c).cast(t) for c, t in API_CALLS.items()),
+        ids.select(pl.col("name").str.replace(r"_v\d+$", "")),
+    )
 
 
 def _nvtx_rows(trace: Trace, nvtx_base: int) -> tuple[list[tuple[int, Row]], list[str]]:
