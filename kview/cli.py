@@ -717,7 +717,7 @@ def cmd_efficiency(args) -> int:
 def cmd_run_tables(args) -> int:
     """`kview ranks` and `kview iterations`: the tables of a run, every one or the one asked for."""
     # deferred: polars and what this command uses load only when it runs (`kview --help` loads neither)
-    from kview.analysis.ranks import open_run
+    from kview.analysis.ranks import open_run_traces
     from kview.documents import ranks
 
     if args.table is None:
@@ -733,7 +733,7 @@ def cmd_run_tables(args) -> int:
         summarized, failed = _summarized_run(args)
         doc = ranks.summarized(summarized, args.command)
     else:
-        doc = ranks.of_run(open_run(args.traces, use_cache=not args.no_cache), args.command)
+        doc = ranks.of_traces(open_run_traces(args.traces, use_cache=not args.no_cache), args.command)
     _say(doc.notes)
     code = _show(args, doc, args.table)
     return _partial(failed, len(summarized.files)) if failed else code

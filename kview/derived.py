@@ -62,6 +62,8 @@ FRAME = Codec("frame", ("",), lambda v: (v,), lambda f: f[0])
 
 def frames(*parts: str) -> Codec:
     """A tuple of frames, one part each."""
+    if len(set(parts)) != len(parts):  # each part is a file of its own: one name twice is one file
+        raise ValueError(f"parts named twice: {parts}")
     return Codec("frames:" + ",".join(parts), parts, tuple, tuple)
 
 

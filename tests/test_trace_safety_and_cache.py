@@ -91,8 +91,8 @@ def _sections(doc):
 
 
 def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
-    """The Overview, Efficiency, Launches, critical path, Layers and phases compared are kept: a second look
-    reads them (nothing of the trace loaded, nothing attributed) and they equal a fresh making;
+    """The Overview, Efficiency, Launches, critical path, Layers, phases compared, Ranks and
+    Iterations are kept: a second look reads them (nothing of the trace loaded, nothing attributed) and they equal a fresh making;
     under another name of the same file (a link), the Overview names the link, as made for it."""
     from kview.analysis.layers import phase_times
     from kview.documents.compare import phases
@@ -100,13 +100,20 @@ def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_
     from kview.documents.launches import critical_path, launches
     from kview.documents.layers import layers
     from kview.documents.overview import overview
+    from kview.documents.ranks import of_traces
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
     def compared(t):  # the phases side by side, as the explorer's Compare view shows one trace first
         return phases(t, phase_times(t)["Phase"].to_list(), "category")
 
-    docs = (overview, efficiency, launches, critical_path, layers, compared)
+    def ranks(t):
+        return of_traces([t], "ranks")
+
+    def iterations(t):
+        return of_traces([t], "iterations")
+
+    docs = (overview, efficiency, launches, critical_path, layers, compared, ranks, iterations)
     fresh, first = open_trace(TRACE, use_cache=False), open_trace(TRACE)
     want = [_sections(d(fresh)) for d in docs]
     assert [_sections(d(first)) for d in docs] == want

@@ -516,12 +516,12 @@ def ranks(traces: list[Trace]) -> RanksReady:
     same files (a row per rank with its bar, the iterations of every rank, the stragglers by
     iteration and the collectives)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.ranks import make_run
     from kview.documents import ranks as rd
 
-    all_ready(traces, "ranges")
-    run = make_run(traces)
-    return _ranks_ready(rd.of_run(run, "ranks"), rd.of_run(run, "iterations"))
+    # one trace's tables are kept with its documents' (the worker's last batch); a run of
+    # several traces is made here from their range tables
+    all_ready(traces, "documents" if len(traces) == 1 else "ranges")
+    return _ranks_ready(rd.of_traces(traces, "ranks"), rd.of_traces(traces, "iterations"))
 
 
 def summarized_ranks(run: SummarizedRun) -> RanksReady:

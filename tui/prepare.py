@@ -45,6 +45,8 @@ BATCHES = {
         "documents.critical_path",
         "overview",
         "documents.compare_phases",
+        "documents.ranks",
+        "documents.iterations",
     ),
 }
 TABLES = BATCHES["kernels"] + BATCHES["ranges"]  # every table made of the NVTX ranges

@@ -91,12 +91,17 @@ PARALLEL_BYTES = 256 << 20
 def open_run(paths: list[str], use_cache: bool = True, jobs: int | None = None) -> Run:
     """The run of the traces at `paths` (files or folders). With the cache on and several large
     traces, each is first read by one of `jobs` worker processes (default: one per core)."""
+    return make_run(open_run_traces(paths, use_cache, jobs))
+
+
+def open_run_traces(paths: list[str], use_cache: bool = True, jobs: int | None = None) -> list[Trace]:
+    """The traces of the run at `paths`, opened as open_run opens them."""
     files = trace_paths(paths)
     if use_cache and len(files) > 1 and (jobs or 0) != 1:
         if jobs or run_bytes(files) >= PARALLEL_BYTES:
             for _ in read_in_workers(files, jobs):
                 pass
-    return make_run([open_trace(p, use_cache=use_cache) for p in files])
+    return [open_trace(p, use_cache=use_cache) for p in files]
 
 
 def run_bytes(files: list[Path]) -> int:

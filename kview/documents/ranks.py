@@ -10,12 +10,14 @@ from kview.analysis.collectives import collectives_by_rank, straggler_instances,
 from kview.analysis.critical_path import iterations_bound_by
 from kview.analysis.iterations import iteration_stats
 from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
-from kview.analysis.ranks import rank_table
+from kview.analysis.ranks import make_run, rank_table
+from kview.derived import derived, frames
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
     from kview.analysis.rank_files import SummarizedRun
     from kview.analysis.ranks import Run
+    from kview.trace import Trace
 
 TITLES = {
     "ranks": {
@@ -80,6 +82,40 @@ def of_run(run: Run, command: str) -> Document:
     """`kview ranks` or `kview iterations` of a run of open traces."""
     names = [t.name for t in run.traces]
     return run_document(command, run_tables(run, command), names, [*run.notes, *no_ranks(run.ranks, names)])
+
+
+def of_traces(traces: list[Trace], command: str) -> Document:
+    """`kview ranks` or `kview iterations` of open traces: one trace's tables are kept in its
+    frame cache (a second look reads them instead of walking every step's critical path)."""
+    if len(traces) != 1:
+        return of_run(make_run(traces), command)
+    *kept, notes, ranks = (_kept_ranks if command == "ranks" else _kept_iterations)(traces[0])
+    tables = dict(zip(TITLES[command], kept))
+    names = [traces[0].name]
+    return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(ranks["rank"].to_list(), names)])
+
+
+def _kept(trace: Trace, command: str) -> tuple[pl.DataFrame, ...]:
+    """The tables of a run of `trace` alone, its notes and its ranks (what the document adds to
+    them names the file, so a name of the same file given another way is not kept in them)."""
+    run = make_run([trace])
+    return (
+        *run_tables(run, command).values(),
+        pl.DataFrame({"note": run.notes}, schema={"note": pl.String}),
+        pl.DataFrame({"rank": run.ranks}, schema={"rank": pl.Int64}),
+    )
+
+
+@derived(key="documents.ranks", version="1", persist=True, codec=frames(*TITLES["ranks"], "run_notes", "run_ranks"))
+def _kept_ranks(trace: Trace) -> tuple[pl.DataFrame, ...]:
+    return _kept(trace, "ranks")
+
+
+@derived(
+    key="documents.iterations", version="1", persist=True, codec=frames(*TITLES["iterations"], "run_notes", "run_ranks")
+)
+def _kept_iterations(trace: Trace) -> tuple[pl.DataFrame, ...]:
+    return _kept(trace, "iterations")
 
 
 def summarized(run: SummarizedRun, command: str) -> Document:
