@@ -67,10 +67,15 @@ def test_fast_and_standard_decoders_read_the_same_frames(path, monkeypatch):
     assert isinstance(fast, dict) and fast["nvtx_events"].height > 0
 
 
-def test_odd_events_read_alike_by_both_decoders(tmp_path, monkeypatch):
+@pytest.mark.parametrize("piece", [1, kr.DECODE_BYTES])
+def test_odd_events_read_alike_by_both_decoders(piece, tmp_path, monkeypatch):
     """Events the fast decoder cannot type (not objects, args not an object) go one by one
     through the standard decoder; odd values (quoted and out-of-range ids, null names, floats,
-    -0 and deep nesting in input dims, spacing Kineto never writes) read as the standard path reads them."""
+    -0 and deep nesting in input dims, spacing Kineto never writes) and categories in phases the
+    decoder's types by category do not take (a flow's complete event, a kernel's instant, a
+    metadata event with a category) read as the standard path reads them, each its own piece or
+    all in one."""
+    monkeypatch.setattr(kr, "DECODE_BYTES", piece)
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
     events = [
         7,
@@ -87,6 +92,23 @@ def test_odd_events_read_alike_by_both_decoders(tmp_path, monkeypatch):
         {**op, "args": {"Input Dims": None, "Input dims": [[2]]}},
         {**op, "cat": "Operator", "name": "ProfilerStep#1", "args": {"Input Dims": [[], []]}},
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        {"ph": "X", "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 3, "dur": 1},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 3},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "x", "ts": 1, "dur": 9},
+        {"ph": "i", "cat": "kernel", "name": "[memory]", "pid": 1, "tid": 1, "ts": 6, "args": {"Bytes": 512}},
+        {"ph": "M", "cat": "Trace", "name": "process_name", "pid": 3, "args": {"name": "trainer"}},
+        {"ph": "X", "cat": "kernel", "name": "no time", "pid": 0, "tid": 7, "dur": 1},
+        {"cat": "gpu_memset", "name": "no phase", "pid": 0, "tid": 7, "ts": 1},
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaMemcpyAsync",
+            "pid": 3,
+            "tid": 4,
+            "ts": 12,
+            "args": {"correlation": 5},
+        },
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 13, "args": {"correlation": 5}},
     ]
     text = json.dumps({"traceEvents": events}).replace('"Input Dims": [[2, 3]]', '"Input Dims":[[2,3 ]]')
     p = tmp_path / "odd.json"

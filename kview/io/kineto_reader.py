@@ -795,32 +795,38 @@ class _Parts:
         self.mem: list[tuple] = []
         self.procs: dict = {}
         self.unread: dict[str, int] = {}
-        self.cats: dict[str, tuple] = {}  # raw category -> (kind, lower-cased)
+        self.cats: dict[str, tuple] = {}  # raw category -> (kind, lower-cased, raw category)
 
     def add(self, chunk: list) -> None:
         """Sorts a chunk's events (Event or the fast decoder's like of it; None: not an event)
         into tables, cheap per event, then builds each table's part column by column."""
         kern, rt, driver, cpy, mset, rng, how = [], [], [], [], [], [], []
         cats, unread = self.cats, self.unread
+        fast = _fast_decoder()
+        kinds = fast[4] if fast else {}  # the fast decoder's complete events typed by category
         lo, hi = _I64
         for e in chunk:
             if e is None:
                 continue
-            ph = e.ph
-            if ph != "X":
-                if ph == "M" or ph == "i":
-                    self._other(e)
+            known = kinds.get(type(e))
+            if known is None:
+                ph = e.ph
+                if ph != "X":
+                    if ph == "M" or ph == "i":
+                        self._other(e)
+                    continue
+                raw_cat = e.cat
+                if type(raw_cat) is not str:
+                    raw_cat = str(raw_cat)
+                known = cats.get(raw_cat)
+                if known is None:
+                    low = raw_cat.lower()
+                    cats[raw_cat] = known = (CATEGORIES.get(low), low, raw_cat)
+            elif known is SKIP:
                 continue
             if e.ts is ABSENT:
                 continue
-            raw_cat = e.cat
-            if type(raw_cat) is not str:
-                raw_cat = str(raw_cat)
-            known = cats.get(raw_cat)
-            if known is None:
-                low = raw_cat.lower()
-                cats[raw_cat] = known = (CATEGORIES.get(low), low)
-            cat, low = known
+            cat, low, raw_cat = known
             if cat == KERNEL:
                 kern.append(e)
             elif cat == RUNTIME or cat == DRIVER:
@@ -883,29 +889,84 @@ class _Parts:
             )
 
 
+# Categories the fast decoder types by their `cat` (a tagged union): complete events of a table,
+# each a struct of the args its table reads, so the decode makes fewer objects and their sorting
+# needs no lookup. Those of another category, another phase or no category (metadata) make the
+# union fail on their piece, which is decoded into FastEvent as before.
+TABLE_ARGS = {
+    ("device", "context", "stream", "correlation", "grid", "block", "registers", "smem", "collective", "dtype")
+    + ("in_nelems", "out_nelems"): ("kernel", "Kernel"),
+    ("correlation",): ("cuda_runtime", "runtime", "Runtime", "cuda_driver", "driver"),
+    ("device", "stream", "correlation", "bytes"): ("gpu_memcpy", "memcpy", "Memcpy", "gpu_memset", "memset", "Memset"),
+    ("seq", "ext", "dims", "dims_old"): ("cpu_op", "operator", "Operator", "user_annotation", "python_function"),
+}
+# Categories whose events the reader skips (the flows between a launch and its kernel, between
+# forward and backward ops), of any phase but X (counted as not read), M and i (read one by one)
+FLOW_CATEGORIES = ("ac2g", "fwdbwd", "async")
+# Categories of NOT_READ_SILENTLY as Kineto writes them, of any phase but M and i
+SILENT_CATEGORIES = ("gpu_user_annotation", "overhead", "Trace")
+# Chrome trace phases but X, M and i; None: an event without one
+OTHER_PHASES = (None, "B", "E", "b", "e", "n", "s", "t", "f", "C", "P", "N", "O", "D", "I", "R", "c", "V", "v")
+SKIP = "skip"  # the kind of a flow event: not read
+
+
 @functools.lru_cache(maxsize=1)
 def _fast_decoder():
-    """msgspec (the optional `fast` extra) and the types it decodes events into: None where it
-    is not installed."""
+    """msgspec (the optional `fast` extra), the types it decodes events into and the kind of
+    each typed category's events ({type: (table, lower-cased, category) or SKIP}): None where
+    it is not installed."""
     try:
         import msgspec
     except ImportError:
         return None
-    from typing import Optional
+    from typing import Literal, Optional, Union
 
-    def struct(name, fields, extra=()):
+    # input dims stay JSON text (nested lists cost most of a decode); _sizes_texts reads them
+    types = {"dims": msgspec.Raw, "dims_old": msgspec.Raw}
+
+    def struct(name, fields, extra=(), **kw):
         rename = {attr: key for attr, key, _ in fields}
-        # input dims stay JSON text (nested lists cost most of a decode); _sizes_texts reads them
-        types = {"dims": msgspec.Raw, "dims_old": msgspec.Raw}
         # gc=False: plain values, never cycles, so the collector never walks them
         return msgspec.defstruct(
-            name, [(a, types.get(a, Any), absent) for a, _, absent in fields] + list(extra), rename=rename, gc=False
+            name,
+            [(a, types.get(a, Any), absent) for a, _, absent in fields] + list(extra),
+            rename=rename,
+            gc=False,
+            **kw,
         )
 
     args = struct("FastArgs", ARG_FIELDS)
     ev = struct("FastEvent", EVENT_FIELDS, [("args", Optional[args], None)])  # noqa: UP045  (a runtime type)
     doc = msgspec.defstruct("FastDoc", [("traceEvents", list[msgspec.Raw])])
-    return msgspec, ev, doc
+    members: list = []
+    kinds: dict = {}
+    top = [f for f in EVENT_FIELDS if f[0] not in ("ph", "cat")]
+    for names, cats in TABLE_ARGS.items():
+        table_args = struct("FastArgs_" + names[0], [f for f in ARG_FIELDS if f[0] in names])
+        for cat in cats:
+            # the category as the tag, and as a class attribute where the reader reads e.cat
+            t = msgspec.defstruct(
+                "Fast_" + cat,
+                [("ph", Literal["X"])]
+                + [(a, Any, absent) for a, _, absent in top]
+                + [("args", Optional[table_args], None)],  # noqa: UP045
+                rename={a: key for a, key, _ in EVENT_FIELDS},
+                tag_field="cat",
+                tag=cat,
+                namespace={"cat": cat},
+                gc=False,
+            )
+            members.append(t)
+            kinds[t] = (CATEGORIES.get(cat.lower()), cat.lower(), cat)
+    for cat in FLOW_CATEGORIES + SILENT_CATEGORIES:
+        # phases the reader skips events of: a silent category's complete events too
+        phase = OTHER_PHASES[1:] + (("X",) if cat in SILENT_CATEGORIES else ())
+        ph: Any = Optional[Literal[phase]]  # noqa: UP045  (a runtime type)
+        t = msgspec.defstruct("Fast_" + cat, [("ph", ph, None)], tag_field="cat", tag=cat, gc=False)
+        members.append(t)
+        kinds[t] = SKIP
+    by_cat = Union[tuple(members)]  # noqa: UP007
+    return msgspec, ev, doc, by_cat, kinds
 
 
 # Text decoded per msgspec call, cut between two events: small enough for the text and the
@@ -952,18 +1013,22 @@ class FastEvents:
             yield chunk
 
     def _parts(self):
-        msgspec, ev, _ = self.types
+        msgspec, ev, _, by_cat, _ = self.types
         text: Any = self.text
         self.text = None  # the text goes with the last piece
         if isinstance(text, bytes):
             cut, left, right, opening = _CUT_BYTES, b"[", b"]", self._opening.encode()
+            cat_key, ph_key = b'"cat"', b'"ph"'
         else:
             cut, left, right, opening = _CUT, "[", "]", self._opening
-        dec = msgspec.json.Decoder(list[ev], float_hook=str)  # floats as their decimal text, as the standard path
-        # the last piece: the rest of the list, its closing bracket and the rest of the document
-        tail = msgspec.json.Decoder(
-            list[ev] if self.bare else msgspec.defstruct("FastTail", [("traceEvents", list[ev])]), float_hook=str
-        )
+            cat_key, ph_key = '"cat"', '"ph"'
+
+        def decoders(t):  # a piece's, and the last piece's: the rest of the list and of the document
+            last = list[t] if self.bare else msgspec.defstruct("FastTail", [("traceEvents", list[t])])
+            return msgspec.json.Decoder(list[t], float_hook=str), msgspec.json.Decoder(last, float_hook=str)
+
+        # floats as their decimal text, as the standard path reads them
+        typed, plain = decoders(by_cat), decoders(ev)
         a, piece = self.at, None
         while True:
             m = cut.search(text, a + DECODE_BYTES) if len(text) - a > 2 * DECODE_BYTES else None
@@ -971,17 +1036,25 @@ class FastEvents:
                 break
             last = m is None
             piece = opening + text[a:] if last else left + text[a : m.start() + 1] + right
+            # by category where every event names one (metadata events do not), else as FastEvent
+            tries = (typed, plain) if piece.count(cat_key) >= piece.count(ph_key) else (plain,)
+            got = None
             try:
-                got = tail.decode(piece) if last else dec.decode(piece)
-            except (msgspec.ValidationError, RecursionError, ValueError):  # JSON, but an event it cannot type
+                for decs in tries:
+                    try:
+                        got = decs[last].decode(piece)
+                        break
+                    except (msgspec.ValidationError, RecursionError, ValueError):  # JSON, but an event it cannot type
+                        pass
+            except msgspec.DecodeError:  # not JSON msgspec reads (or not cut between events)
+                break
+            if got is None:
                 got = self._raws(piece, last)
                 if got is None:
                     break
                 got = [self._one(r, msgspec) for r in got]
-            except msgspec.DecodeError:  # not JSON msgspec reads (or not cut between events)
-                break
-            else:
-                got = got.traceEvents if last and not self.bare else got
+            elif last and not self.bare:
+                got = got.traceEvents
             yield got
             if last:
                 return
@@ -997,7 +1070,7 @@ class FastEvents:
 
     def _raws(self, piece, last: bool) -> list | None:
         """A piece's events as their JSON text each; None if the piece is not JSON msgspec reads."""
-        msgspec, _, doc = self.types
+        msgspec, _, doc, _, _ = self.types
         try:
             got = msgspec.json.decode(
                 piece, type=doc if last and not self.bare else list.__class_getitem__(msgspec.Raw)
@@ -1033,7 +1106,7 @@ class FastEvents:
 
     @functools.cached_property
     def _dec(self):
-        msgspec, ev, _ = self.types
+        msgspec, ev = self.types[:2]
         return msgspec.json.Decoder(ev, float_hook=str)
 
 
