@@ -609,6 +609,10 @@ def _ints(values: list) -> pl.Series:
 
 def _texts(values: list) -> pl.Series:
     """Timestamps and durations as their decimal text (integers as their digits)."""
+    try:
+        return pl.Series(values, dtype=pl.String)  # all text (or null): no check of each value's type
+    except TypeError:
+        pass
     odd = set(map(type, values)) - _TEXT_TYPES
     if odd:
         raise TypeError(f"a timestamp or duration of type {next(iter(odd)).__name__}")
@@ -617,9 +621,13 @@ def _texts(values: list) -> pl.Series:
 
 def _strs(values: list) -> pl.Series:
     """str() of each value: names as the reader has always read them."""
-    if not set(map(type, values)) <= {str}:
-        values = [v if type(v) is str else str(v) for v in values]
-    return pl.Series(values, dtype=pl.String)
+    try:
+        s = pl.Series(values, dtype=pl.String)  # all text: no check of each value's type
+        if not s.null_count():
+            return s
+    except TypeError:
+        pass
+    return pl.Series([v if type(v) is str else str(v) for v in values], dtype=pl.String)
 
 
 def _triples(values: list) -> list[pl.Series]:
@@ -644,9 +652,18 @@ def _sizes_texts(dims: list) -> pl.Series:
     if dims and raw_type is not None and types <= {raw_type, type(None)}:  # the fast decoder's: one join, one split
         sep = _RAW_SEP.decode()
         parts = (b"null" if d is None else d for d in dims) if type(None) in types else dims
-        s = pl.Series([_RAW_SEP.join(parts).decode()]).str.split(sep).explode()
-        s = s.scatter((s == "null").arg_true(), None)
-        return _checked_sizes(s, dims)
+        joined = _RAW_SEP.join(parts)
+        s = pl.Series([joined.decode()]).str.split(sep).explode()
+        nulls = (s == "null").arg_true()
+        s = s.scatter(nulls, None)
+        # every one in PyTorch's form, checked on the joined text at once: only integers,
+        # brackets and ", " (the letters left are the nulls'), no -0
+        form = (
+            joined.translate(None, _SIZES_CHARS) == b"null" * len(nulls)
+            and b"-0" not in joined
+            and joined.count(b",") == joined.count(b", ") == joined.count(b" ")
+        )
+        return _checked_sizes(s, dims, form=form)
     for i, d in enumerate(dims):
         t = type(d)
         if t is raw_type:
@@ -666,13 +683,19 @@ def _sizes_texts(dims: list) -> pl.Series:
 
 
 _RAW_SEP = b"\x1f"  # in JSON text neither outside a string nor raw inside one
+_SIZES_CHARS = b"[]0123456789-, " + _RAW_SEP
 
 
-def _checked_sizes(s: pl.Series, dims: list, slow: list[int] | None = None) -> pl.Series:
-    """Sizes texts s of dims, those not in PyTorch's form (and the `slow` ones) made by _sizes."""
+def _checked_sizes(s: pl.Series, dims: list, slow: list[int] | None = None, form: bool = False) -> pl.Series:
+    """Sizes texts s of dims, those not in PyTorch's form (and the `slow` ones) made by _sizes
+    (`form`: all are in it, known already)."""
     slow = slow or []
     # PyTorch's form already (Kineto writes ", " between items): integers and brackets only, no -0
-    ok = s.str.contains(r"^(?:[\[\]0-9-]|, )*$") & ~s.str.contains(r"(?:^|[\[ ])-0")
+    ok = (
+        pl.Series([True] * len(s))
+        if form
+        else s.str.contains(r"^(?:[\[\]0-9-]|, )*$") & ~s.str.contains(r"(?:^|[\[ ])-0")
+    )
     deep = (s.str.count_matches("[", literal=True) > SIZES_DEPTH).fill_null(False)
     if deep.any():  # nested deeper than SIZES_DEPTH: each pass removes the innermost level
         nest = s.filter(deep).str.replace_all(r"[^\[\]]", "")
@@ -921,15 +944,17 @@ def _fast_decoder():
         return None
     from typing import Literal, Optional, Union
 
-    # input dims stay JSON text (nested lists cost most of a decode); _sizes_texts reads them
+    # input dims stay JSON text (nested lists cost most of a decode); _sizes_texts reads them,
+    # the old key's absence as the text of a null (a column of them all joins as it is)
     types = {"dims": msgspec.Raw, "dims_old": msgspec.Raw}
+    absence = {"dims_old": msgspec.Raw(b"null")}
 
     def struct(name, fields, extra=(), **kw):
         rename = {attr: key for attr, key, _ in fields}
         # gc=False: plain values, never cycles, so the collector never walks them
         return msgspec.defstruct(
             name,
-            [(a, types.get(a, Any), absent) for a, _, absent in fields] + list(extra),
+            [(a, types.get(a, Any), absence.get(a, absent)) for a, _, absent in fields] + list(extra),
             rename=rename,
             gc=False,
             **kw,
