@@ -223,3 +223,17 @@ def test_sizes_of_a_column_equal_sizes_of_each_value(dims):
             "[" + ",".join(json.dumps(d, separators=(sep, ":")) for d in dims) + "]", type=list[msgspec.Raw]
         )
         assert kr._sizes_texts(raw).to_list() == want
+
+
+@pytest.mark.parametrize("depth", [kr.SIZES_DEPTH, kr.SIZES_DEPTH + 1, 2 * kr.SIZES_DEPTH])
+def test_sizes_of_a_deep_list_among_plain_ones(depth):
+    """A list nested `depth` deep among lists in PyTorch's form (the joined text's checks pass
+    but its depth's): as _sizes writes it, `[...]` past SIZES_DEPTH, the others as they are."""
+    deep: list = [7]
+    for _ in range(depth - 1):
+        deep = [deep]
+    dims = [[[4, 256], [256]], deep, None, [[-1, 3], []]]
+    raw = msgspec.json.decode(json.dumps(dims), type=list[msgspec.Raw])
+    got = kr._sizes_texts(raw).to_list()
+    assert got == [None if d is None else kr._sizes(d) for d in dims]
+    assert ("[...]" in got[1]) == (depth > kr.SIZES_DEPTH)

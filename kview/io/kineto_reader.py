@@ -121,7 +121,9 @@ def _inflated(path: Path) -> bytes:
     """The file's bytes, inflated if gzip'd, within the memory budget (see memory_budget)."""
     limit, why = memory_budget.json_text_limit()
     try:
-        with open(path, "rb") as f:
+        # unbuffered: a buffered reader's read() after a seek reads in pieces and joins them,
+        # twice the CPU of one read into the bytes of the file's size
+        with open(path, "rb", buffering=0) as f:
             gz = f.read(2) == b"\x1f\x8b"
             size = os.fstat(f.fileno()).st_size
             if gz and size >= 18:  # the trailer's length (mod 2**32) of the last member: a lower bound
@@ -663,7 +665,11 @@ def _sizes_texts(dims: list) -> pl.Series:
             and b"-0" not in joined
             and joined.count(b",") == joined.count(b", ") == joined.count(b" ")
         )
-        return _checked_sizes(s, dims, form=form)
+        # none nested deeper than SIZES_DEPTH: each pass removes the innermost brackets of all
+        nest = joined.translate(None, _NOT_BRACKETS)
+        for _ in range(SIZES_DEPTH):
+            nest = nest.replace(b"[]", b"")
+        return _checked_sizes(s, dims, form=form, shallow=not nest)
     for i, d in enumerate(dims):
         t = type(d)
         if t is raw_type:
@@ -684,11 +690,14 @@ def _sizes_texts(dims: list) -> pl.Series:
 
 _RAW_SEP = b"\x1f"  # in JSON text neither outside a string nor raw inside one
 _SIZES_CHARS = b"[]0123456789-, " + _RAW_SEP
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]")))
 
 
-def _checked_sizes(s: pl.Series, dims: list, slow: list[int] | None = None, form: bool = False) -> pl.Series:
+def _checked_sizes(
+    s: pl.Series, dims: list, slow: list[int] | None = None, form: bool = False, shallow: bool = False
+) -> pl.Series:
     """Sizes texts s of dims, those not in PyTorch's form (and the `slow` ones) made by _sizes
-    (`form`: all are in it, known already)."""
+    (known already: `form`, all are in it; `shallow`, none is nested deeper than SIZES_DEPTH)."""
     slow = slow or []
     # PyTorch's form already (Kineto writes ", " between items): integers and brackets only, no -0
     ok = (
@@ -696,8 +705,8 @@ def _checked_sizes(s: pl.Series, dims: list, slow: list[int] | None = None, form
         if form
         else s.str.contains(r"^(?:[\[\]0-9-]|, )*$") & ~s.str.contains(r"(?:^|[\[ ])-0")
     )
-    deep = (s.str.count_matches("[", literal=True) > SIZES_DEPTH).fill_null(False)
-    if deep.any():  # nested deeper than SIZES_DEPTH: each pass removes the innermost level
+    deep = None if shallow else (s.str.count_matches("[", literal=True) > SIZES_DEPTH).fill_null(False)
+    if deep is not None and deep.any():  # nested deeper than SIZES_DEPTH: each pass removes the innermost level
         nest = s.filter(deep).str.replace_all(r"[^\[\]]", "")
         for _ in range(SIZES_DEPTH):
             nest = nest.str.replace_all("[]", "", literal=True)
