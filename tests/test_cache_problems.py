@@ -9,7 +9,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -26,22 +25,26 @@ NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
 JSON = SAMPLES / "lm-small_ctx256_forward_torch.json.gz"
 
 
-def kview(*args, xdg=None, code=None, cwd=None, env=None, preexec=None):
-    prog = (
-        [sys.executable, "-m", "kview.cli"]
-        if code is None
-        else [
-            sys.executable,
-            "-c",
-            textwrap.dedent(code) + "\nimport sys\nfrom kview.cli import main\nsys.exit(main())\n",
-        ]
-    )
+def kview(*args, xdg=None, cwd=None, env=None, preexec=None):
+    """`kview ARGS` in a child process."""
+    prog = [sys.executable, "-m", "kview.cli"]
     e = {**os.environ, **(env or {})}
     if xdg is not None:
         e["XDG_CACHE_HOME"] = str(xdg)
     return subprocess.run(
         [*prog, *map(str, args)], capture_output=True, text=True, timeout=180, env=e, cwd=cwd, preexec_fn=preexec
     )
+
+
+def later_run(*args, xdg):
+    """A later run on the cache under `xdg`, made in the test's process as a new process starts:
+    the cache's memory of this process (fingerprints, folders found unusable, folders swept) and
+    the warnings already said are emptied first. What only a child shows (a folder it may not
+    enter, a full disk, a relative XDG_CACHE_HOME) keeps a child (`kview`)."""
+    cache._fingerprints.clear()
+    cache._broken.clear()
+    cache._swept.clear()
+    return kview_here(*args, env={"XDG_CACHE_HOME": str(xdg)})
 
 
 def without_cache(*args):
@@ -54,7 +57,7 @@ def without_cache(*args):
 
 def fill(*args, xdg):
     """A first run that leaves its entries in the cache under `xdg`, made in the test's process:
-    what a later run (a child, with none of this process's memory) does with them is the subject."""
+    what a later run (with none of this process's memory) does with them is the subject."""
     r = kview_here(*args, env={"XDG_CACHE_HOME": str(xdg)})
     assert r.returncode == 0, r.stderr
     return r
@@ -73,19 +76,20 @@ def leftovers(folder) -> list[str]:
 
 STATS = ("stats", FWD, "-r", "all", "-f", "json")  # several reports: one JSON document
 
-FULL_DISK = """
-import os, polars as pl
-real = pl.DataFrame.write_parquet
-def write_parquet(self, file, **kw):  # half a file, then what polars raises on ENOSPC
-    real(self, file, **kw)
-    os.truncate(file, os.path.getsize(file) // 2)
-    raise pl.exceptions.ComputeError("parquet: No space left on device (os error 28)")
-pl.DataFrame.write_parquet = write_parquet
-"""
 
+def test_full_disk_cache_injected_at_the_write_call(tmp_path, monkeypatch):
+    import polars as pl
 
-def test_full_disk_cache_injected_at_the_write_call(tmp_path):
-    r = kview(*STATS, xdg=tmp_path, code=FULL_DISK)
+    real = pl.DataFrame.write_parquet
+
+    def write_parquet(self, file, **kw):  # half a file, then what polars raises on ENOSPC
+        real(self, file, **kw)
+        os.truncate(file, os.path.getsize(file) // 2)
+        raise pl.exceptions.ComputeError("parquet: No space left on device (os error 28)")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)
+    r = later_run(*STATS, xdg=tmp_path)
+    monkeypatch.undo()
     assert r.returncode == 0, r.stderr
     assert r.stdout == without_cache(*STATS)
     (w,) = warnings(r)  # once, though every frame failed to be stored
@@ -122,7 +126,7 @@ def test_cache_folder_that_cannot_be_made(how, tmp_path):
     if how.startswith("file where"):
         blocker.rename(tmp_path / "kview")
         blocker = tmp_path / "kview"
-    r = kview(*STATS, xdg=xdg)
+    r = later_run(*STATS, xdg=xdg)
     assert r.returncode == 0, r.stderr
     assert r.stdout == without_cache(*STATS)
     (w,) = warnings(r)
@@ -173,7 +177,7 @@ def test_same_size_same_mtime_edit_is_detected(tmp_path):
     content = cache.content_fingerprint(t, t.stat().st_size)
     _edit_in_place(t, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000;")
     assert cache.content_fingerprint(t, t.stat().st_size) != content  # not only ctime tells
-    after = kview(*args, xdg=xdg)
+    after = later_run(*args, xdg=xdg)
     assert after.returncode == 0 and after.stderr == ""
     assert after.stdout == without_cache(*args) != before.stdout
 
@@ -184,7 +188,7 @@ def test_same_size_same_mtime_deletion_does_not_mix_old_and_new_columns(tmp_path
     xdg = tmp_path / "xdg"
     fill("stats", t, "-r", "cuda_gpu_kern_sum", "-f", "json", xdg=xdg)  # caches some columns
     _edit_in_place(t, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 3 = 0;")
-    r = kview("kernels", t, "-f", "csv", xdg=xdg)  # needs those columns and others never cached
+    r = later_run("kernels", t, "-f", "csv", xdg=xdg)  # needs those columns and others never cached
     assert r.returncode == 0, r.stderr
     assert r.stdout == without_cache("kernels", t, "-f", "csv")
 
@@ -207,7 +211,7 @@ def test_entry_from_another_trace_is_never_served(how, tmp_path):
     else:
         shutil.rmtree(eb)
         ea.rename(eb)
-    r = kview(*args, xdg=xdg)
+    r = later_run(*args, xdg=xdg)
     assert r.returncode == 0, r.stderr
     assert r.stdout == without_cache(*args)
     (w,) = warnings(r)
@@ -220,11 +224,11 @@ def test_damaged_entry_is_rebuilt_with_one_warning(tmp_path):
     fill(*args, xdg=xdg)
     for f in (xdg / "kview" / "frames").glob("*/kernels.*.parquet"):
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
-    r = kview(*args, xdg=xdg)
+    r = later_run(*args, xdg=xdg)
     assert r.returncode == 0 and r.stdout == without_cache(*args)
     (w,) = warnings(r)
     assert "damaged cache entry" in w
-    assert kview(*args, xdg=xdg).stderr == ""  # rewritten whole
+    assert later_run(*args, xdg=xdg).stderr == ""  # rewritten whole
 
 
 def test_json_trace_cache_is_keyed_by_content(tmp_path):
@@ -236,7 +240,7 @@ def test_json_trace_cache_is_keyed_by_content(tmp_path):
     st = t.stat()
     shutil.copy(SAMPLES / "lm-small_ctx256_train_torch.json.gz", t)
     os.utime(t, ns=(st.st_atime_ns, st.st_mtime_ns))
-    r = kview(*args, xdg=xdg)
+    r = later_run(*args, xdg=xdg)
     assert r.returncode == 0 and r.stderr == ""
     assert r.stdout == without_cache(*args) != first.stdout
 
@@ -251,7 +255,7 @@ def test_temporaries_of_killed_runs_are_removed_and_none_are_left(tmp_path):
     ).stdout.strip()
     stale = entry / f".kernels.start.parquet.kview-{dead}.tmp"
     stale.write_bytes(b"half a file")
-    assert kview("stats", FWD, "-r", "nvtx_sum", xdg=xdg).returncode == 0  # stores new frames
+    assert later_run("stats", FWD, "-r", "nvtx_sum", xdg=xdg).returncode == 0  # stores new frames
     assert leftovers(xdg) == []
 
 
@@ -279,11 +283,11 @@ def test_a_non_file_in_place_of_a_cache_file_costs_that_entry_only(what, tmp_pat
             target.symlink_to("/dev/zero")
         else:
             target.symlink_to(tmp_path / "nowhere")
-    r = kview(*args, xdg=xdg)
+    r = later_run(*args, xdg=xdg)
     assert r.returncode == 0 and r.stdout == without_cache(*args)
     assert len(warnings(r)) <= 1
     assert "cannot be used" not in r.stderr
-    again = kview(*args, xdg=xdg)
+    again = later_run(*args, xdg=xdg)
     assert again.returncode == 0 and again.stdout == r.stdout and again.stderr == ""
     assert target.is_file() and not target.is_symlink()
 
@@ -298,8 +302,8 @@ def test_a_file_that_does_not_verify_is_dropped_and_rebuilt(tmp_path):
     data = bytearray(f.read_bytes())
     data[len(data) // 3] ^= 0x01
     f.write_bytes(bytes(data))
-    r = kview(*args, xdg=xdg)
+    r = later_run(*args, xdg=xdg)
     assert r.returncode == 0 and r.stdout == without_cache(*args)
     (w,) = warnings(r)
     assert "damaged cache entry" in w
-    assert kview(*args, xdg=xdg).stderr == ""
+    assert later_run(*args, xdg=xdg).stderr == ""
