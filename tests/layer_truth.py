@@ -16,6 +16,7 @@ enclosing its launch call.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import sys
@@ -35,6 +36,13 @@ def _layer(names: list[str]) -> str | None:
 def truth(path, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> list[tuple[int, str, str | None]]:
     """(kernel start, direction, layer or None) for every kernel (or every row of another GPU
     activity `table`: memcpy, memset), ordered by start."""
+    return list(_truth(str(path), table))
+
+
+# once per trace file and table in a test process (a second of CPU on the llama traces): the
+# fixtures are opened immutable and never change during a run
+@functools.cache
+def _truth(path: str, table: str) -> tuple[tuple[int, str, str | None], ...]:
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     rows = con.execute(
         "SELECT start, end, globalTid, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
@@ -94,7 +102,7 @@ def truth(path, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> list[tuple[int, st
         else:
             d = "-"
         out.append((kstart, d, layer))
-    return out
+    return tuple(out)
 
 
 def coverage(path) -> dict[str, float | int]:
