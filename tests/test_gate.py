@@ -140,12 +140,21 @@ def _windows(src, out_a, out_b) -> list[str]:
     return [s[2] for s in steps]
 
 
-def test_two_windows_of_one_run_pass(tmp_path):
+@pytest.fixture(scope="module")
+def resnet_windows(tmp_path_factory):
+    """The ResNet-50 run split into its two windows once for the tests of this file (a few CPU
+    seconds of JSON; the traces are only read): (A, B, the step names)."""
+    d = tmp_path_factory.mktemp("windows")
+    a, b = d / "steps_5_7.json", d / "steps_8_10.json"
+    names = _windows(KINETO / "resnet50_nw0_2021.pt.trace.json.gz", a, b)
+    return a, b, names
+
+
+def test_two_windows_of_one_run_pass(resnet_windows):
     """No fixture holds two captures of one workload on one profiler (the nsys and torch captures
     name kernels differently), so one real ResNet-50 run of 6 identical training steps is split
     into steps 5-7 and 8-10: every scope at 5% passes, both ways."""
-    a, b = tmp_path / "steps_5_7.json", tmp_path / "steps_8_10.json"
-    names = _windows(KINETO / "resnet50_nw0_2021.pt.trace.json.gz", a, b)
+    a, b, names = resnet_windows
     assert len(names) == 6
     for x, y in ((a, b), (b, a)):
         p = kview("diff", x, y, "--gate", "5")
@@ -153,11 +162,10 @@ def test_two_windows_of_one_run_pass(tmp_path):
         assert "passed: none of" in p.stderr and "per-step medians (3 steps of A, 3 of B)" in p.stderr
 
 
-def test_medians_resist_one_slow_step(tmp_path):
+def test_medians_resist_one_slow_step(resnet_windows, tmp_path):
     """Whole-trace sums would follow the step counts; per-step medians do not: the 3 steps of
     one window against 2 of the other still pass."""
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
-    _windows(KINETO / "resnet50_nw0_2021.pt.trace.json.gz", a, b)
+    a, b, _ = resnet_windows
     doc = json.loads(b.read_text())
     last = max(e["ts"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
     cpu = [e for e in doc["traceEvents"] if "ts" not in e or e.get("ph") == "M" or e["ts"] < last]
