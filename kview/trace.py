@@ -50,6 +50,9 @@ class Trace:
         # opened for one command, which lets tables made only on the way go once used (the
         # Overview: the NVTX ranges); the explorer keeps them for its other views
         self.one_command = False
+        # the command asks nothing of the NVTX ranges but the attributed table (`kview kernels`):
+        # attribute() lets the ranges and their names go as soon as it has what it needs of them
+        self.ranges_only_for_attribution = False
 
     # -- facts -------------------------------------------------------------
     @cached_property

@@ -231,3 +231,26 @@ def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     assert sum(r[2] is not None for r in want) > 1000
     runtime = t.columns("runtime", ["start", "end", "global_tid", "correlation"])
     assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), runtime))
+
+
+@pytest.mark.parametrize("pack_bytes", [0, None], ids=["packed", "kept"])
+@pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
+def test_a_command_that_lets_the_names_go_attributes_the_same(tables, monkeypatch, path, pack_bytes):
+    """`kview kernels` lets the ranges' names go during attribution (the forward ops' text packed,
+    read back for the ops kernels end up with): the same table as a trace that keeps them, with
+    the NVTX read once and neither the names nor the ranges held after."""
+    from kview.analysis import attribution, nvtx_ranges
+
+    if pack_bytes is not None:  # the sample's text is small: packed as a large trace's is
+        monkeypatch.setattr(attribution._OpTexts, "PACK_BYTES", pack_bytes)
+    t = open_trace(path, use_cache=False)
+    t.ranges_only_for_attribution = True
+    read = t.source.nvtx_events
+    reads = []
+    monkeypatch.setattr(t.source, "nvtx_events", lambda: reads.append(1) or read())
+    got = attribute(t)
+    assert got.equals(tables[path])
+    assert len(reads) == 1
+    kept = {nvtx_ranges.labelled_ranges, nvtx_ranges.labels, nvtx_ranges.projection_nesting}
+    assert not any(t.store.peek(f) is not None for f in kept)
+    assert got.filter(pl.col("Params") != "-").height > 100

@@ -12,6 +12,7 @@ parsed once per distinct label.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -124,6 +125,70 @@ def op_fields(labels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+class _OpTexts:
+    """The forward-op labels' text by name_code, for `op_fields` of the ops kernels end up with
+    (known only once the nesting answered). Held as the labels while the trace keeps its names;
+    where the command lets the names go during attribution (`Trace.ranges_only_for_attribution`)
+    and the text is large, packed: a chunk of labels at a time, its bytes lz4-compressed (on
+    dense_x25 0.52 GB of text held in 0.10 GB, offsets 0.04 GB), and only the labels asked for
+    taken out again."""
+
+    ROWS = 1 << 18  # labels a chunk
+    PACK_BYTES = 1 << 26  # less text than this is kept as it is (nothing to gain, pyarrow to load)
+
+    def __init__(self, labels: pl.DataFrame, pack: bool):
+        self.labels: pl.DataFrame | None = labels
+        # (the chunk's name_codes, its labels' offsets, their bytes compressed, the bytes' size)
+        self.packed: list[tuple[np.ndarray, np.ndarray, bytes, int]] = []
+        forward = pl.col("fwd_op")
+        size = pl.when(forward).then(pl.col("label").str.len_bytes()).sum()
+        if not pack or labels.select(size).item() < self.PACK_BYTES:
+            return
+        import pyarrow as pa  # type: ignore[import-untyped]  # deferred: only a large trace packs
+
+        for at in range(0, labels.height, self.ROWS):
+            part = labels.slice(at, self.ROWS).filter(forward)
+            if part.height == 0:
+                continue
+            # offsets and the rows' own bytes (the oldest layout): string views point into the
+            # buffers of every name
+            text = part["label"].to_arrow(compat_level=pl.CompatLevel.oldest())
+            assert text.offset == 0 and text.type == pa.large_string()
+            _, offsets, data = text.buffers()
+            # copied out: a buffer of the exported array holds all of it (the text too)
+            self.packed.append(
+                (
+                    part["name_code"].to_numpy(),
+                    np.frombuffer(offsets, dtype=np.int64).copy(),
+                    pa.compress(data, codec="lz4", asbytes=True),
+                    data.size,
+                )
+            )
+            del text, offsets, data
+        self.labels = None
+
+    def fields(self, codes: pl.Series) -> pl.DataFrame:
+        """op_fields of the forward-op labels `codes` (name_codes, no nulls); asked once."""
+        if self.labels is not None:  # indexed by name_code (0..n-1): a gather, not a join
+            return op_fields(self.labels[codes.to_numpy()] if codes.len() else self.labels.clear())
+        import pyarrow as pa
+
+        want = np.sort(codes.to_numpy())
+        made = []
+        while self.packed:  # chunks in name_code order, each let go once read
+            have, offsets, packed, size = self.packed.pop(0)
+            lo, hi = np.searchsorted(want, have[0]), np.searchsorted(want, have[-1], side="right")
+            if hi <= lo:
+                continue
+            rows = np.searchsorted(have, want[lo:hi])
+            assert (have[rows] == want[lo:hi]).all(), "an op code of no forward-op label"
+            data = pa.decompress(packed, size, codec="lz4")
+            text = pa.Array.from_buffers(pa.large_string(), len(have), [None, pa.py_buffer(offsets), data])
+            label = pl.Series("label", text.take(pa.array(rows)))
+            made.append(op_fields(pl.DataFrame([pl.Series("name_code", have[rows]), label])))
+        return pl.concat(made) if made else op_fields(_NO_OPS)
+
+
 @derived
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
@@ -158,6 +223,13 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
         if c not in ops.columns:
             ops = ops.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
     return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
+
+
+def _has_gpu_ops(trace: Trace) -> bool:
+    """Whether gpu_ops has rows (read: the start column of each table it joins)."""
+    tables = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy"}
+    tables["CUPTI_ACTIVITY_KIND_MEMSET"] = "memset"
+    return any(trace.has(t) and trace.columns(k, ["start"]).height > 0 for t, k in tables.items())
 
 
 @derived
@@ -599,10 +671,19 @@ def shown(table: pl.DataFrame) -> pl.DataFrame:
     return table.select(COLUMNS)
 
 
-def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """What attribution adds to each of `ids` (call_id) from its CPU call in `calls` (call_id,
-    global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
-    path_ and the integer keys behind them, in the order of `ids`."""
+class _Named(NamedTuple):
+    """What attribution takes from the ranges' names (`_range_names`)."""
+
+    have: bool  # the trace has labelled ranges
+    paths: pl.DataFrame  # user_paths
+    labels: pl.DataFrame  # op_labels (its flags only, where the names went)
+    texts: _OpTexts
+
+
+def _range_names(trace: Trace) -> _Named:
+    """user_paths, op_labels and the forward ops' text. A command that asks nothing else of the
+    ranges (`Trace.ranges_only_for_attribution`) lets the names go once these are made (0.7 GB
+    on a dense trace): from here on only the ops kernels end up with have their text read."""
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     # Ranges are carried as integer keys (uid: a user range of user_paths; fop_code: an op
     # marker's name_code) until the end; the strings come from small tables by joins, which
@@ -610,6 +691,20 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.Da
     # million rows would copy every string instead (an op's Params text is up to 9 kB).
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
     labels = op_labels(trace) if have_nvtx else _NO_OPS
+    release = have_nvtx and trace.ranges_only_for_attribution
+    texts = _OpTexts(labels, pack=release)
+    if release:
+        labels = labels.drop("name", "label")
+        trace.store.drop(nv.labelled_ranges, nv.labels)
+    return _Named(have_nvtx, paths, labels, texts)
+
+
+def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame, named: _Named) -> pl.DataFrame:
+    """What attribution adds to each of `ids` (call_id) from its CPU call in `calls` (call_id,
+    global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
+    path_ and the integer keys behind them, in the order of `ids`."""
+    have_nvtx, paths, labels, texts = named
+    release = have_nvtx and trace.ranges_only_for_attribution
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
         kinds = _Kinds(trace, labels)
@@ -621,6 +716,8 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.Da
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
         orphan = calls.join(ctx.filter(pathless).select("call_id"), on="call_id", how="inner")
         ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
+        if release:  # every call placed: the ranges and their nesting go too
+            nv.release(trace)
         w = w.join(ctx, on="call_id", how="left", maintain_order="left")
     else:
         for c in ("uid", "fop_code", "bseq", "b_uid", "b_fop_code", "open_uid"):
@@ -663,9 +760,7 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.Da
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
     codes = w.select("op_code").unique()
-    # labels are indexed by name_code (0..n-1): a gather, not a join of millions of labels
-    used = codes["op_code"].drop_nulls()
-    fields = op_fields(labels[used.to_numpy()] if used.len() else labels.clear())
+    fields = texts.fields(codes["op_code"].drop_nulls())
     codes = codes.join(
         fields.select(pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")),
         on="op_code",
@@ -704,7 +799,7 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame) -> pl.Da
 def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
     """Direction, Layer and Op of CPU calls other than kernel launches (call_id, global_tid,
     start, end): an allocation, say, read as a launch made there would be."""
-    w = _call_columns(trace, calls.select("call_id"), calls)
+    w = _call_columns(trace, calls.select("call_id"), calls, _range_names(trace))
     return w.select(
         "call_id",
         "Direction",
@@ -718,14 +813,18 @@ def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""
-    ops = launched_ops(trace)
-    if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
+    if not _has_gpu_ops(trace):  # a trace without GPU work: the same columns and types, no rows
         return pl.DataFrame(schema=SCHEMA)
+    # the names before the GPU ops: where they go once taken (kview kernels), the NVTX read and
+    # labelling (1.3 GB at their peak on a dense trace) do not meet the ops
+    taken = _range_names(trace)
+    ops = launched_ops(trace)
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     calls = ops.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
-    w = _call_columns(trace, ops.select("call_id"), calls)
+    w = _call_columns(trace, ops.select("call_id"), calls, taken)
+    del taken
     f = pl.col
     kernel_cats = (
         ops.select("Kernel")
