@@ -99,7 +99,6 @@ def op_labels(trace: Trace) -> pl.DataFrame:
             lab.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
             lab.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
             lab.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-            _is_phase(lab).alias("phase"),
         )
         .with_columns(
             (
@@ -813,17 +812,17 @@ def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""
-    if not _has_gpu_ops(trace):  # a trace without GPU work: the same columns and types, no rows
-        return pl.DataFrame(schema=SCHEMA)
-    # the names before the GPU ops: where they go once taken (kview kernels), the NVTX read and
-    # labelling (1.3 GB at their peak on a dense trace) do not meet the ops
-    taken = _range_names(trace)
+    # where the names go once taken (kview kernels), they are taken before the GPU ops are read:
+    # the NVTX read and labelling (1.3 GB at their peak on a dense trace) do not meet the ops
+    taken = _range_names(trace) if trace.ranges_only_for_attribution and _has_gpu_ops(trace) else None
     ops = launched_ops(trace)
+    if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
+        return pl.DataFrame(schema=SCHEMA)
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     calls = ops.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
-    w = _call_columns(trace, ops.select("call_id"), calls, taken)
+    w = _call_columns(trace, ops.select("call_id"), calls, _range_names(trace) if taken is None else taken)
     del taken
     f = pl.col
     kernel_cats = (
