@@ -4,6 +4,7 @@ folder and ends by that signal; a Python without torch is one line, exit 2."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+# skipped without torch, which is not imported here: the captures run in children (importing it
+# costs each worker that collects this file about 2.5 CPU s)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 PROGRAM = textwrap.dedent(
     """

@@ -33,6 +33,7 @@ Rules (issue 26 item 5):
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from dataclasses import dataclass
@@ -164,13 +165,19 @@ def _edges(modules: dict[str, Path]) -> list[Edge]:
 
 
 MODULES = _modules()
-EDGES = _edges(MODULES)
 
 
-def _cycle(edges: list[Edge]) -> list[str] | None:
+@functools.cache
+def edges() -> list[Edge]:
+    """Every kview import of the package, read once in a test process when a test asks (about
+    2.5 CPU s: at collection it cost every worker, not only the one running this file)."""
+    return _edges(MODULES)
+
+
+def _cycle(graph_edges: list[Edge]) -> list[str] | None:
     """One cycle of the graph as the list of its modules (first == last), or None."""
     graph: dict[str, list[str]] = {}
-    for e in edges:
+    for e in graph_edges:
         graph.setdefault(e.source, []).append(e.target)
     state: dict[str, int] = {}  # 1 on the path being walked, 2 done
     path: list[str] = []
@@ -196,7 +203,7 @@ def _cycle(edges: list[Edge]) -> list[str] | None:
 def test_graph_is_read():
     # the graph is real: the known spine of kview is in it
     assert {"kview.cli", "kview.tui.app", "kview.capture.cli", "kview.io.cache"} <= set(MODULES)
-    pairs = {(e.source, e.target) for e in EDGES}
+    pairs = {(e.source, e.target) for e in edges()}
     assert ("kview.cli", "kview.errors") in pairs
     assert any(s.startswith("kview.tui.") and t.startswith("kview.analysis.") for s, t in pairs)
     for module in MODULES:
@@ -204,21 +211,21 @@ def test_graph_is_read():
 
 
 def test_no_cycle():
-    found = _cycle(EDGES)
+    found = _cycle(edges())
     if found:
         hops = []
         for a, b in zip(found, found[1:]):
-            hops.append(str(next(e for e in EDGES if e.source == a and e.target == b)))
+            hops.append(str(next(e for e in edges() if e.source == a and e.target == b)))
         raise AssertionError("import cycle: " + " -> ".join(found) + "\n  " + "\n  ".join(hops))
 
 
 def test_no_arrow_up():
-    up = [str(e) for e in EDGES if _layer(e.target) > _layer(e.source)]
+    up = [str(e) for e in edges() if _layer(e.target) > _layer(e.source)]
     assert up == [], "imports from a higher layer:\n  " + "\n  ".join(up)
 
 
 def test_function_level_imports_say_why():
-    silent = sorted({str(e) for e in EDGES if e.in_function and not e.commented})
+    silent = sorted({str(e) for e in edges() if e.in_function and not e.commented})
     assert silent == [], (
         "function-level imports of kview without a comment saying why the import is deferred "
         "(or move it to the top of the file):\n  " + "\n  ".join(silent)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-torch = pytest.importorskip("torch")
+# torch is imported by the tests that use it, not at collection (about 2.5 CPU s in every worker)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
-from kview.models import transformer_lm as lm  # noqa: E402
+
+@pytest.fixture(scope="module")
+def lm():
+    from kview.models import transformer_lm
+
+    return transformer_lm
 
 
 @pytest.mark.parametrize(
@@ -19,11 +27,13 @@ from kview.models import transformer_lm as lm  # noqa: E402
         ("xl", 1_998_235_200),
     ],
 )
-def test_parameter_count_formula_matches_seed_table(size, expected):
+def test_parameter_count_formula_matches_seed_table(lm, size, expected):
     assert lm.parameter_count(lm.SIZES[size]) == expected
 
 
-def test_tiny_model_has_the_formula_count_and_trains_a_step():
+def test_tiny_model_has_the_formula_count_and_trains_a_step(lm):
+    import torch
+
     torch.manual_seed(0)
     model = lm.build("tiny", context_length=16)
     assert sum(p.numel() for p in model.parameters()) == lm.parameter_count(model.cfg)
