@@ -130,6 +130,24 @@ def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_
     assert any("another-name.sqlite" in f for f in named.frame("findings")["Finding"])
 
 
+def test_ranks_numbered_from_the_file_name_are_not_kept_for_another_name(tmp_path, monkeypatch):
+    """A trace whose rank comes from its file's name ("..._rank3"): a link of another name
+    ("..._rank5") numbers it 5, the file 3, in whichever order they are opened with the cache."""
+    from kview.documents.ranks import of_traces
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    file = tmp_path / "job_rank3.sqlite"
+    shutil.copy(TRACE, file)
+    link = tmp_path / "job_rank5.sqlite"
+    link.symlink_to(file)
+
+    def ranks(p):
+        return of_traces([open_trace(p)], "ranks").frame("ranks")["Rank"].to_list()
+
+    assert ranks(file) == [3] and ranks(link) == [5] and ranks(file) == [3]
+    assert ranks(link) == [5]
+
+
 def test_timeline_rows_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
     """The Timeline's GPU, CUDA API and NVTX rows are kept: a second look reads them (no kernel,
     runtime call or range of the trace loaded) and every row equals a fresh making, array by

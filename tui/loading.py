@@ -500,9 +500,11 @@ def run_timeline(traces: list[Trace]) -> TimelineReady | None:
     from kview.analysis.ranks import make_run
     from kview.analysis.run_clock import run_clock
 
+    if len(traces) < 2:
+        return None
     all_ready(traces, "ranges")
     run = make_run(traces)
-    if len(traces) < 2 or len(run.ranks) < 2 or run.notes:
+    if len(run.ranks) < 2 or run.notes:
         return None
     timelines = [full_timeline(t) for t in traces]  # every row of each, attributed
     names = [t.name for t in traces]

@@ -219,22 +219,31 @@ def owned_ops(trace: Trace) -> pl.DataFrame:
 
 def _units(trace: Trace, index: int) -> pl.DataFrame:
     """(process, device) pairs that ran GPU work in one trace, with their rank and its source."""
+    u = trace_units(trace)
+    return u.select(pl.lit(index, dtype=pl.Int64).alias("trace"), *u.columns).cast(UNIT_SCHEMA)
+
+
+def named_by_file(units: pl.DataFrame) -> bool:
+    """Whether ranks were numbered from the file's name: another name of the same file (a
+    link) numbers them otherwise, so what is made of them is not kept for the file."""
+    return "file name" in units["source"].to_list()
+
+
+@derived(key="ranks.units", version="1", persist=True, keep=lambda u: not named_by_file(u))
+def trace_units(trace: Trace) -> pl.DataFrame:
+    """The units of one trace (UNIT_SCHEMA without its index in a run), kept in the frame cache:
+    a second look does not read every GPU op to find the processes and devices."""
+    schema = pl.Schema({k: v for k, v in UNIT_SCHEMA.items() if k != "trace"})
     ops = owned_ops(trace)
     if ops.height == 0:
-        return pl.DataFrame(schema=UNIT_SCHEMA)
+        return pl.DataFrame(schema=schema)
     u = ops.select("global_pid", "device").unique().sort(["device", "global_pid"], nulls_last=True)
     given, source = _trace_rank(trace)
     if given is not None and (u["global_pid"].drop_nulls().n_unique() <= 1 or source == "file name"):
         ranks = pl.lit(given, dtype=pl.Int64) + pl.int_range(pl.len(), dtype=pl.Int64)
     else:
         ranks, source = pl.int_range(pl.len(), dtype=pl.Int64), "device"
-    return u.select(
-        pl.lit(index, dtype=pl.Int64).alias("trace"),
-        "global_pid",
-        "device",
-        ranks.alias("rank"),
-        pl.lit(source).alias("source"),
-    ).cast(UNIT_SCHEMA)
+    return u.select("global_pid", "device", ranks.alias("rank"), pl.lit(source).alias("source")).cast(schema)
 
 
 def _trace_rank(trace: Trace) -> tuple[int | None, str]:

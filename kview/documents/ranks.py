@@ -10,7 +10,7 @@ from kview.analysis.collectives import collectives_by_rank, straggler_instances,
 from kview.analysis.critical_path import iterations_bound_by
 from kview.analysis.iterations import iteration_stats
 from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
-from kview.analysis.ranks import make_run, rank_table
+from kview.analysis.ranks import make_run, named_by_file, rank_table
 from kview.derived import derived, frames
 from kview.documents import Document, Section
 
@@ -92,27 +92,43 @@ def of_traces(traces: list[Trace], command: str) -> Document:
     *kept, notes, ranks = (_kept_ranks if command == "ranks" else _kept_iterations)(traces[0])
     tables = dict(zip(TITLES[command], kept))
     names = [traces[0].name]
-    return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(ranks["rank"].to_list(), names)])
+    numbers = ranks["rank"].unique().sort().to_list()
+    return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(numbers, names)])
 
 
 def _kept(trace: Trace, command: str) -> tuple[pl.DataFrame, ...]:
-    """The tables of a run of `trace` alone, its notes and its ranks (what the document adds to
-    them names the file, so a name of the same file given another way is not kept in them)."""
+    """The tables of a run of `trace` alone, its notes and its units' ranks and their sources
+    (what the document adds to them names the file, so a name of the same file given another
+    way is not kept in them)."""
     run = make_run([trace])
     return (
         *run_tables(run, command).values(),
         pl.DataFrame({"note": run.notes}, schema={"note": pl.String}),
-        pl.DataFrame({"rank": run.ranks}, schema={"rank": pl.Int64}),
+        run.units.select("rank", "source"),
     )
 
 
-@derived(key="documents.ranks", version="1", persist=True, codec=frames(*TITLES["ranks"], "run_notes", "run_ranks"))
+def _not_named_by_file(kept: tuple[pl.DataFrame, ...]) -> bool:
+    return not named_by_file(kept[-1])
+
+
+@derived(
+    key="documents.ranks",
+    version="2",
+    persist=True,
+    codec=frames(*TITLES["ranks"], "run_notes", "run_ranks"),
+    keep=_not_named_by_file,
+)
 def _kept_ranks(trace: Trace) -> tuple[pl.DataFrame, ...]:
     return _kept(trace, "ranks")
 
 
 @derived(
-    key="documents.iterations", version="1", persist=True, codec=frames(*TITLES["iterations"], "run_notes", "run_ranks")
+    key="documents.iterations",
+    version="2",
+    persist=True,
+    codec=frames(*TITLES["iterations"], "run_notes", "run_ranks"),
+    keep=_not_named_by_file,
 )
 def _kept_iterations(trace: Trace) -> tuple[pl.DataFrame, ...]:
     return _kept(trace, "iterations")
