@@ -70,10 +70,13 @@ def test_corrupt_cache_entry_is_rebuilt_not_trusted(tmp_path, monkeypatch):
 
 def test_reports_and_the_attributed_table_read_back_from_the_cache_equal_fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    from kview.documents.kernels import kernel_groups
+
     fresh, first = open_trace(TRACE, use_cache=False), open_trace(TRACE)
     for build in REPORTS.values():
         build(first)
     assert attribute(first).equals(attribute(fresh))
+    kernel_groups(first)
     again = open_trace(TRACE)
     for name, build in REPORTS.items():
         got, want = build(again), build(fresh)
@@ -81,9 +84,14 @@ def test_reports_and_the_attributed_table_read_back_from_the_cache_equal_fresh(t
         assert got.frame.equals(want.frame) and got.frame.schema == want.frame.schema, name
     table = attribute(again)
     assert table.equals(attribute(fresh)) and table.schema == attribute(fresh).schema
+    # the explorer's grouping keys of the kernels: a row per kernel, a row per kernel name
+    for got, want in zip(kernel_groups(again), kernel_groups(fresh)):
+        assert got.equals(want) and got.schema == want.schema
+    assert kernel_groups(fresh)[1].height == table["Kernel"].n_unique() > 1
     # read back, not recomputed: nothing of the trace itself was loaded for them
     names = again.store.held()
-    assert not again._frames and all(n == "attribution" or n.startswith("report.") for n in names), names
+    kept = ("attribution", "documents.kernel_groups")
+    assert not again._frames and all(n in kept or n.startswith("report.") for n in names), names
 
 
 def _sections(doc):

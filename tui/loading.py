@@ -134,7 +134,7 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.attribution import launched_ops
     from kview.analysis.gpu_time import launch_timeline
-    from kview.documents.kernels import kernels
+    from kview.documents.kernels import kernel_groups, kernels
     from kview.reports import cuda_gpu_kern_sum
 
     yield Stage("kernel summary")
@@ -153,7 +153,7 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield Stage("attributing kernels")
     table = attributed(trace)
     names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
-    shown = table.select("Kernel", "_name")[table["Kernel"].arg_unique()]  # a row per kernel name
+    shown = kernel_groups(trace)[1]  # a row per kernel name
     text = [c for c, t in table.schema.items() if t == pl.String]
     widths = table.select([pl.col(c).str.len_chars().max() for c in text]).row(0, named=True) if table.height else {}
     widths = {c: int(v or 0) for c, v in widths.items()}
@@ -173,20 +173,13 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
 
 def attributed(trace: Trace) -> pl.DataFrame:
     """Every kernel attributed (`attribute`), with the grouping keys Kernels and the Timeline's
-    filter read derived once (`_short`, `_name`, `_range`), so no keystroke pays for them."""
+    filter read (`_short`, `_name`, `_range`: kernel_groups), so no keystroke pays for them."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.attribution import attribute
-    from kview.notation import distinct_short_names, short_names
+    from kview.documents.kernels import kernel_groups
 
     def make() -> pl.DataFrame:
-        table = attribute(trace)
-        return table.with_columns(
-            short_names(table["Kernel"]).alias("_short"),
-            distinct_short_names(table["Kernel"]).alias("_name"),
-            # the innermost range: the text after the last " > " (a split would make a list of
-            # every level of every row first)
-            pl.col("NVTX Path").str.replace(r"(?s)^.* > ", "").alias("_range"),
-        )
+        return attribute(trace).hstack(kernel_groups(trace)[0].get_columns())
 
     return once(trace, "attributed", make)
 

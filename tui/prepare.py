@@ -36,7 +36,7 @@ PREPARE_BYTES = 128 << 20
 # the NVTX, Timeline and phase views', then the documents' (Overview, Efficiency, Launches,
 # Layers, Compare), made of the range tables the worker holds
 BATCHES = {
-    "kernels": ("attribution", "gpu_time.launch_timeline"),
+    "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
     "ranges": ("nvtx_tree", "timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps"),
     "documents": (
         "documents.layers",

@@ -8,7 +8,9 @@ import polars as pl
 
 from kview.analysis.attribution import attribute, shown
 from kview.analysis.cpu_ops import cpu_op_summary, no_gpu_work_note
+from kview.derived import derived, frames
 from kview.documents import Document, Section
+from kview.notation import distinct_short_names, short_names
 
 if TYPE_CHECKING:
     from kview.trace import Trace
@@ -52,3 +54,21 @@ def absolute_start(trace: Trace, start: pl.Series) -> pl.Series:
     if clock is not None and clock[0] == "UTC":
         return (start + clock[1]).alias("Start (UTC, ns)")
     return (start + trace.origin).alias("Start (as recorded, ns)")
+
+
+@derived(key="documents.kernel_groups", version="1", persist=True, codec=frames("columns", "names"))
+def kernel_groups(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the explorer groups and names the attributed kernels by, a row per kernel (`_short`
+    its short name, `_name` the name the Kernels view gives it, `_range` its innermost range:
+    the text after the path's last " > "), and a row per kernel name with its `_name`; kept in
+    the frame cache, so a second look does not derive them again from every kernel's name and
+    path (seconds at a million kernels)."""
+    table = attribute(trace)
+    columns = table.select(
+        short_names(table["Kernel"]).alias("_short"),
+        distinct_short_names(table["Kernel"]).alias("_name"),
+        # a replace, not a split: a split would make a list of every level of every row first
+        pl.col("NVTX Path").str.replace(r"(?s)^.* > ", "").alias("_range"),
+    )
+    names = pl.DataFrame([table["Kernel"], columns["_name"]])[table["Kernel"].arg_unique()]
+    return columns, names
