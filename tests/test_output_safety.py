@@ -22,6 +22,7 @@ import pytest
 from kview.cli import main
 
 from conftest import FIXTURES, SAMPLES
+from in_process import kview_here
 
 LM_FWD = SAMPLES / "lm-small_ctx256_forward_nsys.sqlite"
 NCF = SAMPLES / "ncf_b1048576_train_nsys.sqlite"
@@ -167,15 +168,16 @@ def _kview(args: list[str], **kw) -> subprocess.CompletedProcess:
 def test_dev_stdout_and_dash_are_stdout_and_empty_is_a_usage_error(tmp_path):
     trace = tmp_path / "t.sqlite"
     shutil.copy(LM_FWD, trace)
-    plain = _kview(["kernels", str(trace), "-f", "csv", "--no-cache"], cwd=tmp_path)
+    plain = kview_here("kernels", trace, "-f", "csv", "--no-cache")  # the document, from the test's process
     assert plain.returncode == 0 and plain.stdout
+    document = plain.stdout.encode()
     stdout = tmp_path / "stdout"  # as /dev/stdout is: a link to this process's descriptor 1
     stdout.symlink_to("/proc/self/fd/1")
     names = [str(stdout), "-"] + ([] if AS_ROOT else ["/dev/stdout", "/proc/self/fd/1"])
     for out in names:
         r = _kview(["kernels", str(trace), "-f", "csv", "-o", out, "--force", "--no-cache"], cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        assert r.stdout == plain.stdout, out
+        assert r.stdout == document, out
     # stdout redirected to a file: the link writes into that file, and stays a link
     target = tmp_path / "redirected.csv"
     for out in names[:1] + names[2:3]:
@@ -186,7 +188,7 @@ def test_dev_stdout_and_dash_are_stdout_and_empty_is_a_usage_error(tmp_path):
                 stderr=subprocess.PIPE,
             )
         assert r.returncode == 0, r.stderr
-        assert target.read_bytes() == plain.stdout and Path(out).is_symlink()
+        assert target.read_bytes() == document and Path(out).is_symlink()
     assert not (tmp_path / "-").exists()
-    r = _kview(["kernels", str(trace), "-o", "", "--no-cache"], cwd=tmp_path)
-    assert r.returncode == 2 and r.stdout == b"" and len(r.stderr.splitlines()) == 1, r.stderr
+    r = kview_here("kernels", trace, "-o", "", "--no-cache")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
