@@ -140,7 +140,8 @@ NAME_HEAD = 40  # what a cut kernel name keeps of its start, room permitting
 def short_names(names: pl.Series) -> pl.Series:
     """`void at::native::vectorized_elementwise_kernel<(int)4, ...>(int, T2, T3)` ->
     `at::native::vectorized_elementwise_kernel<…>`: template arguments and parameter lists
-    elided. Computed once per distinct name."""
+    elided. Computed once per distinct name. Kept in the frame cache by `timeline.gpu` and
+    `documents.kernel_groups`: a change of these rules changes their versions too."""
     import polars as pl
 
     uniq = names.unique().drop_nulls()
@@ -292,7 +293,8 @@ def distinct_short_names(names: pl.Series, keep: int = 3) -> pl.Series:
     (`at::native::vectorized_elementwise_kernel<…>` for a dozen functors), each keeps the
     identifiers of its template arguments that the others lack, functors and kernels first, up
     to `keep` of them: `…vectorized_elementwise_kernel<…BinaryFunctor, MulFunctor…>`. Names
-    that still read the same are numbered. Computed once per distinct name."""
+    that still read the same are numbered. Computed once per distinct name. Kept in the frame
+    cache by `documents.kernel_groups`: a change of these rules changes its version too."""
     import polars as pl
 
     uniq = names.unique().drop_nulls().sort()

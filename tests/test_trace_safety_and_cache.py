@@ -136,6 +136,7 @@ def test_overview_efficiency_launches_and_layers_read_back_from_the_cache_equal_
     assert dict(named.frame("trace").rows())["Trace"] == "another-name.sqlite"
     assert named.frame("findings").equals(overview(open_trace(link, use_cache=False)).frame("findings"))
     assert any("another-name.sqlite" in f for f in named.frame("findings")["Finding"])
+    assert of_traces([open_trace(link)], "ranks").frame("ranks")["Trace"].to_list() == ["another-name.sqlite"]
 
 
 def test_ranks_numbered_from_the_file_name_are_not_kept_for_another_name(tmp_path, monkeypatch):

@@ -106,7 +106,7 @@ def _worker(trace: Trace, use_cache: bool) -> Worker | None:
 STAGES = {
     "kernels": "attributing kernels (in a worker process)",
     "ranges": "nesting NVTX ranges (in a worker process)",
-    "documents": "making the Overview, Efficiency, Launches, Layers and Compare tables (in a worker process)",
+    "documents": "making the Overview, Efficiency, Launches, Layers, Compare and Ranks tables (in a worker process)",
 }
 
 

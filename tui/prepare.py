@@ -34,7 +34,7 @@ PREPARE_BYTES = 128 << 20
 # the derived tables the worker makes, by key, in batches, each read back as soon as it is
 # written: the Kernels view's (the attribution first: the rest reuse its nesting and labels),
 # the NVTX, Timeline and phase views', then the documents' (Overview, Efficiency, Launches,
-# Layers, Compare), made of the range tables the worker holds
+# Layers, Compare, Ranks), made of the range tables the worker holds
 BATCHES = {
     "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
     "ranges": ("nvtx_tree", "timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps"),
@@ -78,7 +78,7 @@ class Worker:
     """The worker process making a large trace's tables in batches (BATCHES), saying on a pipe
     when each is written, so each view waits only for the batch it shows: the Kernels view for
     the attribution, the NVTX and Timeline views for the range tables, the Overview,
-    Efficiency, Launches, Layers and Compare views for the documents'. The explorer's own
+    Efficiency, Launches, Layers, Compare and Ranks views for the documents'. The explorer's own
     process never makes them: their transients (every range's label and nesting, the critical
     path of every step, every runtime call joined to its ops) end with the worker."""
 

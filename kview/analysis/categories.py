@@ -173,7 +173,8 @@ def _rule_expr(key: pl.Expr) -> pl.Expr:
 
 def name_categories(names: pl.Series) -> pl.DataFrame:
     """Kernel name -> (`name_category`, `tc`) once per distinct name; `name_category` is null
-    when no rule matches (the caller may still place the kernel by its op)."""
+    when no rule matches (the caller may still place the kernel by its op). Kept in the frame
+    cache by `attribution` and `timeline.gpu`: a change of these rules changes their versions."""
     uniq = names.drop_nulls().unique()
     key = _keys(uniq)
     full = uniq.str.to_lowercase()

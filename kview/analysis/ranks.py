@@ -179,6 +179,13 @@ def make_run(traces: list[Trace]) -> Run:
     return Run(traces, units, notes)
 
 
+@derived
+def lone_run(trace: Trace) -> Run:
+    """The run of `trace` alone, made once for the trace: its Ranks and Iterations tables share
+    its store (the steps, the ops by rank), as they did when one caller made both."""
+    return make_run([trace])
+
+
 def numbered(units: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """The run's units (of every trace, UNIT_SCHEMA and any other columns) by rank, each with its
     final number, and the note saying why the numbers are not the traces' own, if they are not."""

@@ -385,6 +385,8 @@ def _thread_titles(trace: Trace, tids: list[int]) -> dict[int, str]:
 
 
 def _api_class(names: pl.Series) -> pl.Series:
+    """Each CUDA API name's kind (API_CLASSES' index); kept by `timeline.api` (change its version
+    with these rules)."""
     lo = names.str.to_lowercase()
     return pl.select(
         pl.when(

@@ -10,7 +10,7 @@ from kview.analysis.collectives import collectives_by_rank, straggler_instances,
 from kview.analysis.critical_path import iterations_bound_by
 from kview.analysis.iterations import iteration_stats
 from kview.analysis.rank_summary import BAR_TITLE, rank_summary, with_time_bar
-from kview.analysis.ranks import make_run, named_by_file, rank_table
+from kview.analysis.ranks import lone_run, make_run, named_by_file, rank_table
 from kview.derived import derived, frames
 from kview.documents import Document, Section
 
@@ -92,6 +92,8 @@ def of_traces(traces: list[Trace], command: str) -> Document:
     *kept, notes, ranks = (_kept_ranks if command == "ranks" else _kept_iterations)(traces[0])
     tables = dict(zip(TITLES[command], kept))
     names = [traces[0].name]
+    if "Trace" in tables.get("ranks", pl.DataFrame()).columns:  # the name it is opened under (a link's)
+        tables["ranks"] = tables["ranks"].with_columns(pl.lit(names[0], dtype=pl.String).alias("Trace"))
     numbers = ranks["rank"].unique().sort().to_list()
     return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(numbers, names)])
 
@@ -99,8 +101,8 @@ def of_traces(traces: list[Trace], command: str) -> Document:
 def _kept(trace: Trace, command: str) -> tuple[pl.DataFrame, ...]:
     """The tables of a run of `trace` alone, its notes and its units' ranks and their sources
     (what the document adds to them names the file, so a name of the same file given another
-    way is not kept in them)."""
-    run = make_run([trace])
+    way is not kept in them: the ranks table's Trace is set when it is read)."""
+    run = lone_run(trace)
     return (
         *run_tables(run, command).values(),
         pl.DataFrame({"note": run.notes}, schema={"note": pl.String}),

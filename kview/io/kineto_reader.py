@@ -1078,7 +1078,11 @@ class FastEvents:
                     try:
                         got = decs[last].decode(piece)
                         break
-                    except (msgspec.ValidationError, RecursionError, ValueError):  # JSON, but an event it cannot type
+                    except msgspec.ValidationError:  # JSON, but an event it cannot type
+                        pass
+                    except msgspec.DecodeError:  # (a ValueError too) not JSON: the next decoder fails alike
+                        raise
+                    except (RecursionError, ValueError):
                         pass
             except msgspec.DecodeError:  # not JSON msgspec reads (or not cut between events)
                 break
