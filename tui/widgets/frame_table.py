@@ -141,10 +141,11 @@ class FrameTable(ScrollView, can_focus=True):
         if not f.width:
             return f
         scale = UNITS[self.unit]
+        schema = f.schema
         return f.select(
             [
                 (pl.col(c) / scale).round(3).alias(self.header(c))
-                if is_duration(c) and scale > 1 and f.schema[c].is_numeric()
+                if is_duration(c) and scale > 1 and schema[c].is_numeric()
                 else pl.col(c)
                 for c in self.columns
             ]
@@ -177,8 +178,9 @@ class FrameTable(ScrollView, can_focus=True):
         self.natural = {}
         if f.height == 0:
             return
-        nums = [c for c in f.columns if f.schema[c].is_numeric() and c not in self.hidden]
-        texts = [c for c in f.columns if not f.schema[c].is_numeric() and c not in self.hidden]
+        schema = f.schema  # made anew on every access: once, not once per column
+        nums = [c for c in f.columns if schema[c].is_numeric() and c not in self.hidden]
+        texts = [c for c in f.columns if not schema[c].is_numeric() and c not in self.hidden]
         big = f.height > EXACT_ROWS
         measured = [c for c in texts if not (big and c in self.width_hints)]
         ends = f.select(
@@ -211,7 +213,8 @@ class FrameTable(ScrollView, can_focus=True):
         a width."""
         self.fitted_for = self.room()
         cols = self.columns
-        numeric = [self.frame.schema[c].is_numeric() for c in cols]
+        schema = self.frame.schema  # made anew on every access: once, not once per column
+        numeric = [schema[c].is_numeric() for c in cols]
         values = [self.natural.get(c, 1) for c in cols]
         headers = [self.header(c) for c in cols]
         self.widths = []
