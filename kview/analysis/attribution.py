@@ -188,16 +188,24 @@ class _OpTexts:
         return pl.concat(made) if made else op_fields(_NO_OPS)
 
 
+# the trace's tables gpu_ops joins, by the logical table each is read as
+GPU_OP_TABLES = {
+    "kernels": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+}
+
+
 @derived
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
     cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
     parts = []
-    if trace.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+    if trace.has(GPU_OP_TABLES["kernels"]):
         k = trace.columns("kernels", cols + ["name_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
         k = trace.with_strings(k, "name_id", "Kernel").drop("name_id")
         parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
-    if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+    if trace.has(GPU_OP_TABLES["memcpy"]):
         labels = trace.memcpy_kind_labels
         lab = pl.DataFrame(
             {"copy_kind": list(labels), "label": list(labels.values())},
@@ -210,7 +218,7 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
                 pl.lit("memcpy").alias("kind"),
             ).drop("copy_kind", "label")
         )
-    if trace.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+    if trace.has(GPU_OP_TABLES["memset"]):
         s = trace.columns("memset", cols + ["bytes"])
         parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
     if not parts:
@@ -226,9 +234,7 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
 
 def _has_gpu_ops(trace: Trace) -> bool:
     """Whether gpu_ops has rows (read: the start column of each table it joins)."""
-    tables = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_MEMCPY": "memcpy"}
-    tables["CUPTI_ACTIVITY_KIND_MEMSET"] = "memset"
-    return any(trace.has(t) and trace.columns(k, ["start"]).height > 0 for t, k in tables.items())
+    return any(trace.has(t) and trace.columns(k, ["start"]).height > 0 for k, t in GPU_OP_TABLES.items())
 
 
 @derived
@@ -674,6 +680,7 @@ class _Named(NamedTuple):
     """What attribution takes from the ranges' names (`_range_names`)."""
 
     have: bool  # the trace has labelled ranges
+    release: bool  # the ranges go once attribution has what it needs of them
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts
@@ -695,15 +702,14 @@ def _range_names(trace: Trace) -> _Named:
     if release:
         labels = labels.drop("name", "label")
         trace.store.drop(nv.labelled_ranges, nv.labels)
-    return _Named(have_nvtx, paths, labels, texts)
+    return _Named(have_nvtx, release, paths, labels, texts)
 
 
 def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame, named: _Named) -> pl.DataFrame:
     """What attribution adds to each of `ids` (call_id) from its CPU call in `calls` (call_id,
     global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
     path_ and the integer keys behind them, in the order of `ids`."""
-    have_nvtx, paths, labels, texts = named
-    release = have_nvtx and trace.ranges_only_for_attribution
+    have_nvtx, release, paths, labels, texts = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
         kinds = _Kinds(trace, labels)

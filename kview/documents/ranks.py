@@ -94,8 +94,7 @@ def of_traces(traces: list[Trace], command: str) -> Document:
     names = [traces[0].name]
     if "Trace" in tables.get("ranks", pl.DataFrame()).columns:  # the name it is opened under (a link's)
         tables["ranks"] = tables["ranks"].with_columns(pl.lit(names[0], dtype=pl.String).alias("Trace"))
-    numbers = ranks["rank"].unique().sort().to_list()
-    return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(numbers, names)])
+    return run_document(command, tables, names, [*notes["note"].to_list(), *no_ranks(ranks["rank"].to_list(), names)])
 
 
 def _kept(trace: Trace, command: str) -> tuple[pl.DataFrame, ...]:
