@@ -185,3 +185,27 @@ def test_a_paths_windows_merge_as_merge_intervals_merges_them():
     for w in cases:
         want = merge_intervals(w, ["path_id"]).sort(["path_id", "start"]).select(list(nt.WINDOWS)).cast(nt.WINDOWS)
         assert nt._merge(w).equals(want)
+
+
+def test_the_trees_order_lists_each_parents_children_most_gpu_time_first():
+    """`children_order`, the order the explorer's NVTX tree lists paths in, equals a sort of
+    each parent's children done apart (most GPU time first, ties in path order), and lists
+    every path once."""
+    from kview.analysis.nvtx_tree import children_order
+
+    t = open_trace(LM, use_cache=False)
+    pt = path_table(t)
+    got = children_order(t)
+    rows = pt.rows(named=True)
+    by_parent: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_parent.setdefault(-1 if r["parent_id"] is None else r["parent_id"], []).append(i)
+    want = [
+        i
+        for parent in sorted(by_parent)
+        for i in sorted(by_parent[parent], key=lambda i: (-rows[i]["GPU (ns)"], rows[i]["path_id"]))
+    ]
+    assert got["row"].to_list() == want and len(want) == pt.height > 50
+    assert got["parent_id"].to_list() == [-1 if rows[i]["parent_id"] is None else rows[i]["parent_id"] for i in want]
+    # the ties are real: children of one parent with equal GPU time, kept in path order
+    assert pt.group_by("parent_id", "GPU (ns)").len()["len"].max() > 1

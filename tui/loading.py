@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import polars as pl
 from textual.message import Message
 
-from kview.derived import KeyedLocks
+from kview.derived import KeyedLocks, derived, frames
 from kview.errors import TraceError
 from kview.tui.messages import (
     AttributedKernels,
@@ -152,13 +152,12 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield from ready(trace, use_cache, "kernels")
     yield Stage("attributing kernels")
     table = attributed(trace)
-    names = tuple(sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES])
     shown = kernel_groups(trace)[1]  # a row per kernel name
-    text = [c for c, t in table.schema.items() if t == pl.String]
-    widths = table.select([pl.col(c).str.len_chars().max() for c in text]).row(0, named=True) if table.height else {}
-    widths = {c: int(v or 0) for c, v in widths.items()}
+    widths_row, words = kernel_words(trace)
+    names = tuple(words.filter(pl.col("field") == "")["word"].to_list())
+    widths = {c: int(v or 0) for c, v in widths_row.row(0, named=True).items()} if widths_row.height else {}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
-    yield AttributedKernels(table, names, names + field_words(table), shown, widths, kernels(trace, table=table))
+    yield AttributedKernels(table, names, tuple(words["word"].to_list()), shown, widths, kernels(trace, table=table))
 
     # each op's launch time (NVTX tree, phases, Compare) is kept; the launches joined to the
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
@@ -239,12 +238,14 @@ def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     launch time (so a range opens Kernels on exactly the ops its GPU time counts)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.nvtx_tree import path_windows
+    from kview.analysis.nvtx_tree import children_order, path_windows
     from kview.documents.nvtx import nvtx
 
     yield from ready(trace, use_cache, "ranges")
     yield Stage("NVTX tree")
-    yield NvtxTree(trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"))
+    yield NvtxTree(
+        trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"), children_order(trace)
+    )
 
 
 def layers_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -362,16 +363,34 @@ def efficiency_caption(gpus: pl.DataFrame) -> str:
 def field_words(table: pl.DataFrame) -> tuple[str, ...]:
     """`field:value` for the values the filter line completes (a value with spaces quoted)."""
     words: list[str] = []
-    for field, col in (
-        ("dir", "Direction"),
-        ("cat", "Category"),
-        ("layer", "Layer"),
-        ("op", "Op"),
-        ("range", "_range"),
-    ):
+    for field, col in FIELDS:
         values = table[col].unique().drop_nulls().sort().head(SUGGESTED_NAMES).to_list()
         words += [f'{field}:"{v}"' if " " in v else f"{field}:{v}" for v in values if v and v != "-"]
     return tuple(words)
+
+
+# the filter line's fields whose values it completes, and the attributed table's column of each
+FIELDS = (("dir", "Direction"), ("cat", "Category"), ("layer", "Layer"), ("op", "Op"), ("range", "_range"))
+
+
+@derived(key="explorer.kernel_words", version="1", persist=True, codec=frames("widths", "words"))
+def kernel_words(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the Kernels view's filter line completes and its columns' widths, of every
+    attributed kernel (`attributed`): (the widest text of each text column, one row; the
+    words: the kernel names first, field "", then `field:value` of each field). Kept in the
+    frame cache: a second look does not scan every kernel's texts again."""
+    table = attributed(trace)
+    text = [c for c, t in table.schema.items() if t == pl.String]
+    widths = table.select([pl.col(c).str.len_chars().max().cast(pl.Int64) for c in text])
+    names = sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES]
+    words = pl.DataFrame(
+        {"field": [""] * len(names), "word": names}, schema={"field": pl.String, "word": pl.String}
+    ).vstack(
+        pl.DataFrame(
+            {"field": "filter", "word": list(field_words(table))}, schema={"field": pl.String, "word": pl.String}
+        )
+    )
+    return widths, words
 
 
 BY = ("range", "layer", "category", "kernel")

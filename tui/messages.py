@@ -102,13 +102,15 @@ class NvtxTree(ViewMessage):
     """The document of `kview nvtx` (kview.documents.nvtx): GPU and CPU time per NVTX path
     (`path_table`), empty when the trace has no ranges. With the merged windows of each path
     (`path_windows`) and the launch time of every op (`launch_timeline`), so a range opens
-    Kernels on exactly the ops its GPU time counts."""
+    Kernels on exactly the ops its GPU time counts; and the order the tree lists the paths in
+    (`children_order`)."""
 
     view: ClassVar[str] = "nvtx"
     trace_name: str
     document: Document
     windows: pl.DataFrame
     timeline: pl.DataFrame
+    children: pl.DataFrame
 
     @property
     def paths(self) -> pl.DataFrame:

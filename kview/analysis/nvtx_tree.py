@@ -106,6 +106,25 @@ def path_table(trace: Trace) -> pl.DataFrame:
     return paths_and_windows(trace)[0]
 
 
+@derived(key="nvtx_tree.children", version="1", persist=True)
+def children_order(trace: Trace) -> pl.DataFrame:
+    """The rows of `path_table` as the tree lists them: by parent (the top level first), a
+    parent's children most GPU time first, ties in path order (`row`: the row of path_table,
+    `parent_id`: its parent, -1 at the top). A node's children are one slice of it (two
+    binary searches), so showing a level of a million-path tree sorts nothing; kept in the frame
+    cache beside the tree."""
+    return (
+        path_table(trace)
+        .select(
+            pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"),
+            pl.col("parent_id").fill_null(-1),
+            "GPU (ns)",
+        )
+        .sort(["parent_id", "GPU (ns)", "row"], descending=[False, True, False])
+        .drop("GPU (ns)")
+    )
+
+
 def path_windows(trace: Trace) -> pl.DataFrame:
     """The merged windows of each path's instances (path_id, start, end), sorted by path and
     start: what a path's GPU time counts."""

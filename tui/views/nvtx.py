@@ -47,13 +47,12 @@ class NvtxView(View):
             self.show(Static("This trace has no NVTX ranges."))
             return
         self.total_gpu = max(int(paths.filter(pl.col("Depth") == 0)["GPU (ns)"].sum()), 1)
-        # every path's children together, most GPU time first: the rows of a node are one slice
-        # of this frame (a million paths are one sort, not a frame per parent; rows are named
-        # and drawn only when their parent is expanded)
-        self.by_parent = paths.sort("GPU (ns)", descending=True).sort(
-            "parent_id", nulls_last=False, maintain_order=True
-        )
-        self.parents = self.by_parent["parent_id"].fill_null(-1).to_numpy()
+        # every path's children together, most GPU time first (made with the document, not
+        # here on the UI thread): a node's rows are one slice of it, named and drawn only when
+        # their parent is expanded
+        self.tree_paths = paths
+        self.rows = m.children["row"].to_numpy()
+        self.parents = m.children["parent_id"].to_numpy()
         self.range_tree: Tree[dict] = Tree(
             f"{m.trace_name}  (GPU time · CPU time · instances · GPU ops)", id="nvtx-tree"
         )
@@ -81,7 +80,7 @@ class NvtxView(View):
         return t
 
     def _kids(self, parent_id: int | None) -> tuple[int, int]:
-        """The rows [lo, hi) of `by_parent` whose parent is `parent_id`."""
+        """The slice [lo, hi) of `rows` whose parent is `parent_id`."""
         key = -1 if parent_id is None else parent_id
         return (
             int(np.searchsorted(self.parents, key, side="left")),
@@ -95,7 +94,7 @@ class NvtxView(View):
         if lo == hi:
             return
         # share of all ranges' GPU time
-        kids = self.by_parent.slice(lo, hi - lo).with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
+        kids = self.tree_paths[self.rows[lo:hi]].with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
         ids = kids["path_id"].to_numpy()
         has_kids = np.searchsorted(self.parents, ids, side="right") > np.searchsorted(self.parents, ids, side="left")
         for r, more in zip(kids.iter_rows(named=True), has_kids.tolist()):
