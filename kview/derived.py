@@ -55,16 +55,20 @@ class Codec:
     parts: tuple[str, ...]
     encode: Callable[[Any], tuple[pl.DataFrame, ...]]
     decode: Callable[[tuple[pl.DataFrame, ...]], Any]
+    # each frame kept as one piece, read back in one chunk: for tables turned into NumPy arrays,
+    # which a frame read in pieces would copy whole (the file's pieces cost nothing more to write
+    # at a time; one piece holds a frame's encoded columns until it is written)
+    whole: bool = False
 
 
 FRAME = Codec("frame", ("",), lambda v: (v,), lambda f: f[0])
 
 
-def frames(*parts: str) -> Codec:
-    """A tuple of frames, one part each."""
+def frames(*parts: str, whole: bool = False) -> Codec:
+    """A tuple of frames, one part each (`whole`: see Codec)."""
     if len(set(parts)) != len(parts):  # each part is a file of its own: one name twice is one file
         raise ValueError(f"parts named twice: {parts}")
-    return Codec("frames:" + ",".join(parts), parts, tuple, tuple)
+    return Codec("frames:" + ",".join(parts), parts, tuple, tuple, whole)
 
 
 def _int_row(value: dict[str, int]) -> tuple[pl.DataFrame]:

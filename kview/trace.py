@@ -211,7 +211,8 @@ class FrameCacheTier:
         return None if found is None else tuple(found[k] for k in keys)
 
     def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None:
-        cache.store_all(self.path, dict(zip(table.cache_keys(), frames)), table.digest)
+        whole = table.codec is not None and table.codec.whole
+        cache.store_all(self.path, dict(zip(table.cache_keys(), frames)), table.digest, whole)
 
 
 class JsonTrace(Trace):

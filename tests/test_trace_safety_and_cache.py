@@ -213,3 +213,26 @@ def test_cache_has_every_key_once_stored(tmp_path):
     assert cache.has(trace, ["kernels.start"])
     assert not cache.has(trace, ["kernels.start", "kernels.end"])
     assert cache.load(trace, "kernels.start").equals(frame)
+
+
+def test_a_frame_kept_whole_reads_back_in_one_chunk_and_equal(tmp_path, monkeypatch):
+    """A table whose codec keeps its frames whole (the Timeline's rows, turned into NumPy
+    arrays on a reopen) is written as one row group and reads back in one chunk, equal; the
+    same frame kept in pieces reads back in several (a NumPy copy of each column)."""
+    import polars as pl
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    trace = tmp_path / "t.sqlite"
+    shutil.copy(TRACE, trace)
+    n = 1_200_000  # above the writer's pieces (polars: 512 x 512 rows a row group)
+    frame = pl.DataFrame({"start": pl.int_range(n, eager=True), "code": pl.int_range(n, eager=True) % 7})
+    cache.store(trace, "timeline.whole", frame, whole=True)
+    cache.store(trace, "timeline.pieces", frame)
+    whole, pieces = cache.load(trace, "timeline.whole"), cache.load(trace, "timeline.pieces")
+    assert whole.equals(frame) and pieces.equals(frame)
+    assert whole["start"].n_chunks() == 1 < pieces["start"].n_chunks()
+    from kview.analysis import timeline
+
+    assert all(
+        f.__table__.codec.whole for f in (timeline.gpu_row_table, timeline.api_row_table, timeline.nvtx_row_table)
+    )

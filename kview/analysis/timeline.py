@@ -263,7 +263,7 @@ GPU_OPS = pl.Schema({"start": pl.Int64, "end": pl.Int64, "code": pl.Int32, "cls"
 ROW_SPANS = pl.Schema({"label": pl.String, "group": pl.String, "lo": pl.Int64, "hi": pl.Int64, "pid": pl.Int64})
 
 
-@derived(key="timeline.gpu", version="1", persist=True, codec=frames("ops", "rows", "names", "classes"))
+@derived(key="timeline.gpu", version="1", persist=True, codec=frames("ops", "rows", "names", "classes", whole=True))
 def gpu_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The GPU rows of the timeline as integers, kept in the frame cache (a reopen reads them
     back instead of reading, naming and sorting every GPU op again): every op in row order
@@ -440,7 +440,7 @@ def cpu_rows(trace: Trace, n_categories: int) -> tuple[list[Row], dict[str, list
 API_CALLS = pl.Schema({"tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "code": pl.Int32, "kind": pl.Int8})
 
 
-@derived(key="timeline.api", version="1", persist=True, codec=frames("calls", "names"))
+@derived(key="timeline.api", version="1", persist=True, codec=frames("calls", "names", whole=True))
 def api_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The CUDA API rows of the timeline as integers, kept in the frame cache: every runtime
     call by thread, then start (the longer first where two start together), its name's code
@@ -498,7 +498,7 @@ NVTX_ROWS = pl.Schema(
 )
 
 
-@derived(key="timeline.nvtx", version="1", persist=True, codec=frames("rows", "names"))
+@derived(key="timeline.nvtx", version="1", persist=True, codec=frames("rows", "names", whole=True))
 def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The NVTX rows of the timeline as integers, kept in the frame cache (a reopen reads them
     back without the ranges' labels): one row per range, run by run of (thread, depth) in the

@@ -323,8 +323,9 @@ def _sweep_temporaries(d: Path) -> None:
             continue
 
 
-def store(trace_path: Path, key: str, frame: pl.DataFrame, version: str = "") -> None:
-    """Cache `frame` as `key` of this trace; any failure only turns the cache off (one warning)."""
+def store(trace_path: Path, key: str, frame: pl.DataFrame, version: str = "", whole: bool = False) -> None:
+    """Cache `frame` as `key` of this trace (`whole`: in one row group, so it reads back in one
+    chunk); any failure only turns the cache off (one warning)."""
     found = _entry(trace_path)
     if found is None:
         return
@@ -341,6 +342,7 @@ def store(trace_path: Path, key: str, frame: pl.DataFrame, version: str = "") ->
                 tmp,
                 compression="lz4",
                 statistics=False,
+                row_group_size=max(frame.height, 1) if whole else None,
                 metadata={META_FINGERPRINT: digest, META_KEY: key, **({META_VERSION: version} if version else {})},
             )
             _append_checksum(tmp)
@@ -384,6 +386,6 @@ def load_all(trace_path: Path, keys: list[str] | tuple[str, ...], version: str =
     return frames
 
 
-def store_all(trace_path: Path, frames: dict[str, pl.DataFrame], version: str = "") -> None:
+def store_all(trace_path: Path, frames: dict[str, pl.DataFrame], version: str = "", whole: bool = False) -> None:
     for k, f in frames.items():
-        store(trace_path, k, f, version)
+        store(trace_path, k, f, version, whole)
