@@ -601,8 +601,10 @@ def cmd_overview(args) -> int:
         args.format, "the overview's tables", "use -f json (one object keyed by table), md or table"
     )
     trace = _open(args, args.trace)
-    # nothing else asks for the ranges in this process: let them go once the Overview made its tables of them
+    # nothing else asks for the ranges in this process: let them go once the Overview made its tables of them,
+    # their names during attribution (the Overview makes what else it asks of them first)
     trace.one_command = True
+    trace.ranges_only_for_attribution = True
     return _show(args, overview(trace))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import polars as pl
+import pytest
 
 from kview.analysis.nvtx_tree import path_table
 from kview.analysis.overview import build
@@ -64,6 +65,32 @@ def test_overview_that_lets_the_ranges_go_is_the_same_and_never_makes_them_again
     assert len(calls) == 1 and {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_nesting"} <= set(calls[0])
     assert not trace.store.held() & {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges"}
     assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)
+    for name in ("busy", "gaps", "categories", "phases", "top_kernels", "cpu_ops", "ranks", "critical_path"):
+        assert getattr(let_go, name).equals(getattr(kept, name)), name
+
+
+@pytest.mark.parametrize("pack_bytes", [0, None], ids=["packed", "kept"])
+def test_overview_whose_attribution_lets_the_names_go_is_the_same_and_reads_the_ranges_once(monkeypatch, pack_bytes):
+    """`kview overview` lets attribution drop the ranges' names as `kview kernels` does
+    (`Trace.ranges_only_for_attribution`): the counts, phases and steps it asks of the ranges
+    are made first, so the Overview is the same, the NVTX rows are read once, and neither the
+    ranges, their names nor the nesting are held after."""
+    from kview.analysis import attribution
+
+    if pack_bytes is not None:  # the sample's text is small: packed as a large trace's is
+        monkeypatch.setattr(attribution._OpTexts, "PACK_BYTES", pack_bytes)
+    kept = build(open_trace(LM, use_cache=False))
+    trace = open_trace(LM, use_cache=False)
+    trace.one_command = trace.ranges_only_for_attribution = True
+    read = trace.source.nvtx_events
+    reads = []
+    monkeypatch.setattr(trace.source, "nvtx_events", lambda: reads.append(1) or read())
+    let_go = build(trace)
+    assert len(reads) == 1
+    ranges = {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges", "nvtx_ranges.projection_nesting"}
+    assert not trace.store.held() & ranges
+    assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)
+    assert let_go.phases.height == 3 and let_go.critical_path.height > 0
     for name in ("busy", "gaps", "categories", "phases", "top_kernels", "cpu_ops", "ranks", "critical_path"):
         assert getattr(let_go, name).equals(getattr(kept, name)), name
 

@@ -232,9 +232,15 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
     return ops.with_row_index("Idx", offset=1).with_columns(pl.col("Idx").cast(pl.Int64))
 
 
+def gpu_op_count(trace: Trace) -> int:
+    """gpu_ops' rows, counted without making it (read: the start column of each table it joins):
+    what a command asks before attribution reads the GPU ops."""
+    return sum(trace.columns(k, ["start"]).height for k, t in GPU_OP_TABLES.items() if trace.has(t))
+
+
 def _has_gpu_ops(trace: Trace) -> bool:
-    """Whether gpu_ops has rows (read: the start column of each table it joins)."""
-    return any(trace.has(t) and trace.columns(k, ["start"]).height > 0 for k, t in GPU_OP_TABLES.items())
+    """Whether gpu_ops has rows."""
+    return gpu_op_count(trace) > 0
 
 
 @derived

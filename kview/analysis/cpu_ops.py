@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import gpu_ops
+from kview.analysis.attribution import gpu_op_count
 from kview.derived import INT_ROW, derived
 from kview.trace import Trace
 
@@ -61,7 +61,8 @@ def cpu_op_summary(trace: Trace) -> pl.DataFrame:
 def holdings(trace: Trace) -> dict[str, int]:
     """How many CPU ops, user ranges, API calls and GPU ops the trace holds."""
 
-    out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_ops(trace).height}
+    # counted, not made: the Overview asks before attribution reads the GPU ops
+    out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_op_count(trace)}
     if trace.has("NVTX_EVENTS"):
         # counted per name code, then summed over the codes that are op markers: a join of five
         # million ranges with five million labels cost seconds, a bincount milliseconds

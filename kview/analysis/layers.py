@@ -230,9 +230,11 @@ def user_range_tree(trace: Trace) -> pl.DataFrame:
     schema = {"id": pl.Int64, "start": pl.Int64, "end": pl.Int64, "global_tid": pl.Int64, "label": pl.String}
     if not trace.has("NVTX_EVENTS"):
         return nv.nest(pl.DataFrame(schema=schema))
-    users = (
-        nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library") & ~pl.col("module")).select("name_code", "label")
-    )
+    # the labels' text copied (a string of its own, not a view): a view keeps the buffers of
+    # every range's name alive (0.6 GB on a dense trace) after the names go (`kview overview`
+    # lets them go during attribution, and keeps this tree, the phases and the steps made of it)
+    users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library") & ~pl.col("module"))
+    users = users.select("name_code", pl.concat_str(pl.col("label"), pl.lit("")).alias("label"))
     r = (
         nv.projection_ranges(trace)
         .filter(pl.col("style") == "PushPop")
@@ -307,9 +309,9 @@ def phase_table(trace: Trace, ops: pl.Series | None = None) -> pl.DataFrame:
         return pl.DataFrame(schema=PHASE_SCHEMA)
     # the phase instances only: a range of a phase's name nested inside another phase (the
     # DistributedDataParallel call of every step, where one more after the last step is a phase
-    # of its own) is that phase's work, and counting it again put phases over 100%
-    ids = phase_instances(trace)["id"].implode()
-    t = range_times(trace, nv.user_ranges(trace).filter(pl.col("id").is_in(ids)), ops)
+    # of its own) is that phase's work, and counting it again put phases over 100%. Their rows
+    # as they are, not the ranges again: the Overview asks after attribution let the ranges go
+    t = range_times(trace, phase_instances(trace), ops)
     tl = launch_timeline(trace)
     if ops is not None:
         tl = tl.filter(pl.col("Idx").is_in(ops.implode()))

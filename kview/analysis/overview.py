@@ -17,7 +17,7 @@ from kview.analysis.critical_path import step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, idle_totals
-from kview.analysis.layers import phase_table, phase_times
+from kview.analysis.layers import phase_labels, phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
 from kview.analysis.sanity import impossible, warning
@@ -97,7 +97,10 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     """The Overview of `trace`, made. A trace opened for one command (`Trace.one_command`:
     `kview overview`) lets the NVTX ranges, their names and nesting go once every table the
     Overview makes of them is made (the attribution, holdings, phases, steps), a gigabyte at a
-    million kernels, rather than holding them through the rest."""
+    million kernels, rather than holding them through the rest. Where attribution lets them go
+    itself (`Trace.ranges_only_for_attribution`), those tables are made first."""
+    if trace.ranges_only_for_attribution:
+        range_tables(trace)
     a = attribute(trace)
     # GPU work that ends before it starts or lies outside the session would show as negative
     # busy time or a span past the trace: left out of every figure here, and said so
@@ -297,6 +300,16 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
     return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks, steps)
+
+
+def range_tables(trace: Trace) -> None:
+    """What the Overview asks of the NVTX ranges besides the attribution (its counts, the phase
+    instances, the steps), made so that attribution can let the ranges and their names go
+    (`Trace.ranges_only_for_attribution`) without anything asking for them again after: their
+    read and labelling again would cost seconds and a gigabyte at a million kernels."""
+    holdings(trace)
+    phase_labels(trace)  # and the phase instances it is made of (phase_table reads both)
+    step_instances(trace)  # what critical_path_section and rank_section ask of the ranges
 
 
 def launch_findings(trace: Trace) -> list[str]:
