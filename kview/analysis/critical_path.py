@@ -95,8 +95,10 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     (gpu, cpu, launch ns), `on_path` marking the ops on its step's critical path; and per step
     its end node and the CPU time after it (tail)."""
     w = _windows(trace)
+    # the columns the walk reads only: each sort and join below copies every column it carries
     lt = (
         launches(trace)
+        .select("Idx", "Kernel", "Op", "device", "stream", "start", "end", "global_tid", "r_start", "r_end")
         .filter(pl.col("r_start").is_not_null())
         .with_columns((pl.col("global_tid") & PID_MASK).alias("pid"))
     )

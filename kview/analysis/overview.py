@@ -13,10 +13,10 @@ from kview.analysis import nvtx_ranges
 from kview.analysis.attribution import attribute
 from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
-from kview.analysis.critical_path import step_table
+from kview.analysis.critical_path import path_nodes, step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
-from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, idle_totals
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, idle_gaps, idle_totals, launches
 from kview.analysis.layers import phase_labels, phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
@@ -249,6 +249,12 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         .sort(["Total (ns)", "Kernel"], descending=[True, False])
         .head(10)
     )
+    if trace.one_command and ops.height:
+        # the launches (their CPU op) are the last thing made of the attributed table here: it
+        # goes once they are made, rather than through the idle gaps and the critical paths
+        launches(trace)
+        trace.store.drop(attribute)
+    del a
     if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         m = trace.columns("memcpy", ["start", "end", "src_kind", "dst_kind", "bytes"])
         pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
@@ -277,7 +283,11 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     steps = pl.DataFrame()
     if ops.height:
         findings += launch_findings(trace)
+        if trace.one_command:  # each table of a million rows goes once its last question is asked
+            trace.store.drop(idle_gaps)
         steps, line = critical_path_section(trace)
+        if trace.one_command:
+            trace.store.drop(path_nodes, launches)
         findings += [line] if line else []
     least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
     if least is not None and least < 50:
