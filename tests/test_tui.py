@@ -123,8 +123,15 @@ async def test_nvtx_tree_enter_opens_kernels_filtered():
     app = explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
+        # behind the Kernels view the NVTX view has its document, its tree made but not mounted
+        # (no layout of the screen for it yet); its tab coming forward mounts it, with the keys
+        nv = app.view("nvtx")
+        assert nv.data is not None and nv.data.paths.height > 0
+        assert not app.query("#nvtx-tree") and nv._unshown is not None
         await pilot.press("3")
+        await pilot.pause()
         tree = app.query_one("#nvtx-tree")
+        assert tree is nv.range_tree and app.focused is tree and nv._unshown is None
         labels = [str(n.label) for n in tree.root.children]
         assert any(lbl.startswith("profiled_step") for lbl in labels)
         node = next(n for n in tree.root.children if str(n.label).startswith("profiled_step"))

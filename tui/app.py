@@ -404,6 +404,7 @@ class KviewApp(App):
 
     def action_show_view(self, vid: str) -> None:
         self.query_one(TabbedContent).active = vid
+        self.views[vid].brought_forward()
         self.views[vid].focus_content()
         self.show_which_trace()
 
@@ -411,6 +412,7 @@ class KviewApp(App):
     def _tab_activated(self, _event: TabbedContent.TabActivated) -> None:
         vid = self.query_one(TabbedContent).active
         view = self.views[vid]
+        view.brought_forward()
         view.came_forward()
         if view in self.waiting:  # shown before its turn: it fetches now
             self.waiting.remove(view)

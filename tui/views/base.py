@@ -110,6 +110,10 @@ class View(Vertical):
     # (kview.tui.prepare.BATCHES["documents"]): it fetches after the views of those, which show meanwhile
     fetched_late: ClassVar[bool] = False
     _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
+    # what the view shows, made while its tab was hidden, mounted when it comes forward: each
+    # view mounted behind the one in front laid the whole screen out again and drew it (tens
+    # of ms each, on the UI thread every view's loader waits for), for widgets nobody saw yet
+    _unshown: tuple[Widget, ...] | None = None
 
     @property
     def session(self) -> Session:
@@ -203,8 +207,25 @@ class View(Vertical):
         nothing: mounting there would fail and turn a clean exit into an error."""
         if not self.is_attached:
             return
+        if not self.in_front():
+            self._unshown = widgets
+            return
+        self._unshown = None
         self.remove_children()
         self.mount(Vertical(*widgets, classes="shown"))
+
+    def brought_forward(self) -> None:
+        """The view's tab is in front (the app calls it as it shows the view, before anything
+        else reaches the view): what it made while hidden is mounted."""
+        if self._unshown is not None:
+            self.show(*self._unshown)
+            # the keys go to its table or tree once they are mounted (now there is none)
+            self.call_after_refresh(lambda: self.focus_content() if self.in_front() else None)
+
+    def in_front(self) -> bool:
+        """Whether this view's tab is the active one (or there are no tabs)."""
+        tabs = self.app.query(TabbedContent)
+        return not tabs or tabs.first().active == self.view_id
 
     def reset(self) -> None:
         """Forget the data shown and wait for the next trace's (no watcher runs)."""
