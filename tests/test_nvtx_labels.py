@@ -35,7 +35,8 @@ def test_first_appearance_numbers_rows_as_a_dictionary_would(path):
     keys = _keys(path)
     if keys.height == 0:
         pytest.skip("no NVTX")
-    for cols in (["domain_id", "text_id", "text"], ["prefix"], ["global_tid", "prefix"]):
+    # ["domain_id", "text_id"]: integers only, often one value throughout (no domains, no registered strings)
+    for cols in (["domain_id", "text_id", "text"], ["prefix"], ["global_tid", "prefix"], ["domain_id", "text_id"]):
         frame = keys.select(cols)
         code, first = nv.first_appearance(frame)
         want_code, want_first = _numbered_in_python(frame.rows())
