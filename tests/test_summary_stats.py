@@ -1,14 +1,16 @@
-"""sqlite_round: the double SQLite's round(x, 1) gives, checked against decimal arithmetic; grouped_stats: the group-by's statistics."""
+"""sqlite_round: the double SQLite's round(x, 1) gives, checked against decimal arithmetic; grouped_stats: the group-by's statistics; order_like_sqlite: SQLite's own ORDER BY after GROUP BY."""
 
 from __future__ import annotations
 
+import sqlite3
 from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kview.analysis.summary_stats import grouped_stats, sqlite_round, stats_aggs
+import kview.analysis.summary_stats as summary_stats
+from kview.analysis.summary_stats import grouped_stats, order_like_sqlite, sqlite_round, stats_aggs
 
 from conftest import ROOT
 
@@ -95,3 +97,39 @@ def test_grouped_stats_on_the_nvtx_ranges_of_a_real_trace():
     want = r.group_by(["name_code", "style"]).agg(stats_aggs("dur"))
     assert (want["num"] == 1).sum() > 10_000 and (want["num"] > 1).sum() >= 10  # both kinds of group
     _same_groups(grouped_stats(r, ["name_code", "style"], "dur"), want, ["name_code", "style"])
+
+
+_TEXTS = st.one_of(st.none(), st.text(alphabet="ab\x00\u00e9", max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_TEXTS, st.integers(0, 2), st.one_of(st.none(), st.integers(0, 3))), max_size=40),
+    st.booleans(),
+)
+def test_order_like_sqlite_is_sqlites_order(rows, total_first):
+    """The rows of a GROUP BY (name, style) ordered as SQLite orders them, by the total (ties in
+    the keys' order) or by the name then the total; slices of two rows, so ties cross slices."""
+    seen, unique = set(), []
+    for name, style, total in rows:
+        if (name, style) not in seen:
+            seen.add((name, style))
+            unique.append((name, style, total))
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (name TEXT, style INTEGER, total INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)", unique)
+    order = "total DESC" if total_first else "name, total DESC"
+    # SQLite's BINARY collation compares UTF-8 bytes, as a sort of polars' strings does
+    got_sqlite = db.execute(
+        f"SELECT name, style, total FROM (SELECT name, style, max(total) AS total FROM t "
+        f"GROUP BY name, style) ORDER BY {order}"
+    ).fetchall()
+    frame = pl.DataFrame(unique, schema={"name": pl.String, "style": pl.Int64, "total": pl.Int64}, orient="row")
+    by, descending = (["total"], [True]) if total_first else (["name", "total"], [False, True])
+    slice_rows = summary_stats.SLICE_ROWS
+    summary_stats.SLICE_ROWS = 2
+    try:
+        ordered = order_like_sqlite(frame, ["name", "style"], by, descending)
+    finally:
+        summary_stats.SLICE_ROWS = slice_rows
+    assert ordered.rows() == got_sqlite
