@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
@@ -97,14 +98,10 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         pairs = _ranges_over_calls(trace, j)
     except nv.TooManyPairs as e:
         return empty(name, title, str(e))
-    combo = (
-        j.join(pairs, on="call_id", how="left")
-        .join(ranges.select("id", "name_code", "style"), on="id", how="left")
-        .with_columns(
-            pid_of(pl.col("global_tid")).alias("PID"),
-            tid_of(pl.col("global_tid")).alias("TID"),
-            (pl.col("end") - pl.col("start")).alias("kdur"),
-        )
+    combo = _with_range_columns(j.join(pairs, on="call_id", how="left"), ranges, ["name_code", "style"]).with_columns(
+        pid_of(pl.col("global_tid")).alias("PID"),
+        tid_of(pl.col("global_tid")).alias("TID"),
+        (pl.col("end") - pl.col("start")).alias("kdur"),
     )
     gkeys = ["PID", "TID", "name_code", "style", "name_id"]
     one = pl.lit(1, dtype=pl.UInt32)
@@ -191,6 +188,76 @@ def _parents_pairwise(r: pl.DataFrame) -> pl.DataFrame:
     return level.select("id", "parent", "level")
 
 
+def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
+    """`proj` (a row per range id) with the range's name_code, style, range_dur, its `level` in
+    the nesting and `child_nb`, how many ranges of `proj` it is the parent of."""
+    rows = _rows_of(ranges["id"], proj["id"])
+    if rows is None or not ranges.select((pl.col("style") == "PushPop").all()).item():
+        return _with_nesting_joined(trace, ranges, proj)
+    # every range pushed and popped, each id once: its nesting's arrays answer by row, not by
+    # joins of millions of ids against the whole tree
+    nesting = nv.projection_nesting(trace)
+    tree_rows = rows
+    if nesting.order is not None:
+        tree_of = np.empty(len(nesting.order), dtype=np.int64)
+        tree_of[nesting.order] = np.arange(len(nesting.order), dtype=np.int64)
+        tree_rows = tree_of[rows]
+    parent = nesting.parent[tree_rows]
+    has = parent >= 0
+    children = np.bincount(parent[has], minlength=len(nesting.parent))
+    return proj.with_columns(
+        *ranges.select(
+            pl.col("name_code").gather(rows),
+            pl.col("style").gather(rows),
+            (pl.col("end") - pl.col("start")).gather(rows).alias("range_dur"),
+        ).get_columns(),
+        pl.Series("level", nesting.depth[tree_rows], dtype=pl.Int64),
+        pl.Series("child_nb", children[tree_rows], dtype=pl.UInt32),
+    )
+
+
+def _with_range_columns(frame: pl.DataFrame, ranges: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """`frame` with `columns` of the range its `id` names (nulls where `id` is null): read by row
+    where the ranges' ids increase (each once), else a join."""
+    ids = frame["id"]
+    rows = _rows_of(ranges["id"], ids.drop_nulls())
+    if rows is None:
+        return frame.join(ranges.select("id", *columns), on="id", how="left")
+    at = pl.Series("_row", rows)
+    if ids.null_count():
+        spread = pl.Series("_row", np.zeros(len(ids), dtype=np.int64)).scatter(ids.is_not_null().arg_true(), at)
+        at = pl.select(pl.when(ids.is_not_null()).then(spread).alias("_row")).to_series()
+    return frame.with_columns(ranges.select(pl.col(c).gather(at) for c in columns).get_columns())
+
+
+def _rows_of(ids: pl.Series, wanted: pl.Series) -> np.ndarray | None:
+    """The row of each of `wanted` in `ids`, or None unless `ids` increase strictly (each once)
+    and hold every one wanted."""
+    if ids.null_count() or wanted.null_count():
+        return None
+    have = ids.to_numpy()
+    if len(have) and not bool(np.all(have[1:] > have[:-1])):
+        return None
+    want = wanted.to_numpy()
+    rows = np.searchsorted(have, want)
+    if len(want) and (rows.max() >= len(have) or not np.array_equal(have[rows], want)):
+        return None
+    return rows
+
+
+def _with_nesting_joined(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
+    tree = range_parents(trace, ranges)
+    proj = proj.join(
+        ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
+        on="id",
+        how="left",
+    ).join(tree, on="id", how="left")
+    children = proj.filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.len().alias("child_nb"))
+    return proj.join(children.rename({"parent": "id"}), on="id", how="left").with_columns(
+        pl.col("child_nb").fill_null(0)
+    )
+
+
 def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     name, title = "nvtx_gpu_proj_sum", "NVTX GPU Projection Summary"
     for table, why in (("NVTX_EVENTS", NO_NVTX), ("CUPTI_ACTIVITY_KIND_RUNTIME", "does not contain CUDA API data")):
@@ -223,16 +290,7 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
             pl.col("correlation").n_unique().alias("ops"),
         )
     )
-    tree = range_parents(trace, ranges)
-    proj = proj.join(
-        ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
-        on="id",
-        how="left",
-    ).join(tree, on="id", how="left")
-    children = proj.filter(pl.col("parent").is_not_null()).group_by("parent").agg(pl.len().alias("child_nb"))
-    proj = proj.join(children.rename({"parent": "id"}), on="id", how="left").with_columns(
-        pl.col("child_nb").fill_null(0)
-    )
+    proj = _with_nesting(trace, ranges, proj)
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
         proj.select("name_code", "style", "proj_dur", "range_dur", "ops", "level", "child_nb"),
