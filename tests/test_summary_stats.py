@@ -106,10 +106,12 @@ _TEXTS = st.one_of(st.none(), st.text(alphabet="ab\x00\u00e9", max_size=4))
 @given(
     st.lists(st.tuples(_TEXTS, st.integers(0, 2), st.one_of(st.none(), st.integers(0, 3))), max_size=40),
     st.booleans(),
+    st.booleans(),
 )
-def test_order_like_sqlite_is_sqlites_order(rows, total_first):
+def test_order_like_sqlite_is_sqlites_order(rows, total_first, copied):
     """The rows of a GROUP BY (name, style) ordered as SQLite orders them, by the total (ties in
-    the keys' order) or by the name then the total; slices of two rows, so ties cross slices."""
+    the keys' order) or by the name then the total; slices of two rows, so ties cross slices;
+    the slices' texts copied side by side or sorted where they lie (`copied`)."""
     seen, unique = set(), []
     for name, style, total in rows:
         if (name, style) not in seen:
@@ -126,10 +128,11 @@ def test_order_like_sqlite_is_sqlites_order(rows, total_first):
     ).fetchall()
     frame = pl.DataFrame(unique, schema={"name": pl.String, "style": pl.Int64, "total": pl.Int64}, orient="row")
     by, descending = (["total"], [True]) if total_first else (["name", "total"], [False, True])
-    slice_rows = summary_stats.SLICE_ROWS
+    slice_rows, side_by_side = summary_stats.SLICE_ROWS, summary_stats.SIDE_BY_SIDE_ROWS
     summary_stats.SLICE_ROWS = 2
+    summary_stats.SIDE_BY_SIDE_ROWS = 0 if copied else side_by_side
     try:
         ordered = order_like_sqlite(frame, ["name", "style"], by, descending)
     finally:
-        summary_stats.SLICE_ROWS = slice_rows
+        summary_stats.SLICE_ROWS, summary_stats.SIDE_BY_SIDE_ROWS = slice_rows, side_by_side
     assert ordered.rows() == got_sqlite

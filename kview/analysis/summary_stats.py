@@ -166,6 +166,7 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
 
 
 SLICE_ROWS = 1 << 18  # rows sorted at a time with their texts side by side
+SIDE_BY_SIDE_ROWS = 1 << 16  # frames of fewer rows sort their texts where they lie
 
 
 def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, texts: list[str]) -> pl.Series:
@@ -180,11 +181,14 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
         pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in names[:lead]).arg_true()
     ).to_series()
     parts, at, n = [], 0, keys.height
+    # a small frame's texts are sorted as they lie: copying them goes through pyarrow, whose
+    # import alone (0.1 s) is more than a summary of a few hundred names costs
+    copied = texts if n > SIDE_BY_SIDE_ROWS else []
     while at < n:
         cut = int(starts.search_sorted(at + SLICE_ROWS))
         end = int(starts[cut]) if cut < starts.len() else n
         rows = first.slice(at, end - at)
-        part = keys.select(pl.col(c).gather(rows) for c in names).with_columns(_side_by_side(pl.col(c)) for c in texts)
+        part = keys.select(pl.col(c).gather(rows) for c in names).with_columns(_side_by_side(pl.col(c)) for c in copied)
         parts.append(
             rows.gather(
                 part.select(pl.arg_sort_by(names, descending=desc, nulls_last=desc, maintain_order=True)).to_series()
