@@ -632,6 +632,14 @@ class Nesting:
         """The rows of `ranges` of these tree rows."""
         return tree_rows if self.order is None else self.order[tree_rows]
 
+    def tree_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The tree rows of these rows of `ranges` (the inverse of `rows`)."""
+        if self.order is None:
+            return rows
+        tree_of = np.empty(len(self.order), dtype=np.int64)
+        tree_of[self.order] = np.arange(len(self.order), dtype=np.int64)
+        return tree_of[rows]
+
     def take(self, columns: list[str], tree_rows: np.ndarray | pl.Series | None = None) -> pl.DataFrame:
         """`columns` of `ranges` at these tree rows (every row, in the tree's order, if None); a
         null tree row (a Series with nulls) gives a row of nulls."""

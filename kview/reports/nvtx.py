@@ -197,11 +197,7 @@ def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.
     # every range pushed and popped, each id once: its nesting's arrays answer by row, not by
     # joins of millions of ids against the whole tree
     nesting = nv.projection_nesting(trace)
-    tree_rows = rows
-    if nesting.order is not None:
-        tree_of = np.empty(len(nesting.order), dtype=np.int64)
-        tree_of[nesting.order] = np.arange(len(nesting.order), dtype=np.int64)
-        tree_rows = tree_of[rows]
+    tree_rows = nesting.tree_rows(rows)
     parent = nesting.parent[tree_rows]
     has = parent >= 0
     children = np.bincount(parent[has], minlength=len(nesting.parent))

@@ -50,7 +50,6 @@ class NvtxView(View):
         # every path's children together, most GPU time first (made with the document, not
         # here on the UI thread): a node's rows are one slice of it, named and drawn only when
         # their parent is expanded
-        self.tree_paths = paths
         self.rows = m.children["row"].to_numpy()
         self.parents = m.children["parent_id"].to_numpy()
         self.range_tree: Tree[dict] = Tree(
@@ -94,7 +93,8 @@ class NvtxView(View):
         if lo == hi:
             return
         # share of all ranges' GPU time
-        kids = self.tree_paths[self.rows[lo:hi]].with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
+        assert self.data is not None  # nodes are added once the tree of `data` is made
+        kids = self.data.paths[self.rows[lo:hi]].with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
         ids = kids["path_id"].to_numpy()
         has_kids = np.searchsorted(self.parents, ids, side="right") > np.searchsorted(self.parents, ids, side="left")
         for r, more in zip(kids.iter_rows(named=True), has_kids.tolist()):
