@@ -178,6 +178,30 @@ def test_events_decoded_in_pieces_read_alike_by_both_decoders(damage, indent, pi
     assert fast["kernels"]["grid_x"].to_list() == list(range(20))
 
 
+@pytest.mark.parametrize("where", ["after", "in_an_event"])
+@pytest.mark.parametrize("piece", [1, 300, kr.DECODE_BYTES])
+def test_events_list_named_again(where, piece, tmp_path, monkeypatch):
+    """A second `"traceEvents"` (a key after the list, where msgspec would keep the last; a name
+    in an event) leaves the events the standard path reads: those of the first list."""
+    monkeypatch.setattr(kr, "DECODE_BYTES", piece)
+    events = _piece_trace(20)
+    if where == "after":
+        text = (
+            json.dumps({"traceEvents": events, "traceName": "t"})[:-1]
+            + ', "traceEvents": ['
+            + json.dumps(events[1])
+            + "]}"
+        )
+    else:
+        events[-3] = {**events[-3], "name": "traceEvents"}
+        text = json.dumps({"traceEvents": events, "traceName": "t"})
+    p = tmp_path / "again.json"
+    p.write_text(text)
+    fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
+    _same(fast, std)
+    assert isinstance(fast, dict) and fast["kernels"].height == 20 and fast["nvtx_events"].height == 20
+
+
 @pytest.mark.parametrize("letter", ["x", "\u00fc"], ids=["ascii", "utf8"])
 def test_header_values_past_the_first_window_and_after_the_events(letter, tmp_path, monkeypatch):
     """A header value longer than the window first decoded (HEADER_WINDOW) is read whole, a key

@@ -29,6 +29,7 @@ import os
 import re
 import threading
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -777,10 +778,9 @@ def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
 
 
 def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
-    """Ranges: user ranges by name, CPU ops in the emit_nvtx form (`name, seq = N, op_id = K,
-    sizes = [[...], ...]`, built here in polars), modules."""
+    """Ranges' columns, their text made once for all (_range_texts)."""
     a = [e.args or NO_ARGS for e in ev]
-    raw = pl.DataFrame(
+    return pl.DataFrame(
         {
             **_timing(ev),
             "pid": _ints([e.pid for e in ev]),
@@ -792,12 +792,18 @@ def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
             "sizes": _sizes_texts([x.dims if x.dims is not ABSENT else x.dims_old for x in a]),
         }
     )
+
+
+def _range_texts(raw: pl.DataFrame) -> pl.DataFrame:
+    """Ranges: user ranges by name, CPU ops in the emit_nvtx form (`name, seq = N, op_id = K,
+    sizes = [[...], ...]`), modules."""
     name = pl.col("name")
     op = pl.concat_str(
         name,
-        pl.when(pl.col("seq") >= 0).then(", seq = " + pl.col("seq").cast(pl.String)).otherwise(pl.lit("")),
-        pl.when(pl.col("ext").is_not_null()).then(", op_id = " + pl.col("ext").cast(pl.String)).otherwise(pl.lit("")),
-        pl.when(pl.col("sizes").is_not_null()).then(", sizes = " + pl.col("sizes")).otherwise(pl.lit("")),
+        pl.when(pl.col("seq") >= 0).then(", seq = " + pl.col("seq").cast(pl.String)),
+        ", op_id = " + pl.col("ext").cast(pl.String),
+        ", sizes = " + pl.col("sizes"),
+        ignore_nulls=True,  # a part without its value (null) is left out
     )
     module = pl.col("how") == _MODULE
     return raw.select(
@@ -815,15 +821,23 @@ def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
     )
 
 
+def _range_part_ns(raw: pl.DataFrame) -> pl.DataFrame:
+    return _ns_part(_range_texts(raw))
+
+
 class _Parts:
-    """The frames of each table, one part per chunk of events, and what else the trace holds."""
+    """The frames of each table, one part per chunk of events, and what else the trace holds.
+
+    A part's polars work (times to ns, ranges' texts) runs on a thread of its own while the
+    next chunk is decoded: polars lets go of the interpreter's lock, the decoding holds it."""
 
     def __init__(self):
-        self.kern: list[pl.DataFrame] = []
-        self.rt: list[pl.DataFrame] = []
-        self.cpy: list[pl.DataFrame] = []
-        self.mset: list[pl.DataFrame] = []
-        self.ranges: list[pl.DataFrame] = []
+        self.kern: list[Future] = []
+        self.rt: list[Future] = []
+        self.cpy: list[Future] = []
+        self.mset: list[Future] = []
+        self.ranges: list[Future] = []
+        self._polars = ThreadPoolExecutor(1, thread_name_prefix="kview-kineto")
         self.mem: list[tuple] = []
         self.procs: dict = {}
         self.unread: dict[str, int] = {}
@@ -885,16 +899,25 @@ class _Parts:
                     how.append(_MODULE)
             elif low not in NOT_READ_SILENTLY:
                 unread[raw_cat] = unread.get(raw_cat, 0) + 1
+        later = self.later
         if kern:
-            self.kern.append(_kernel_part(kern))
+            self.kern.append(later(_ns_part, _kernel_part(kern)))
         if rt:
-            self.rt.append(_runtime_part(rt, driver))
+            self.rt.append(later(_ns_part, _runtime_part(rt, driver)))
         if cpy:
-            self.cpy.append(_copy_part(cpy, memcpy=True))
+            self.cpy.append(later(_ns_part, _copy_part(cpy, memcpy=True)))
         if mset:
-            self.mset.append(_copy_part(mset, memcpy=False))
+            self.mset.append(later(_ns_part, _copy_part(mset, memcpy=False)))
         if rng:
-            self.ranges.append(_range_part(rng, how))
+            self.ranges.append(later(_range_part_ns, _range_part(rng, how)))
+
+    def later(self, fn, *args) -> Future:
+        """fn(*args) on the parts' thread, after the work given it before."""
+        return self._polars.submit(fn, *args)
+
+    def close(self, cancel: bool = False) -> None:
+        """Waits for the parts' polars work to end (`cancel`: what has not begun is not begun)."""
+        self._polars.shutdown(wait=True, cancel_futures=cancel)
 
     def _other(self, e) -> None:
         """Process names and allocator instants: few, read one by one."""
@@ -1028,12 +1051,19 @@ class FastEvents:
 
     @classmethod
     def of(cls, path: Path, text: str | bytes, at: int, bare: bool) -> FastEvents | None:
-        """None where msgspec is not installed, or the trace names its events list twice."""
+        """None where msgspec is not installed."""
         types = _fast_decoder()
+        return None if types is None else cls(path, text, at, bare, types)
+
+    def _named_once(self, text: str | bytes, a: int) -> bool:
+        """Whether msgspec, decoding the document from text[a:] on, reads the events list the
+        standard path reads (from the first `"traceEvents":`): no other `"traceEvents"` there,
+        where a second key of that name (msgspec keeps the last) would be. Before the last
+        piece no key can be the document's: a piece holding one is not a list of events."""
+        if self.bare:
+            return True
         key: Any = b'"traceEvents"' if isinstance(text, bytes) else '"traceEvents"'
-        if types is None or (not bare and text.count(key) != 1):
-            return None
-        return cls(path, text, at, bare, types)
+        return text.count(key) == 1 if a == self.at else text.find(key, a) < 0
 
     def chunks(self):
         """Lists of at least CHUNK_EVENTS events (the last one shorter), in the file's order."""
@@ -1067,6 +1097,8 @@ class FastEvents:
             if m is None and len(text) - a > 4 * DECODE_BYTES:  # no cut found: never all events at once
                 break
             last = m is None
+            if last and not self._named_once(text, a):
+                break
             piece = opening + text[a:] if last else left + text[a : m.start() + 1] + right
             # by category, else (an event that names none: metadata) as FastEvent; trying costs
             # less than counting the piece's keys twice first (the few pieces with metadata)
@@ -1121,7 +1153,9 @@ class FastEvents:
         msgspec if it reads the rest of the document as JSON, else read by the standard path."""
         text: Any = self.text
         self.text = None
-        if a == self.at:  # the whole document: msgspec reads it as it is
+        if not self._named_once(text, a):
+            raws = None
+        elif a == self.at:  # the whole document: msgspec reads it as it is
             raws = self._raws(text, True)
         else:
             opening = self._opening.encode() if isinstance(text, bytes) else self._opening
@@ -1169,10 +1203,21 @@ class KinetoFrames:
         try:
             for chunk in chunks:
                 parts.add(chunk)
+        except BaseException:
+            parts.close(cancel=True)  # the file's damage: its parts are not needed
+            raise
         finally:
             if collecting:
                 gc.enable()
         chunk = chunks = events = None  # the events (and the text) go before the frames are built
+        try:
+            self._tables(parts, doc)
+        finally:
+            parts.close()
+
+    def _tables(self, parts: _Parts, doc: dict) -> None:
+        """The frames from the parts; the NVTX events made beside the others."""
+        nvtx = parts.later(_nvtx_table, parts.ranges)
         procs, unread = parts.procs, parts.unread
         self.unread = unread
         i64 = pl.Int64
@@ -1263,40 +1308,9 @@ class KinetoFrames:
             global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
             pl.exclude("start", "end", "pid", "tid"),
         )
-        r = _joined(parts.ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
-        # Chrome traces list events in no particular order: order ranges by thread and start,
-        # outer before inner, as a push/pop stack would have emitted them.
-        r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
-        # The module domain's name, registered once per process that has module ranges (an
-        # NVTX domain is per process), before its first range, as nvtxDomainCreate would be.
-        doms = (
-            r.filter(pl.col("domain_id") == MODULE_DOMAIN_ID)
-            .group_by("pid", maintain_order=True)
-            .agg(pl.col("start").min(), pl.col("tid").first())
-            .select(
-                "start",
-                pl.col("start").alias("end"),
-                "pid",
-                "tid",
-                pl.lit(MODULE_DOMAIN).alias("text"),
-                pl.lit(MODULE_DOMAIN_ID, dtype=i64).alias("domain_id"),
-                pl.lit(NVTX_DOMAIN_CREATE, dtype=i64).alias("event_type"),
-            )
-        )
-        r = pl.concat([doms, r.with_columns(pl.lit(NVTX_PUSHPOP, dtype=i64).alias("event_type"))], how="diagonal")
-        self.nvtx_events = r.with_row_index("id", offset=1).select(
-            pl.col("id").cast(i64),
-            "start",
-            pl.when(pl.col("event_type") == NVTX_DOMAIN_CREATE).then(None).otherwise(pl.col("end")).alias("end"),
-            "event_type",
-            pl.col("text").cast(pl.Categorical(pl.Categories.random())),  # its own, freed with the trace
-            pl.lit(None, dtype=i64).alias("text_id"),
-            global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
-            pl.lit(None, dtype=i64).alias("end_global_tid"),
-            "domain_id",
-        )
+        self.nvtx_events, range_pids = nvtx.result()
         # Processes that ran host code: GPU devices get a process_name row too (device 0 is pid 0)
-        host = set(pl.concat([self.runtime_raw["pid"], r["pid"]]).drop_nulls().unique().to_list())
+        host = set(pl.concat([self.runtime_raw["pid"], range_pids]).drop_nulls().unique().to_list())
         procs = {p: n for p, n in procs.items() if p in host}
         self.processes = pl.DataFrame(
             {
@@ -1367,20 +1381,67 @@ def profiler_clock(base: str | None, origin: int) -> tuple[str, int]:
     return "torch.profiler clock", origin
 
 
+def _nvtx_table(ranges: list[Future]) -> tuple[pl.DataFrame, pl.Series]:
+    """The ranges' parts as NVTX events (nvtx_events), and the process of each."""
+    i64 = pl.Int64
+    r = _joined(ranges, {"pid": i64, "tid": i64, "text": pl.String, "domain_id": i64})
+    # Chrome traces list events in no particular order: order ranges by thread and start,
+    # outer before inner, as a push/pop stack would have emitted them.
+    r = r.sort(["pid", "tid", "start", "end"], descending=[False, False, False, True])
+    # The module domain's name, registered once per process that has module ranges (an
+    # NVTX domain is per process), before its first range, as nvtxDomainCreate would be.
+    doms = (
+        r.filter(pl.col("domain_id") == MODULE_DOMAIN_ID)
+        .group_by("pid", maintain_order=True)
+        .agg(pl.col("start").min(), pl.col("tid").first())
+        .select(
+            "start",
+            pl.col("start").alias("end"),
+            "pid",
+            "tid",
+            pl.lit(MODULE_DOMAIN).alias("text"),
+            pl.lit(MODULE_DOMAIN_ID, dtype=i64).alias("domain_id"),
+            pl.lit(NVTX_DOMAIN_CREATE, dtype=i64).alias("event_type"),
+        )
+    )
+    r = pl.concat([doms, r.with_columns(pl.lit(NVTX_PUSHPOP, dtype=i64).alias("event_type"))], how="diagonal")
+    nvtx = r.with_row_index("id", offset=1).select(
+        pl.col("id").cast(i64),
+        "start",
+        pl.when(pl.col("event_type") == NVTX_DOMAIN_CREATE).then(None).otherwise(pl.col("end")).alias("end"),
+        "event_type",
+        pl.col("text").cast(pl.Categorical(pl.Categories.random())),  # its own, freed with the trace
+        pl.lit(None, dtype=i64).alias("text_id"),
+        global_tid(pl.col("pid"), pl.col("tid")).alias("global_tid"),
+        pl.lit(None, dtype=i64).alias("end_global_tid"),
+        "domain_id",
+    )
+    return nvtx, r["pid"]
+
+
 def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
     """Rows (ts, dur, *columns) -> a frame with integer-ns start/end and the other columns."""
-    return _joined(
-        [pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)], schema
+    return _ns_part(
+        pl.DataFrame(rows, schema={"ts": pl.String, "dur": pl.String, **schema}, orient="row", strict=False)
     )
 
 
-def _joined(parts: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
-    """A table's parts (ts, dur as decimal text, then its columns) -> integer-ns start/end and the columns."""
-    raw = pl.concat(parts) if parts else pl.DataFrame(schema={"ts": pl.String, "dur": pl.String, **schema})
+def _ns_part(raw: pl.DataFrame) -> pl.DataFrame:
+    """A part (ts, dur as decimal text, then its columns) -> integer-ns start/end and the columns.
+    Both conversions give the same ns of plain text: a part may take either."""
     plain = raw.select(pl.col("ts", "dur").str.contains(PLAIN_US).all()).row(0)
     ns = ns_from_plain_us_text if all(plain) else ns_from_us_text
     start = ns(pl.col("ts"))
-    return raw.select(start.alias("start"), (start + ns(pl.col("dur")).fill_null(0)).alias("end"), *schema)
+    return raw.select(
+        start.alias("start"), (start + ns(pl.col("dur")).fill_null(0)).alias("end"), pl.exclude("ts", "dur")
+    )
+
+
+def _joined(parts: list[Future], schema: dict) -> pl.DataFrame:
+    """A table's parts (_ns_part's, to come) as one frame: start, end and the schema's columns."""
+    if not parts:
+        return _ns_part(pl.DataFrame(schema={"ts": pl.String, "dur": pl.String, **schema}))
+    return pl.concat([p.result() for p in parts]).select("start", "end", *schema)
 
 
 def read(path: str | Path) -> KinetoFrames:
