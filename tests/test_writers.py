@@ -155,3 +155,76 @@ def test_enum_columns_are_written_by_their_names_with_each_format_rules():
     assert json.loads(_doc(frame, "json"))[1] == {"Style": "tab\tbar|", "N": 2}
     quoted = pl.DataFrame({"Style": pl.Series(['a "b"', "c,d"], dtype=pl.Enum(['a "b"', "c,d"]))})
     assert _doc(quoted, "csv") == 'Style\na "b"\n"c,d"\n'
+
+
+# what a large table's text may hold that a format treats: ODD's names, and control characters
+# (ESC, a C1 CSI, DEL) short enough to lie inside their views and long enough to lie in a buffer
+TREATED = [n for n in ODD["Name"].to_list() if n] + ["\x1b[2J", "c1\x9b", "del\x7f", "a long name, then \x9b"]
+
+
+def _large(table: pl.DataFrame, odd: str | None) -> pl.DataFrame:
+    """The LM table's kernel names, each made distinct by its row (20,000 rows), one row holding
+    `odd`, the rows gathered out of the order their text was made in (as a report sorted by its
+    totals)."""
+    names = table["Kernel"]
+    n = 20_000
+    text = pl.DataFrame({"i": range(n)}).select(
+        pl.format("{} #{}", names.gather(pl.int_range(n) % names.len()), pl.col("i")).alias("Kernel")
+    )["Kernel"]
+    if odd is not None:
+        text = text.scatter(12_345, odd)
+    order = pl.Series(range(n)).hash(7).arg_sort()
+    return pl.DataFrame(
+        {"Kernel": text.gather(order), "Short": pl.Series([f"k{i % 97}" for i in range(n)]), "n": order}
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "table"])
+def test_a_large_tables_text_read_where_it_lies_writes_the_same_bytes(table, fmt, monkeypatch):
+    """Text columns of text_bytes.MIN_ROWS rows or more are tested for what each format treats in
+    their buffers' memory order and written a slice at a time with their bytes copied in row order:
+    the same document as the values tested one by one and written as they lie, whatever
+    character a value holds, inline or in a buffer, and for a slice of rows whose buffers hold
+    a character no row of it does."""
+    from kview.output import text_bytes
+
+    # a table large enough to be read this way, at a test's size
+    monkeypatch.setattr(text_bytes, "MIN_ROWS", 10_000)
+    monkeypatch.setattr(text_bytes, "CACHED", 0)
+    monkeypatch.setattr(render, "BATCH_ROWS", 6_000)
+    # the values holding what this format treats (text_bytes' own test below looks at each)
+    treated = {
+        "csv": ["a, b", 'say "hi"', "two\nlines", "cr\rhere"],
+        "tsv": ["tab\there"],
+        "md": ["a|b\\c", "two\nlines"],
+        "table": [],
+    }[fmt] + ["\x1b[2J", "a long name, then \x9b"]
+    frames = [_large(table, None)] + [_large(table, odd) for odd in treated]
+    frames.append(_large(table, "\x1b[2J").filter(pl.col("Kernel") != "\x1b[2J"))
+    assert text_bytes.scattered(frames[0]["Kernel"]) and not text_bytes.scattered(frames[0]["Short"])
+    for frame in frames:
+        fast = render.render(frame, fmt)
+        with monkeypatch.context() as m:
+            m.setattr(text_bytes, "MIN_ROWS", 1 << 62)
+            assert render.render(frame, fmt) == fast
+
+
+def test_text_bytes_finds_each_character_inline_or_in_a_buffer(table, monkeypatch):
+    from kview.output import text_bytes
+    from kview.output.visible import IN_LINES_ASCII
+
+    monkeypatch.setattr(text_bytes, "MIN_ROWS", 10_000)
+
+    plain = _large(table, None)["Kernel"]
+    assert text_bytes.lacks(plain, IN_LINES_ASCII, c1=True) and text_bytes.lacks(plain, '"\r\t')
+    assert not text_bytes.lacks(plain, ",")  # the LM kernel names hold commas
+    for odd in TREATED:
+        texts = _large(table, odd)["Kernel"]
+        holds = {c for c in '"\r\t\n|\\' if c in odd}
+        for c in holds:
+            assert not text_bytes.lacks(texts, c), (odd, c)
+        controls = any(ord(c) < 0x20 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in odd)
+        assert text_bytes.lacks(texts, IN_LINES_ASCII, c1=True) == (not controls), odd
+    # a small column is not read this way: "may hold"
+    assert not text_bytes.lacks(pl.Series(["gemm"] * 9_999), IN_LINES_ASCII)
+    assert text_bytes.scattered(plain) is False  # 1 MB of names: in cache whatever the order

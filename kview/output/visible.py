@@ -18,6 +18,8 @@ _ANY = re.compile("[\x00-\x1f\x7f-\x9f]")
 # syntax, for a column test that spares the writers' output a scan)
 IN_LINES = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
 _IN_LINES = re.compile(IN_LINES)
+# the same characters' ASCII part (C1 besides: text_bytes.lacks(..., c1=True))
+IN_LINES_ASCII = "".join(map(chr, [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F]))
 # the same characters in UTF-8: C0 but tab and line feed, DEL, and C1 (U+0080..U+009F = C2 80..9F)
 _IN_LINES_BYTES = re.compile(b"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
 # what JSON may hold raw but a terminal acts on (the writers escape C0 themselves)
