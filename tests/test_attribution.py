@@ -254,3 +254,58 @@ def test_a_command_that_lets_the_names_go_attributes_the_same(tables, monkeypatc
     kept = {nvtx_ranges.labelled_ranges, nvtx_ranges.labels, nvtx_ranges.projection_nesting}
     assert not any(t.store.peek(f) is not None for f in kept)
     assert got.filter(pl.col("Params") != "-").height > 100
+
+
+def test_op_fields_read_as_the_regexes_do():
+    """op_fields finds the op and its shapes literally where it can: the regexes' text on every
+    op label of a capture and on labels the literal reading must leave to them."""
+    from kview.analysis import nvtx_ranges
+    from kview.analysis.attribution import OP_ALIASES, op_fields
+
+    lab = pl.col("label")
+
+    def by_regex(labels: pl.DataFrame) -> pl.DataFrame:
+        return labels.select(
+            "name_code",
+            lab.str.extract(r"^([^,]*)", 1).str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
+            lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
+        )
+
+    labels = nvtx_ranges.labels(open_trace(LM, use_cache=False)).select("name_code", "label")
+    got = op_fields(labels).sort("name_code")
+    assert got.equals(by_regex(labels))
+    assert got.filter(pl.col("sizes").is_not_null()).height > 1000
+    odd = [
+        "aten::mm, seq = 3, sizes = [[8, 4], [4, 2]], input_op_ids = [(1,0), (2,0)]",
+        "aten::native_layer_norm, sizes = [[2, 8], [8]]",
+        "aten::mm, sizes = [[1]] trailing",
+        "aten::mm, sizes = [], input_op_ids = []",
+        "aten::mm, sizes = [",
+        "mm,",
+        "",
+        None,
+        "aten::é, sizes = [[1]], input_op_ids = []",  # a byte offset is no character offset
+        "a, sizes = [x\n], sizes = [[2]]",  # `.` stops at a line break: the second match
+        "a, sizes = [x]], input_op_ids = ], input_op_ids = ",
+        "a, sizes = [x], sizes = [y]",
+    ]
+    edge = pl.DataFrame(
+        {"name_code": range(len(odd)), "label": odd}, schema={"name_code": pl.Int64, "label": pl.String}
+    )
+    got = op_fields(edge).sort("name_code")
+    assert got.equals(by_regex(edge))
+    assert got["op"].to_list() == ["mm", "layer_norm", "mm", "mm", "mm", "mm", "", None, "é", "a", "a", "a"]
+    assert got["sizes"].to_list() == [
+        "[[8, 4], [4, 2]]",
+        "[[2, 8], [8]]",
+        None,
+        "[]",
+        None,
+        None,
+        None,
+        None,
+        "[[1]]",
+        "[[2]]",
+        "[x]]",
+        "[x], sizes = [y]",
+    ]

@@ -117,11 +117,41 @@ def op_fields(labels: pl.DataFrame) -> pl.DataFrame:
     """(name_code, op, sizes) of op labels: the op's name without `aten::` (aliases applied) and
     the input shapes text."""
     lab = pl.col("label")
-    return labels.select(
-        "name_code",
-        lab.str.extract(r"^([^,]*)", 1).str.replace(r"^aten::", "").replace(OP_ALIASES).alias("op"),
-        lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
+    # Where a byte offset is a character offset (ASCII) and the regex's `.` matches every
+    # character (no line break), literal finds give the regexes' text for half the CPU: the op
+    # ends at the first comma; the shapes start at the first ", sizes = [" (no later start can
+    # match where it does not) and end at the first "]" followed by ", input_op_ids = ", else at
+    # a final "]"
+    plain = ((lab.str.len_bytes() == lab.str.len_chars()) & ~lab.str.contains("\n", literal=True)).fill_null(False)
+    split = labels.select("name_code", "label", plain.alias("_plain"))
+    fast, slow = split.filter(pl.col("_plain")), split.filter(~pl.col("_plain"))
+    comma, at = pl.col("_comma"), pl.col("_at")
+    close = lab.str.slice(at + 11).str.find("], input_op_ids = ", literal=True)
+    fast = fast.with_columns(
+        lab.str.find(",", literal=True).alias("_comma"), lab.str.find(", sizes = [", literal=True).alias("_at")
+    ).with_columns(close.alias("_close"))
+    sizes = (
+        pl.when(pl.col("_close").is_not_null())
+        .then(lab.str.slice(at + 10, pl.col("_close") + 2))
+        .when(lab.str.ends_with("]") & (lab.str.len_bytes() >= at + 12))
+        .then(lab.str.slice(at + 10))
     )
+    head = pl.when(comma.is_null()).then(lab).otherwise(lab.str.slice(0, comma))
+    return pl.concat(
+        [
+            fast.select("name_code", _op_name(head), sizes.alias("sizes")),
+            slow.select(
+                "name_code",
+                _op_name(lab.str.extract(r"^([^,]*)", 1)),
+                lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
+            ),
+        ]
+    )
+
+
+def _op_name(head: pl.Expr) -> pl.Expr:
+    """The op's name from the label's text before its first comma: without `aten::`, aliases applied."""
+    return head.str.strip_prefix("aten::").replace(OP_ALIASES).alias("op")
 
 
 class _OpTexts:
@@ -183,7 +213,9 @@ class _OpTexts:
             assert (have[rows] == want[lo:hi]).all(), "an op code of no forward-op label"
             data = pa.decompress(packed, size, codec="lz4")
             text = pa.Array.from_buffers(pa.large_string(), len(have), [None, pa.py_buffer(offsets), data])
-            label = pl.Series("label", text.take(pa.array(rows)))
+            # gathered by polars: an arrow take would import pyarrow.compute (1.8 CPU s to compile
+            # where no bytecode is kept)
+            label = pl.Series("label", text).gather(rows)
             made.append(op_fields(pl.DataFrame([pl.Series("name_code", have[rows]), label])))
         return pl.concat(made) if made else op_fields(_NO_OPS)
 
