@@ -575,7 +575,7 @@ def cmd_kernels(args) -> int:
     except filters.FilterError as e:
         raise UsageError(str(e), what="--filter") from None
     trace = _open(args, args.trace)
-    trace.ranges_only_for_attribution = True
+    trace.ranges_only_for_attribution = trace.only_attribution = True
     table = attribute(trace)
     trace.store.drop()  # only the table is written from here on
     doc = kernels(trace, pred, args.absolute, args.filter, table)

@@ -53,6 +53,9 @@ class Trace:
         # the command asks nothing of the NVTX ranges but the attributed table (`kview kernels`):
         # attribute() lets the ranges and their names go as soon as it has what it needs of them
         self.ranges_only_for_attribution = False
+        # the command asks nothing of the trace but the attributed table (`kview kernels`):
+        # attribute() lets the GPU ops' and their launches' columns go once it has joined them
+        self.only_attribution = False
 
     # -- facts -------------------------------------------------------------
     @cached_property
@@ -146,6 +149,11 @@ class Trace:
             have = new if have is None or have.width == 0 else have.hstack(new)
             self._frames[key] = have
         return have
+
+    def let_go(self, *keys: str) -> None:
+        """Forget the frames `keys` (a later ask reads them again)."""
+        for key in keys:
+            self._frames.pop(key, None)
 
     @property
     def nvtx_events(self) -> pl.DataFrame:

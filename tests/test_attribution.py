@@ -244,7 +244,7 @@ def test_a_command_that_lets_the_names_go_attributes_the_same(tables, monkeypatc
     if pack_bytes is not None:  # the sample's text is small: packed as a large trace's is
         monkeypatch.setattr(attribution._OpTexts, "PACK_BYTES", pack_bytes)
     t = open_trace(path, use_cache=False)
-    t.ranges_only_for_attribution = True
+    t.ranges_only_for_attribution = t.only_attribution = True
     read = t.source.nvtx_events
     reads = []
     monkeypatch.setattr(t.source, "nvtx_events", lambda: reads.append(1) or read())
@@ -253,6 +253,7 @@ def test_a_command_that_lets_the_names_go_attributes_the_same(tables, monkeypatc
     assert len(reads) == 1
     kept = {nvtx_ranges.labelled_ranges, nvtx_ranges.labels, nvtx_ranges.projection_nesting}
     assert not any(t.store.peek(f) is not None for f in kept)
+    assert not {"kernels", "runtime"} & set(t._frames)  # the ops hold what attribution read of them
     assert got.filter(pl.col("Params") != "-").height > 100
 
 

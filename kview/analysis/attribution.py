@@ -862,6 +862,8 @@ def attribute(trace: Trace) -> pl.DataFrame:
     ops = launched_ops(trace)
     if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
         return pl.DataFrame(schema=SCHEMA)
+    if trace.only_attribution:  # the ops hold what attribution reads of these (0.2 GB on a dense trace)
+        trace.let_go(*GPU_OP_TABLES, "runtime")
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     calls = ops.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
