@@ -648,21 +648,25 @@ def _sizes_texts(dims: list) -> pl.Series:
     which is PyTorch's form, and Kineto writes them so: the fast decoder's JSON text of them is
     that already. Polars checks each is only integers and brackets nested at most SIZES_DEPTH
     deep; the others (scalars, floats, -0, other spacing, deeper lists) go through _sizes."""
+    sizes = _sizes_or_split(dims)
+    return _split_sizes(sizes) if isinstance(sizes, bytes) else sizes
+
+
+def _sizes_or_split(dims: list) -> pl.Series | bytes:
+    """_sizes_texts(dims), or the joined text whose split (_split_sizes) it is where every one
+    is in PyTorch's form already: the split, polars' alone, may be done on another thread."""
     raw_type = _raw_type()
     texts: list[str | None] = []
     slow = []
     types = set(map(type, dims))
     if dims and raw_type is not None and types <= {raw_type, type(None)}:  # the fast decoder's: one join, one split
-        sep = _RAW_SEP.decode()
         parts = (b"null" if d is None else d for d in dims) if type(None) in types else dims
         joined = _RAW_SEP.join(parts)
-        s = pl.Series([joined.decode()]).str.split(sep).explode()
-        nulls = (s == "null").arg_true()
-        s = s.scatter(nulls, None)
+        nulls = dims.count(None) + dims.count(raw_type(b"null"))  # the ones whose text is `null`
         # every one in PyTorch's form, checked on the joined text at once: only integers,
         # brackets and ", " (the letters left are the nulls'), no -0
         form = (
-            joined.translate(None, _SIZES_CHARS) == b"null" * len(nulls)
+            joined.translate(None, _SIZES_CHARS) == b"null" * nulls
             and b"-0" not in joined
             and joined.count(b",") == joined.count(b", ") == joined.count(b" ")
         )
@@ -670,7 +674,9 @@ def _sizes_texts(dims: list) -> pl.Series:
         nest = joined.translate(None, _NOT_BRACKETS)
         for _ in range(SIZES_DEPTH):
             nest = nest.replace(b"[]", b"")
-        return _checked_sizes(s, dims, form=form, shallow=not nest)
+        if form and not nest:
+            return joined
+        return _checked_sizes(_split_sizes(joined), dims, form=form, shallow=not nest)
     for i, d in enumerate(dims):
         t = type(d)
         if t is raw_type:
@@ -690,6 +696,14 @@ def _sizes_texts(dims: list) -> pl.Series:
 
 
 _RAW_SEP = b"\x1f"  # in JSON text neither outside a string nor raw inside one
+
+
+def _split_sizes(joined: bytes) -> pl.Series:
+    """The texts of input dims joined by _RAW_SEP, those of `null` as nulls."""
+    s = pl.Series([joined.decode()]).str.split(_RAW_SEP.decode()).explode()
+    return s.scatter((s == "null").arg_true(), None)
+
+
 _SIZES_CHARS = b"[]0123456789-, " + _RAW_SEP
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]")))
 
@@ -777,10 +791,11 @@ def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
-def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
-    """Ranges' columns, their text made once for all (_range_texts)."""
+def _range_part(ev: list, how: list[int]) -> tuple[pl.DataFrame, pl.Series | bytes]:
+    """Ranges' columns but their sizes, and those (_sizes_or_split); their texts made later
+    (_range_part_ns)."""
     a = [e.args or NO_ARGS for e in ev]
-    return pl.DataFrame(
+    raw = pl.DataFrame(
         {
             **_timing(ev),
             "pid": _ints([e.pid for e in ev]),
@@ -789,9 +804,9 @@ def _range_part(ev: list, how: list[int]) -> pl.DataFrame:
             "name": _strs([e.name for e in ev]),
             "seq": _ints([x.seq for x in a]),
             "ext": _ints([x.ext for x in a]),
-            "sizes": _sizes_texts([x.dims if x.dims is not ABSENT else x.dims_old for x in a]),
         }
     )
+    return raw, _sizes_or_split([x.dims if x.dims is not ABSENT else x.dims_old for x in a])
 
 
 def _range_texts(raw: pl.DataFrame) -> pl.DataFrame:
@@ -821,8 +836,9 @@ def _range_texts(raw: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _range_part_ns(raw: pl.DataFrame) -> pl.DataFrame:
-    return _ns_part(_range_texts(raw))
+def _range_part_ns(raw: pl.DataFrame, sizes: pl.Series | bytes) -> pl.DataFrame:
+    sizes = _split_sizes(sizes) if isinstance(sizes, bytes) else sizes
+    return _ns_part(_range_texts(raw.with_columns(sizes.alias("sizes"))))
 
 
 class _Parts:
@@ -909,7 +925,7 @@ class _Parts:
         if mset:
             self.mset.append(later(_ns_part, _copy_part(mset, memcpy=False)))
         if rng:
-            self.ranges.append(later(_range_part_ns, _range_part(rng, how)))
+            self.ranges.append(later(_range_part_ns, *_range_part(rng, how)))
 
     def later(self, fn, *args) -> Future:
         """fn(*args) on the parts' thread, after the work given it before."""
