@@ -223,6 +223,23 @@ def test_header_values_past_the_first_window_and_after_the_events(letter, tmp_pa
     assert dict(fast["_meta"].iter_rows())["KINETO_BASE_TIME_NS"] == str(doc["baseTimeNanoseconds"])
 
 
+def test_header_keys_are_not_read_from_the_events(tmp_path, monkeypatch):
+    """A header key is read before the events list or at the text's end (TAIL_CHARS), where a
+    trace writes what follows the list, never from an event that happens to hold one."""
+    monkeypatch.setattr(kr, "TAIL_CHARS", 400)
+    events = _piece_trace(20)
+    events[5] = {**events[5], "args": {**events[5].get("args", {}), "distributedInfo": {"rank": 7, "world_size": 8}}}
+    doc = {"traceEvents": events, "traceName": "t", "baseTimeNanoseconds": 1790857026000000001}
+    p = tmp_path / "keys.json"
+    p.write_text(json.dumps(doc))
+    assert len(json.dumps(events[6:])) > kr.TAIL_CHARS
+    fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
+    _same(fast, std)
+    assert isinstance(fast, dict)
+    meta = dict(fast["_meta"].iter_rows())
+    assert "DIST_RANK" not in meta and meta["KINETO_BASE_TIME_NS"] == "1790857026000000001"
+
+
 nested = st.recursive(
     st.none()
     | st.booleans()
