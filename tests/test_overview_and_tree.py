@@ -129,6 +129,26 @@ def test_nvtx_path_tree_counts_match_ranges_and_kernels():
     assert not pt["Name"].str.contains("op_id").any()
 
 
+@pytest.mark.parametrize(
+    "path",
+    [LM, SAMPLES / "bert-2l_seq128_train_nsys.sqlite", PUBLIC / "nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite"],
+    ids=lambda p: p.name,
+)
+def test_each_paths_text_is_its_parents_names_from_the_root(path):
+    """Path, made a level at a time, against the names walked up by parent_id (no path of
+    these traces is deep enough to leave a level out), and each path's depth its chain's."""
+    pt = path_table(open_trace(path, use_cache=False))
+    assert pt.height > 10
+    parent = dict(zip(pt["path_id"].to_list(), pt["parent_id"].to_list()))
+    name = dict(zip(pt["path_id"].to_list(), pt["Name"].to_list()))
+    for pid, text, depth in pt.select("path_id", "Path", "Depth").iter_rows():
+        chain = []
+        while pid is not None:
+            chain.append(name[pid])
+            pid = parent[pid]
+        assert (text, depth) == (" > ".join(reversed(chain)), len(chain) - 1)
+
+
 def test_autograd_ranges_hang_under_backward_pass_each_op_counted_once():
     """The autograd thread's ranges sit under the range the main thread had open (backward_pass),
     and a path's GPU time counts each op launched inside any of its instances once: checked

@@ -101,6 +101,44 @@ def _path_text(head: tuple, tail: tuple, n: int) -> str:
     return " > ".join(head + ((f"{ELIDED} {gap} levels",) if gap else ()) + tail)
 
 
+def _path_texts(g: pl.DataFrame) -> pl.Series:
+    """`Path` of each row of `g` (pid, parent_pid, depth, Name; sorted by pid, parents first):
+    its names from the root joined by ` > `; a path deeper than PATH_HEAD + PATH_TAIL levels
+    shows its outer and inner levels and how many it leaves out (as the Kernels view)."""
+    deepest = g["depth"].max()
+    if isinstance(deepest, int) and deepest < PATH_HEAD + PATH_TAIL:
+        # no path leaves a level out: a path's text is its parent's, ` > ` and its name, made
+        # a level at a time (a million paths on the dense trace; a loop over them took 3 s)
+        levels: list[pl.DataFrame] = []
+        for d in range(deepest + 1):
+            level = g.filter(pl.col("depth") == d)
+            if levels:
+                level = level.join(
+                    levels[-1].rename({"pid": "parent_pid", "Path": "_parent"}),
+                    on="parent_pid",
+                    how="left",
+                    maintain_order="left",
+                )
+                text = (
+                    pl.when(pl.col("parent_pid").is_null())
+                    .then(pl.col("Name"))
+                    .otherwise(pl.concat_str([pl.col("_parent"), pl.lit(" > "), pl.col("Name")]))
+                )
+            else:
+                text = pl.col("Name")
+            levels.append(level.select("pid", text.alias("Path")))
+        made = pl.concat(levels)
+        if made.height == g.height and made["pid"].equals(g["pid"]):  # levels numbered in depth order
+            return made["Path"]
+    chain: dict[int, tuple] = {}
+    for pid, parent, name in g.select("pid", "parent_pid", "Name").iter_rows():
+        head, tail, n = chain[parent] if parent is not None else ((), (), 0)
+        chain[pid] = (
+            (head + (name,), (), n + 1) if len(head) < PATH_HEAD else (head, (tail + (name,))[-PATH_TAIL:], n + 1)
+        )
+    return pl.Series("Path", [_path_text(*chain[p]) for p in g["pid"].to_list()], dtype=pl.String)
+
+
 def path_table(trace: Trace) -> pl.DataFrame:
     """One row per distinct path of ranges (SCHEMA), parents before children."""
     return paths_and_windows(trace)[0]
@@ -244,17 +282,11 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     if tree.height == 0:
         return empty
     tree = _placed(trace, tree)
-    names = nv.labels(trace).with_columns(
-        pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
-        .then(pl.col("label").str.extract(r"^([^,]*)", 1))
-        .otherwise(pl.col("label"))
-        .alias("short")
-    )
-    codes = names.select("short").unique().sort("short").with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
-    names = names.join(codes, on="short", how="left").select("name_code", "lc")
-    r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", "name_code").join(
-        names, on="name_code", how="left"
-    )
+    distinct, short_of = nv.short_labels(trace)
+    codes = distinct.with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
+    code = pl.col("name_code")
+    lc = pl.lit(pl.Series(short_of, dtype=pl.Int64)).gather(pl.when(code.is_between(0, len(short_of) - 1)).then(code))
+    r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", lc.alias("lc"))
     r = r.join(_path_ids(r), on="id", how="left")
     # a path's GPU time counts each op launched inside any of its instances once: the instances'
     # windows merged first (a range re-entered while open, or open on two threads at once)
@@ -282,15 +314,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("kern").fill_null(0).cast(pl.Int64).alias("GPU ops"),
     )
     g = g.join(codes.rename({"short": "Name"}), on="lc", how="left").sort("pid")
-    # path strings for the (few) distinct paths, parents first (ids are in depth order); a deep
-    # path shows its outer and inner levels and how many it leaves out (as the Kernels view)
-    chain: dict[int, tuple] = {}
-    for pid, parent, name in g.select("pid", "parent_pid", "Name").iter_rows():
-        head, tail, n = chain[parent] if parent is not None else ((), (), 0)
-        chain[pid] = (
-            (head + (name,), (), n + 1) if len(head) < PATH_HEAD else (head, (tail + (name,))[-PATH_TAIL:], n + 1)
-        )
-    g = g.with_columns(pl.Series("Path", [_path_text(*chain[p]) for p in g["pid"].to_list()], dtype=pl.String))
+    g = g.with_columns(_path_texts(g.select("pid", "parent_pid", "depth", "Name")))
     paths = g.select(
         pl.col("pid").alias("path_id"),
         pl.col("parent_pid").alias("parent_id"),

@@ -515,21 +515,13 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     lab = nv.labels(trace)
     if lab.height == 0:
         return empty
-    if not lab["name_code"].is_sorted() or lab["name_code"][-1] != lab.height - 1 or lab["name_code"][0] != 0:
-        lab = lab.sort("name_code")
-        if lab["name_code"].to_list() != list(range(lab.height)):
-            raise ValueError("NVTX name codes are not dense")  # names() numbers them 0..n-1
-    short = (  # the text before the first comma (a slice, not a regex: 5.6M labels)
-        pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
-        .then(pl.col("label").str.slice(0, pl.col("label").str.find(",", literal=True)))
-        .otherwise(pl.col("label"))
-    )
+    distinct, short_of = nv.short_labels(trace)
     kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0)
-    lab = lab.select(short.fill_null("").alias("short"), kind.cast(pl.Int8).alias("_cls"))
-    distinct = lab.select("short").unique().sort("short").with_row_index("_short")
-    short_of = lab.join(distinct, on="short", how="left", maintain_order="left")["_short"].cast(pl.Int32).to_numpy()
-    cls_of = lab["_cls"].to_numpy()
+    cls = lab.select("name_code", kind.cast(pl.Int8).alias("kind"))
     del lab
+    if not cls["name_code"].is_sorted():
+        cls = cls.sort("name_code")
+    cls_of = cls["kind"].to_numpy()  # by name code, as short_of (the codes are 0..n-1)
     ranges = nv.projection_ranges(trace)
     pushpop = ranges.filter(pl.col("style") == "PushPop")
     # depths from sorted searches alone (nest()'s order and depths, without its parents): one
