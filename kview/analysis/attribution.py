@@ -213,9 +213,7 @@ class _OpTexts:
             assert (have[rows] == want[lo:hi]).all(), "an op code of no forward-op label"
             data = pa.decompress(packed, size, codec="lz4")
             text = pa.Array.from_buffers(pa.large_string(), len(have), [None, pa.py_buffer(offsets), data])
-            # gathered by polars: an arrow take would import pyarrow.compute (1.8 CPU s to compile
-            # where no bytecode is kept)
-            label = pl.Series("label", text).gather(rows)
+            label = pl.Series("label", text.take(pa.array(rows)))
             made.append(op_fields(pl.DataFrame([pl.Series("name_code", have[rows]), label])))
         return pl.concat(made) if made else op_fields(_NO_OPS)
 
