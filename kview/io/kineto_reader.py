@@ -880,11 +880,27 @@ class _Parts:
         cats, unread = self.cats, self.unread
         fast = _fast_decoder()
         kinds = fast[4] if fast else {}  # the fast decoder's complete events typed by category
+        skip, op_t, kern_t, rt_t = _lanes(kinds)
         lo, hi = _I64
         for e in chunk:
+            # the commonest events first (flows, CPU ops, launches, kernels), each as below reads it
+            t = type(e)
+            if t in skip:
+                continue
+            if t is op_t and e.ts is not ABSENT and type(tid := e.tid) is int and lo <= tid < hi:
+                rng.append(e)
+                how.append(_OP)
+                continue
+            if t is rt_t and e.ts is not ABSENT:
+                rt.append(e)
+                driver.append(0)
+                continue
+            if t is kern_t and e.ts is not ABSENT:
+                kern.append(e)
+                continue
             if e is None:
                 continue
-            known = kinds.get(type(e))
+            known = kinds.get(t)
             if known is None:
                 ph = e.ph
                 if ph != "X":
@@ -1054,6 +1070,14 @@ def _fast_decoder():
         kinds[t] = SKIP
     by_cat = Union[tuple(members)]  # noqa: UP007
     return msgspec, ev, doc, by_cat, kinds
+
+
+def _lanes(kinds: dict) -> tuple[set, type | None, type | None, type | None]:
+    """Of the fast decoder's types (kinds): those skipped (and None's), and those of `cpu_op`,
+    `kernel` and `cuda_runtime` events."""
+    by_cat = {k[2]: t for t, k in kinds.items() if k is not SKIP}
+    skip = {t for t, k in kinds.items() if k is SKIP} | {type(None)}
+    return skip, by_cat.get("cpu_op"), by_cat.get("kernel"), by_cat.get("cuda_runtime")
 
 
 # Text decoded per msgspec call, cut between two events: small enough for the text and the
