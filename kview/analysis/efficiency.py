@@ -165,11 +165,14 @@ def kernel_efficiency(trace: Trace, override: str | None = None) -> pl.DataFrame
     gemm = (pl.col("Category") == "gemm") & pl.col("FLOPs").is_not_null() & pl.col("Bytes").is_null()
     keys = a.filter(gemm).select("Params", "Precision").unique()
     sizes = [gemm_bytes(p, q) for p, q in keys.iter_rows()]
-    keys = keys.with_columns(pl.Series("_gemm_bytes", sizes, dtype=pl.Int64))
+    keys = keys.with_columns(pl.Series("_gemm_bytes", sizes, dtype=pl.Int64)).rename({"Params": "_params"})
+    # joined on the GEMMs' Params only: with shapes, Params holds ~1 kB per op (1.4 GB on the
+    # dense 1.1M-kernel trace, views of a few texts) and hashing all of it took 2.7 GB
     a = (
-        a.join(keys, on=["Params", "Precision"], how="left", nulls_equal=True)
+        a.with_columns(pl.when(gemm).then(pl.col("Params")).alias("_params"))
+        .join(keys, on=["_params", "Precision"], how="left", nulls_equal=True)
         .with_columns(pl.when(gemm).then(pl.col("_gemm_bytes")).otherwise(pl.col("Bytes")).alias("Bytes"))
-        .drop("_gemm_bytes", "Params")
+        .drop("_gemm_bytes", "_params", "Params")
     )
     peaks = peak_lookup(trace_gpus(trace, override))
     a = a.join(peaks, on="Device", how="left")
