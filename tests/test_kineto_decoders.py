@@ -121,19 +121,26 @@ def test_odd_events_read_alike_by_both_decoders(piece, tmp_path, monkeypatch):
     assert "Linear_0" in texts and "ProfilerStep#1" in texts
 
 
-def test_common_events_with_odd_fields_read_alike(tmp_path, monkeypatch):
+@pytest.mark.parametrize("times", ["plain", "odd"])
+def test_common_events_with_odd_fields_read_alike(times, tmp_path, monkeypatch):
     """CPU ops, launches and kernels (read first, by their type) with a quoted or out-of-range
-    thread or no timestamp read as the standard path reads them."""
+    thread or no timestamp, and times in every form JSON allows (the fast decoder keeps them as
+    text), read as the standard path reads them."""
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
     run = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 6, "dur": 1}
     kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 7, "dur": 1}
     events = [op, {**op, "tid": "2"}, {**op, "tid": 2**63}, {k: v for k, v in op.items() if k != "ts"}]
     events += [run, {k: v for k, v in run.items() if k != "ts"}, kernel, {k: v for k, v in kernel.items() if k != "ts"}]
+    if times == "odd":  # each in a part of its own: one odd time sends its part the slow way
+        events += [{**op, "ts": t} for t in ("5.5", -0.0, 1e3, 4455527905241.3295, None)]
+        events += [{**kernel, "dur": d} for d in (None, "2", 2.5e-3)]
     p = tmp_path / "odd_common.json"
-    p.write_text(json.dumps({"traceEvents": events}))
+    p.write_text(json.dumps({"traceEvents": events}).replace("-0.0", "-0"))
     fast, std = _frames(p, True, monkeypatch), _frames(p, False, monkeypatch)
     _same(fast, std)
     assert isinstance(fast, dict)
+    if times == "odd":
+        return
     assert fast["nvtx_events"]["global_tid"].n_unique() == 2 and fast["nvtx_events"].height == 2
     assert fast["runtime"].height == 1 and fast["kernels"].height == 1
     assert dict(fast["_meta"].iter_rows())["KINETO_EVENTS_NOT_READ"] == "cpu_op (1)"

@@ -746,16 +746,46 @@ def _checked_sizes(
     return s
 
 
-def _timing(ev: list) -> dict[str, pl.Series]:
-    return {"ts": _texts([e.ts for e in ev]), "dur": _texts([e.dur for e in ev])}
+def _timing(ev: list) -> dict[str, pl.Series | bytes]:
+    """ts and dur (_texts), or the joined text whose split (_split_texts) they are."""
+    return {"ts": _texts_or_joined([e.ts for e in ev]), "dur": _texts_or_joined([e.dur for e in ev])}
 
 
-def _kernel_part(ev: list) -> pl.DataFrame:
+_NUMBER_CHARS = b"0123456789.-+eE" + _RAW_SEP  # of JSON's tokens, only numbers are made of these alone
+
+
+def _texts_or_joined(values: list) -> pl.Series | bytes:
+    """_texts of timestamps or durations, or where all are JSON numbers (the fast decoder's
+    text of them, a number's text, an integer), their texts joined by _RAW_SEP: its split
+    (polars) may be done on another thread."""
+    raw_type = _raw_type()
+    if raw_type is not None and values:
+        types = set(map(type, values))
+        if types <= {raw_type, str, int}:  # (bool is a type of its own)
+            parts: list[Any] = (
+                values if types == {raw_type} else [v if type(v) is raw_type else str(v).encode() for v in values]
+            )
+            joined = _RAW_SEP.join(parts)
+            # numbers alone (no text of a string holds the separator)
+            if not joined.translate(None, _NUMBER_CHARS) and joined.count(_RAW_SEP) == len(values) - 1:
+                return joined
+        if raw_type in types:  # the values the standard decoder reads (a number's text, null, ...)
+            values = [_value(v) if type(v) is raw_type else v for v in values]
+    return _texts(values)
+
+
+def _split_texts(joined: pl.Series | bytes) -> pl.Series:
+    if isinstance(joined, bytes):
+        return pl.Series([joined.decode()]).str.split(_RAW_SEP.decode()).explode()
+    return joined
+
+
+def _kernel_part(ev: list) -> tuple[pl.DataFrame, dict]:
     a = [e.args or NO_ARGS for e in ev]
     grid, block = _triples([x.grid for x in a]), _triples([x.block for x in a])
+    timing = _timing(ev)
     return pl.DataFrame(
         {
-            **_timing(ev),
             "device": _ints([x.device if x.device is not ABSENT else e.pid for e, x in zip(ev, a)]),
             "context": _ints([x.context for x in a]),
             "stream": _ints([x.stream if x.stream is not ABSENT else e.tid for e, x in zip(ev, a)]),
@@ -771,30 +801,30 @@ def _kernel_part(ev: list) -> pl.DataFrame:
             "smem": _ints([x.smem for x in a]),
             "coll_bytes": _ints([None if x.collective is ABSENT else _collective_bytes(x) for x in a]),
         }
-    )
+    ), timing
 
 
-def _runtime_part(ev: list, driver: list[int]) -> pl.DataFrame:
+def _runtime_part(ev: list, driver: list[int]) -> tuple[pl.DataFrame, dict]:
+    timing = _timing(ev)
     return pl.DataFrame(
         {
-            **_timing(ev),
             "event_class": pl.Series(driver, dtype=pl.Int64),
             "pid": _ints([e.pid for e in ev]),
             "tid": _ints([e.tid for e in ev]),
             "correlation": _ints([(e.args or NO_ARGS).correlation for e in ev]),
             "name": _strs([e.name for e in ev]),
         }
-    )
+    ), timing
 
 
 def _copy_kind(name: str) -> int:
     return next((v for k, v in MEMCPY_KINDS.items() if f" {k} " in f" {name} "), 0)
 
 
-def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
+def _copy_part(ev: list, memcpy: bool) -> tuple[pl.DataFrame, dict]:
     a = [e.args or NO_ARGS for e in ev]
+    timing = _timing(ev)
     cols = {
-        **_timing(ev),
         "device": _ints([x.device if x.device is not ABSENT else e.pid for e, x in zip(ev, a)]),
         "stream": _ints([x.stream if x.stream is not ABSENT else e.tid for e, x in zip(ev, a)]),
         "correlation": _ints([x.correlation for x in a]),
@@ -802,16 +832,16 @@ def _copy_part(ev: list, memcpy: bool) -> pl.DataFrame:
     }
     if memcpy:
         cols["copy_kind"] = pl.Series([_copy_kind(n) for n in _strs([e.name for e in ev])], dtype=pl.Int64)
-    return pl.DataFrame(cols)
+    return pl.DataFrame(cols), timing
 
 
-def _range_part(ev: list, how: list[int]) -> tuple[pl.DataFrame, pl.Series | bytes]:
-    """Ranges' columns but their sizes, and those (_sizes_or_split); their texts made later
-    (_range_part_ns)."""
+def _range_part(ev: list, how: list[int]) -> tuple[pl.DataFrame, pl.Series | bytes, dict]:
+    """Ranges' columns but their sizes and times, and those (_sizes_or_split, _timing); their
+    texts made later (_range_part_ns)."""
     a = [e.args or NO_ARGS for e in ev]
+    timing = _timing(ev)
     raw = pl.DataFrame(
         {
-            **_timing(ev),
             "pid": _ints([e.pid for e in ev]),
             "tid": _ints([e.tid for e in ev]),
             "how": pl.Series(how, dtype=pl.Int8),
@@ -820,7 +850,7 @@ def _range_part(ev: list, how: list[int]) -> tuple[pl.DataFrame, pl.Series | byt
             "ext": _ints([x.ext for x in a]),
         }
     )
-    return raw, _sizes_or_split([x.dims if x.dims is not ABSENT else x.dims_old for x in a])
+    return raw, _sizes_or_split([x.dims if x.dims is not ABSENT else x.dims_old for x in a]), timing
 
 
 def _range_texts(raw: pl.DataFrame) -> pl.DataFrame:
@@ -850,9 +880,9 @@ def _range_texts(raw: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _range_part_ns(raw: pl.DataFrame, sizes: pl.Series | bytes) -> pl.DataFrame:
+def _range_part_ns(raw: pl.DataFrame, sizes: pl.Series | bytes, timing: dict) -> pl.DataFrame:
     sizes = _split_sizes(sizes) if isinstance(sizes, bytes) else sizes
-    return _ns_part(_range_texts(raw.with_columns(sizes.alias("sizes"))))
+    return _ns_part(_range_texts(_timed_part(raw, timing).with_columns(sizes.alias("sizes"))))
 
 
 class _Parts:
@@ -947,13 +977,13 @@ class _Parts:
                 unread[raw_cat] = unread.get(raw_cat, 0) + 1
         later = self.later
         if kern:
-            self.kern.append(later(_ns_part, _kernel_part(kern)))
+            self.kern.append(later(_ns_part, *_kernel_part(kern)))
         if rt:
-            self.rt.append(later(_ns_part, _runtime_part(rt, driver)))
+            self.rt.append(later(_ns_part, *_runtime_part(rt, driver)))
         if cpy:
-            self.cpy.append(later(_ns_part, _copy_part(cpy, memcpy=True)))
+            self.cpy.append(later(_ns_part, *_copy_part(cpy, memcpy=True)))
         if mset:
-            self.mset.append(later(_ns_part, _copy_part(mset, memcpy=False)))
+            self.mset.append(later(_ns_part, *_copy_part(mset, memcpy=False)))
         if rng:
             self.ranges.append(later(_range_part_ns, *_range_part(rng, how)))
 
@@ -1044,6 +1074,9 @@ def _fast_decoder():
     members: list = []
     kinds: dict = {}
     top = [f for f in EVENT_FIELDS if f[0] not in ("ph", "cat")]
+    # a typed event's times stay JSON text too (_texts_or_joined reads them)
+    timing = {"ts": msgspec.Raw, "dur": msgspec.Raw}
+    timing_absent = {"dur": msgspec.Raw(b"0")}
     for names, cats in TABLE_ARGS.items():
         table_args = struct("FastArgs_" + names[0], [f for f in ARG_FIELDS if f[0] in names])
         for cat in cats:
@@ -1051,7 +1084,7 @@ def _fast_decoder():
             t = msgspec.defstruct(
                 "Fast_" + cat,
                 [("ph", Literal["X"])]
-                + [(a, Any, absent) for a, _, absent in top]
+                + [(a, timing.get(a, Any), timing_absent.get(a, absent)) for a, _, absent in top]
                 + [("args", Optional[table_args], None)],  # noqa: UP045
                 rename={a: key for a, key, _ in EVENT_FIELDS},
                 tag_field="cat",
@@ -1480,9 +1513,16 @@ def _timed(rows: list[tuple], schema: dict) -> pl.DataFrame:
     )
 
 
-def _ns_part(raw: pl.DataFrame) -> pl.DataFrame:
-    """A part (ts, dur as decimal text, then its columns) -> integer-ns start/end and the columns.
-    Both conversions give the same ns of plain text: a part may take either."""
+def _timed_part(raw: pl.DataFrame, timing: dict) -> pl.DataFrame:
+    """A part's columns and its ts and dur (_timing's)."""
+    return raw.with_columns(*[_split_texts(v).alias(k) for k, v in timing.items()])
+
+
+def _ns_part(raw: pl.DataFrame, timing: dict | None = None) -> pl.DataFrame:
+    """A part (ts, dur as decimal text, else given as _timing's, and its columns) -> integer-ns
+    start/end and the columns. Both conversions give the same ns of plain text: a part may take
+    either."""
+    raw = raw if timing is None else _timed_part(raw, timing)
     plain = raw.select(pl.col("ts", "dur").str.contains(PLAIN_US).all()).row(0)
     ns = ns_from_plain_us_text if all(plain) else ns_from_us_text
     start = ns(pl.col("ts"))
