@@ -287,8 +287,12 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         pairs = _ranges_over_calls(trace, j)
     except nv.TooManyPairs as e:
         return empty(name, title, str(e))
+    # each pair's call by row (call_id is j's row number), and only the columns the projection
+    # reads: a join copied every column of the calls for each of the pairs
+    calls = j.select("start", "end", "correlation")
+    del j
     proj = (
-        j.join(pairs, on="call_id", how="inner")
+        pl.DataFrame([pairs["id"], *calls.select(pl.all().gather(pairs["call_id"])).get_columns()])
         .group_by("id")
         .agg(
             pl.col("start").min().alias("proj_start"),
@@ -296,6 +300,7 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
             pl.col("correlation").n_unique().alias("ops"),
         )
     )
+    del calls, pairs
     proj = _with_nesting(trace, ranges, proj)
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
@@ -313,6 +318,7 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
             "Avg Num Child": (pl.col("child_nb").mean(), pl.col("child_nb").cast(pl.Float64)),
         },
     )
+    del proj  # not held beside the groups and their sort
     g = nv.with_names(trace, g)
     keys = ["name", "style"]
     g = sqlite_round(g, ["p_avg", "p_med", "p_stddev", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"])
