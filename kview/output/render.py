@@ -119,12 +119,15 @@ def _written(
     separator: str = ",",
     include_header: bool = False,
     quote_style: Literal["necessary", "never"] = "never",
+    texts: list[str] | None = None,
 ) -> None:
     """`frame` through polars' CSV writer straight into `out`, the columns in `rewrite` replaced
     by their expressions slice by slice. A text column whose bytes lie out of row order (sorted
     after it was made) is copied in row order a slice at a time: the writer reads each value's
     bytes after the last one's instead of waiting on memory for each (nvtx_sum's 5.6M names:
-    write 5.0 -> 2.5 CPU s, the copy included), and the copy is one slice's."""
+    write 5.0 -> 2.5 CPU s, the copy included), and the copy is one slice's. `texts`: the
+    columns that may need it (None: every column; looking at a column of one repeated value
+    makes it whole, a copy of it for every row)."""
 
     def one(part: pl.DataFrame, header: bool) -> None:
         _out(
@@ -137,7 +140,8 @@ def _written(
             )
         )
 
-    copied = [c for c in frame.columns if frame.height > BATCH_ROWS and scattered(frame[c])]
+    looked = frame.columns if texts is None else texts
+    copied = [c for c in looked if frame.height > BATCH_ROWS and scattered(frame[c])]
     if not rewrite and not copied:
         one(frame, include_header)
         return
@@ -277,7 +281,8 @@ def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
         [bar.alias("b0")] + [e for i, n in enumerate(names) for e in (pl.col(n), bar.alias(f"b{i + 1}"))]
     )
     escaped = {n: _md_escape(pl.col(n)) for n, c in zip(names, cells.columns) if c in odd and odd[c]}
-    _written(lined, out, escaped, separator=" ")
+    # the bars are one repeated value: only the cells' text may need a copy
+    _written(lined, out, escaped, separator=" ", texts=[n for n, c in zip(names, cells.columns) if c in texts])
 
 
 class _Rows:
