@@ -188,7 +188,9 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
         cut = int(starts.search_sorted(at + SLICE_ROWS))
         end = int(starts[cut]) if cut < starts.len() else n
         rows = first.slice(at, end - at)
-        part = keys.select(pl.col(c).gather(rows) for c in names).with_columns(_side_by_side(pl.col(c)) for c in copied)
+        part = keys.select(pl.col(c).gather(rows) for c in names).with_columns(
+            texts_in_row_order(pl.col(c)) for c in copied
+        )
         parts.append(
             rows.gather(
                 part.select(pl.arg_sort_by(names, descending=desc, nulls_last=desc, maintain_order=True)).to_series()
@@ -206,8 +208,10 @@ def _gathered(frame: pl.DataFrame, rows: pl.DataFrame | pl.Series) -> pl.DataFra
     return pl.DataFrame([frame[c].rechunk().gather(at) for c in frame.columns])
 
 
-def _side_by_side(texts: pl.Expr) -> pl.Expr:
-    """`texts` with their bytes copied in row order (a gather of text keeps each value where it was)."""
+def texts_in_row_order(texts: pl.Expr) -> pl.Expr:
+    """`texts` with their bytes copied in row order (a gather of text keeps each value where it
+    was), so a sort or a writer reads each value's bytes after the last one's. The copy goes
+    through Arrow's older layout: offsets and one buffer of the rows' bytes."""
     return texts.map_batches(
         lambda s: pl.Series(s.name, s.to_arrow(compat_level=pl.CompatLevel.oldest()), dtype=pl.String),
         return_dtype=pl.String,

@@ -714,7 +714,7 @@ _RAW_SEP = b"\x1f"  # in JSON text neither outside a string nor raw inside one
 
 def _split_sizes(joined: bytes) -> pl.Series:
     """The texts of input dims joined by _RAW_SEP, those of `null` as nulls."""
-    s = pl.Series([joined.decode()]).str.split(_RAW_SEP.decode()).explode()
+    s = _split_texts(joined)
     return s.scatter((s == "null").arg_true(), None)
 
 
@@ -775,6 +775,7 @@ def _texts_or_joined(values: list) -> pl.Series | bytes:
 
 
 def _split_texts(joined: pl.Series | bytes) -> pl.Series:
+    """The texts joined by _RAW_SEP (a Series: the texts themselves)."""
     if isinstance(joined, bytes):
         return pl.Series([joined.decode()]).str.split(_RAW_SEP.decode()).explode()
     return joined

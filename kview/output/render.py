@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, cast
 
 import polars as pl
 
+from kview.analysis.summary_stats import texts_in_row_order
 from kview.formats import DATA_FORMATS, FORMATS, MULTI_TABLE_FORMATS
 from kview.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as before
 from kview.notation import fixed
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.table_text import table_text, terminal_columns, wrap_text
-from kview.output.text_bytes import lacks, scattered, side_by_side
+from kview.output.text_bytes import lacks, scattered
 from kview.output.visible import IN_LINES, IN_LINES_ASCII, VisibleStream, json_visible
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def _written(
     for offset in range(0, max(frame.height, 1), BATCH_ROWS):
         part = frame.slice(offset, BATCH_ROWS)
         if copied:
-            part = part.with_columns(side_by_side(part[c]) for c in copied)
+            part = part.with_columns(texts_in_row_order(pl.col(c)) for c in copied)
         one(part.select(exprs), include_header and offset == 0)
 
 

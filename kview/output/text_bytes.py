@@ -130,9 +130,3 @@ def scattered(texts: pl.Series) -> bool:
         if long.shape[0] > 1 and np.count_nonzero(np.diff(where) > 0) < 0.9 * (long.shape[0] - 1):
             return True
     return False
-
-
-def side_by_side(texts: pl.Series) -> pl.Series:
-    """`texts` with its values' bytes copied in row order (a gather of text keeps each value where
-    it lay). The copy goes through Arrow's older layout: offsets and one buffer of the rows' bytes."""
-    return pl.Series(texts.name, texts.to_arrow(compat_level=pl.CompatLevel.oldest()), dtype=pl.String)
