@@ -43,7 +43,7 @@ echo "$buf" | sed '1,2d' | grep -viq -- "$word" && fail "copied rows that do not
 t send-keys -t kv 3
 wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
 t send-keys -t kv 4
-for _ in $(seq 1 300); do t capture-pane -p -t kv | grep -qE "█|No repeated layer" && break; sleep 0.2; done
+for _ in $(seq 1 100); do t capture-pane -p -t kv | grep -qE "█|No repeated layer" && break; sleep 0.2; done
 t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
 t send-keys -t kv 6
 # rows by their labels: the status line ("... ms/cell") can sit under the copy toast at 80x24
