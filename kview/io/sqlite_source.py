@@ -287,7 +287,9 @@ class SqliteSource:
 
             return pl.DataFrame()
         sel = ", ".join('rowid AS "_rid"' if c == "rowid" else f'"{c}"' for c in cols)
-        lo, hi = self.rows(f'SELECT min(rowid), max(rowid) FROM "{table}"')[0]
+        # two subqueries: SQLite answers a lone min() or max() of the rowid from the table's
+        # b-tree, but both in one select scan every row (0.65 CPU s on 5.7M NVTX rows)
+        lo, hi = self.rows(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")')[0]
         parts = min(4, os.cpu_count() or 1) if (hi or 0) >= PARTITION_ROWS else 1
         if parts > 1:
             # One query per rowid range, run in parallel by connectorx (its own partition_on
