@@ -473,17 +473,17 @@ class _Kinds:
         codes = self.nest.take(["name_code"])["name_code"].to_numpy()
         size = int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
         where = labels["name_code"].to_numpy()
-        self.rows: dict[str, np.ndarray] = {}
         self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
-        for key, flag, outermost in self.KINDS:
+        for key, flag, _ in self.KINDS:
             by_code = np.zeros(size, dtype=bool)
             values = labels[flag].fill_null(False).to_numpy()
             by_code[where] = ~values if flag == "marker" else values
             if key == "fop":
                 self.fop_by_code = by_code
-            mask = self.masks[key] = by_code[codes]
-            found = self.nest.outermost(mask) if outermost else self.nest.nearest(mask)
-            self.rows[key] = found.astype(np.int32) if len(found) < (1 << 31) else found  # half the memory
+            self.masks[key] = by_code[codes]
+        found = self.nest.answers([(self.masks[key], outermost) for key, _, outermost in self.KINDS])
+        # row numbers in 32 bits where they fit (Nesting's): half the memory
+        self.rows: dict[str, np.ndarray] = {key: f for (key, _, _), f in zip(self.KINDS, found)}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
         seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
         self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq

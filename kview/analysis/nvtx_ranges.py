@@ -459,19 +459,28 @@ def _nest_rows(ranges: pl.DataFrame) -> np.ndarray:
     Exports list ranges in start order (interleaving threads); then a stable split by thread is
     that order unless equal starts need their ends and ids compared: checked, and only when the
     check fails are the rows sorted on all four keys (a multi-column sort of millions of rows)."""
+    return _nest_sorted(ranges)[0]
+
+
+def _nest_sorted(ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(`_nest_rows`, and global_tid, start and end in that order): the check gathers them
+    already, and nesting reads them."""
     keys, desc = ["global_tid", "start", "end", "id"], [False, False, True, False]
-    if ranges.height < 2 or not ranges["start"].is_sorted() or ranges["global_tid"].null_count():
-        return _sorted_rows(ranges, keys, desc)
-    tids = ranges["global_tid"].to_numpy()
-    uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
-    thread = np.searchsorted(uniq, tids)
-    order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
-    t, st, en, ids = (ranges[c].to_numpy()[order] for c in keys)
-    same_thread = t[1:] == t[:-1]
-    later = (st[1:] > st[:-1]) | (
-        (st[1:] == st[:-1]) & ((en[1:] < en[:-1]) | ((en[1:] == en[:-1]) & (ids[1:] > ids[:-1])))
-    )
-    return order if bool(np.all(later | ~same_thread)) else _sorted_rows(ranges, keys, desc)
+    if ranges.height >= 2 and ranges["start"].is_sorted() and not ranges["global_tid"].null_count():
+        tids = ranges["global_tid"].to_numpy()
+        uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
+        thread = np.searchsorted(uniq, tids)
+        order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
+        t, st, en, ids = (ranges[c].to_numpy()[order] for c in keys)
+        same_thread = t[1:] == t[:-1]
+        later = (st[1:] > st[:-1]) | (
+            (st[1:] == st[:-1]) & ((en[1:] < en[:-1]) | ((en[1:] == en[:-1]) & (ids[1:] > ids[:-1])))
+        )
+        if bool(np.all(later | ~same_thread)):
+            return order, t, st, en
+    order = _sorted_rows(ranges, keys, desc)
+    t, st, en = (ranges[c].to_numpy()[order] for c in keys[:3])
+    return order, t, st, en
 
 
 def _sorted_rows(ranges: pl.DataFrame, keys: list[str], desc: list[bool]) -> np.ndarray:
@@ -527,6 +536,9 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.arange(len(start), dtype=np.int64) - closed
 
 
+LEVEL_PASSES = 32  # nestings shallower than this find parents a pass per level (_nest_thread)
+
+
 def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
 
@@ -536,6 +548,17 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     m = len(start)
     pos = np.arange(m, dtype=np.int64)
     depth = _depths_in_thread(start, end)
+    top = int(depth.max(initial=0))
+    if top < LEVEL_PASSES and depth.min(initial=0) >= 0:
+        # a shallow nesting (the usual trace): per depth d, the last row of depth d at or before
+        # each row is a running maximum, a sequential pass where the search below jumps about
+        parent = np.full(m, -1, dtype=np.int64)
+        at = depth == 0
+        for d in range(top):
+            last = np.maximum.accumulate(np.where(at, pos, -1))
+            at = depth == d + 1
+            parent[at] = last[at]
+        return pos, depth, parent
     # rows of each depth, in preorder (a stable radix sort where the depths fit 16 bits)
     small = depth.max(initial=0) < (1 << 15) and depth.min(initial=0) >= 0
     by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")
@@ -642,14 +665,11 @@ class Nesting:
     def nested(cls, ranges: pl.DataFrame) -> Nesting:
         """Nest `ranges` (push/pop ranges with id, global_tid, start, end): one sort, then numpy
         per thread; `ranges` is kept as it is, not copied in the tree's order."""
-        order = _nest_rows(ranges)
+        order, tid, start, end = _nest_sorted(ranges)
         n = len(order)
         rows = _row_type(n)  # row numbers and depths in 32 bits where they fit: half the memory
         depth = np.zeros(n, dtype=rows)
         parent = np.full(n, -1, dtype=rows)
-        tid = ranges["global_tid"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
-        start = ranges["start"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
-        end = ranges["end"].to_numpy()[order] if n else np.zeros(0, dtype=np.int64)
         if n:
             for lo, hi in _thread_spans(tid):
                 _, depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
@@ -756,14 +776,29 @@ class Nesting:
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
-        if self.levels is not None:
-            near = np.full(len(mask), -1, dtype=np.int64)
-            for rows in self.levels:
-                par = self.parent[rows]
-                up = np.where(par >= 0, near[np.maximum(par, 0)], -1)
-                near[rows] = np.where(mask[rows], rows, up)
-            return near
-        return self._nearest_by_jumps(mask)
+        return self.answers([(mask, False)])[0]
+
+    def answers(self, asks: list[tuple[np.ndarray, bool]]) -> list[np.ndarray]:
+        """`outermost(mask)` or `nearest(mask)` of each (mask, outermost?) in `asks`: made in one
+        walk down the levels, each level's parents read once for all of them."""
+        n = len(self.depth)
+        if self.levels is None:
+            return [
+                (self._outermost_by_jumps(m) if outer else self._nearest_by_jumps(m)).astype(_row_type(n), copy=False)
+                for m, outer in asks
+            ]
+        # one slot past the rows holds -1: a root's parent points there, so no row is tested for one
+        got = [np.full(n + 1, -1, dtype=_row_type(n + 1)) for _ in asks]
+        for rows in self.levels:
+            par = self.parent[rows]
+            par = np.where(par >= 0, par, n)
+            for (mask, outer), answer in zip(asks, got):
+                up = answer[par]
+                if outer:
+                    answer[rows] = np.where(up >= 0, up, np.where(mask[rows], rows, -1))
+                else:
+                    answer[rows] = np.where(mask[rows], rows, up)
+        return [a[:n] for a in got]
 
     def _nearest_by_jumps(self, mask: np.ndarray) -> np.ndarray:
         near = np.where(mask, np.arange(len(mask), dtype=np.int64), self.parent)
@@ -776,14 +811,7 @@ class Nesting:
 
     def outermost(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the outermost range at or above it where `mask` holds, -1 where none."""
-        if self.levels is not None:
-            top = np.full(len(mask), -1, dtype=np.int64)
-            for rows in self.levels:
-                par = self.parent[rows]
-                up = np.where(par >= 0, top[np.maximum(par, 0)], -1)
-                top[rows] = np.where(up >= 0, up, np.where(mask[rows], rows, -1))
-            return top
-        return self._outermost_by_jumps(mask)
+        return self.answers([(mask, True)])[0]
 
     def _outermost_by_jumps(self, mask: np.ndarray) -> np.ndarray:
         near = self._nearest_by_jumps(mask)
