@@ -229,6 +229,9 @@ class Store:
         # while other keys go on; `_guard` is held only to read or change the two dicts
         self._guard = threading.Lock()
         self._key_locks = KeyedLocks()
+        # persisted tables this store wrote into a folder (`make`): one let go is read back from
+        # there, not made again
+        self._written: dict[Table, str] = {}
 
     def get(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """Table `fn` of the owner (with `args`): from memory, else the disk, else computed
@@ -264,6 +267,8 @@ class Store:
             return t.fn(owner, *args, **kwargs)
         assert t.codec is not None and not args and not kwargs, t.key  # one value per owner
         found = self.disk.load(t) if self.disk is not None else None
+        if found is None and t in self._written:
+            found = _read_frames(t, self._written[t])
         if found is not None:
             return t.codec.decode(found)
         encoded = t.codec.encode(t.fn(owner))
@@ -279,9 +284,9 @@ class Store:
 
     def drop(self, *fns: Callable[..., Any]) -> None:
         """Forget the tables `fns` (every argument of them), or every table when none is named:
-        what was made from them stays, and a later question makes them again (equal) rather
-        than the owner holding them (the NVTX names and nesting behind an attributed table are
-        gigabytes at a million kernels)."""
+        what was made from them stays, and a later question makes them again (equal), or reads
+        back what `make` wrote, rather than the owner holding them (the NVTX names and nesting
+        behind an attributed table are gigabytes at a million kernels)."""
         gone = {table_of(f) for f in fns}
         with self._guard:
             for k in [k for k in self._memory if not gone or k[0] in gone]:
@@ -304,7 +309,8 @@ class Store:
     def make(self, keys: Iterable[str], out: str | None = None) -> None:
         """Make the tables `keys` (by key, in that order); with `out`, write each one's frames
         there as its codec makes them, one Parquet file per cache key (what `read_made` reads
-        back in the process that asked a worker for them)."""
+        back in the process that asked a worker for them); a table written there and let go
+        (`drop`) is read back from there when asked again."""
         for k in keys:
             t = table_by_key(k)
             value = self.by_key(k)
@@ -312,16 +318,21 @@ class Store:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
                 for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
                     frame.write_parquet(Path(out, f"{name}.parquet"))
+                self._written[t] = out
 
     def read_made(self, keys: Iterable[str], out: str) -> None:
         """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here."""
         for k in keys:
             t = table_by_key(k)
             assert t.codec is not None
-            frames = tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
-            value = t.codec.decode(frames)
+            value = t.codec.decode(_read_frames(t, out))
             with self._guard:
                 self._memory.setdefault((t,), value)
+
+
+def _read_frames(t: Table, out: str) -> tuple[pl.DataFrame, ...]:
+    """The frames of table `t` written into folder `out` (Store.make)."""
+    return tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
 
 
 # -- the graph, read from the code ---------------------------------------------------------

@@ -211,3 +211,19 @@ def test_threads_asking_for_one_table_at_once_compute_it_once():
     second.join(timeout=60)
     assert calls == ["first"]
     assert got["first"] is got["second"] and isinstance(got["first"], pl.DataFrame)
+
+
+def test_a_table_written_into_a_folder_and_let_go_is_read_back_not_made_again(tmp_path, monkeypatch):
+    """The explorer's worker lets the attributed table go once it is written (the range tables
+    do not read it): a document asking for it after reads back what was written."""
+    trace = open_trace(NSYS, use_cache=False)
+    trace.store.make(["attribution"], str(tmp_path))
+    want = attribute(trace)
+    trace.store.drop(attribute)
+    assert "attribution" not in trace.store.held()
+    made = []
+    t = table_of(attribute)
+    monkeypatch.setattr(t, "fn", lambda tr: made.append(tr) or pl.DataFrame())
+    got = attribute(trace)
+    assert not made and got.height == want.height > 1000
+    assert got.schema == want.schema and got.equals(want)
