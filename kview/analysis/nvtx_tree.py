@@ -226,6 +226,16 @@ def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"path_id": pid[seg], "start": s[seg], "end": np.maximum.reduceat(e, seg)}, schema=WINDOWS)
 
 
+def _joined_by_id(frame: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
+    """`frame` left-joined with `extra` on `id`, in `frame`'s order: the join made on the ids
+    alone and its columns added, so the frame's columns (five million rows each) are not
+    copied; an id `extra` holds twice repeats its rows, as the join does."""
+    found = frame.select("id").join(extra, on="id", how="left", maintain_order="left")
+    if found.height != frame.height:
+        return frame.join(extra, on="id", how="left", maintain_order="left")
+    return frame.hstack(found.drop("id"))
+
+
 def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow."""
@@ -259,7 +269,7 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
         )
     )
     return (
-        tree.join(moved, on="id", how="left")
+        _joined_by_id(tree, moved)
         .with_columns(
             pl.coalesce("new_depth", "depth").alias("depth"),
             pl.when(pl.col("new_depth").is_not_null())
@@ -278,16 +288,17 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     empty = (pl.DataFrame(schema=SCHEMA), pl.DataFrame(schema=WINDOWS))
     if not trace.has("NVTX_EVENTS"):
         return empty
-    tree = nv.projection_tree(trace)
-    if tree.height == 0:
+    nesting = nv.projection_nesting(trace)
+    if len(nesting.depth) == 0:
         return empty
-    tree = _placed(trace, tree)
+    tree = _placed(trace, nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"]))
     distinct, short_of = nv.short_labels(trace)
     codes = distinct.with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
     code = pl.col("name_code")
     lc = pl.lit(pl.Series(short_of, dtype=pl.Int64)).gather(pl.when(code.is_between(0, len(short_of) - 1)).then(code))
     r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", lc.alias("lc"))
-    r = r.join(_path_ids(r), on="id", how="left")
+    del tree
+    r = _joined_by_id(r, _path_ids(r.select("id", "parent", "depth", "lc")))
     # a path's GPU time counts each op launched inside any of its instances once: the instances'
     # windows merged first (a range re-entered while open, or open on two threads at once)
     windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
