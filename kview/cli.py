@@ -489,7 +489,12 @@ def cmd_stats(args) -> int:
             "or use -f json (one object keyed by report name)",
         )
     trace = _open(args, args.trace)
-    reports = [REPORTS[n](trace) for n in names]  # all computed before anything is written
+    reports = []  # all computed before anything is written
+    for i, n in enumerate(names):
+        # nothing after the last report asks for the tables it makes of the trace: it may let
+        # them go once used (the NVTX ranges, their names and nesting are gigabytes when dense)
+        trace.one_command = i == len(names) - 1
+        reports.append(REPORTS[n](trace))
 
     def remark(table: bool = False) -> None:
         """One stderr line on what has no data (stdout stays the document): reports without

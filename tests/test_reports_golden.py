@@ -78,3 +78,22 @@ def test_old_export_memops_labelled_without_enum_table():
     assert rows.get("[CUDA memset]") == n_memset == 4
     assert rows.get("[CUDA memcpy Host-to-Device]") == by_kind.get(1)
     assert sum(v for k, v in rows.items() if "memcpy" in k) == sum(by_kind.values()) == 12
+
+
+@pytest.mark.parametrize("report", ["nvtx_kern_sum"])
+def test_report_of_one_command_lets_the_ranges_go_and_still_equals_nsys(report):
+    """A trace opened for one report (the last of `kview stats -r ...`) forgets the NVTX ranges,
+    their nesting and the runtime calls once the report has read them; the report is the same."""
+    from kview.analysis import nvtx_ranges as nv
+
+    trace = open_trace(LM_TRACES[0], use_cache=False)
+    trace.one_command = True
+    rep = REPORTS[report](trace)
+    _equals_nsys(rep, LM_TRACES[0].with_name(f"{LM_TRACES[0].stem}_{report}.csv").read_text())
+    assert rep.frame.height > 100
+    for table in (nv.labelled_ranges, nv.projection_ranges, nv.projection_nesting):
+        assert trace.store.peek(table) is None, table.__name__
+    assert "runtime" not in trace._frames
+    # a second report after it makes them again, equal
+    again = REPORTS[report](trace)
+    assert again.frame.equals(rep.frame)

@@ -387,10 +387,10 @@ def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
     return distinct.select("short"), codes
 
 
-def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name") -> pl.DataFrame:
+def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name", table: pl.DataFrame | None = None) -> pl.DataFrame:
     """`frame` with each name_code's name in column `out` (null for a code with none), in
-    `frame`'s order."""
-    table = names(trace)
+    `frame`'s order; `table`: names(trace), held by a caller that let the ranges go."""
+    table = names(trace) if table is None else table
     n = table.height
     if n and table["name_code"][0] == 0 and table["name_code"][n - 1] == n - 1 and table["name_code"].is_sorted():
         # codes are the table's row numbers: a gather, not a join against millions of names; from
