@@ -80,7 +80,7 @@ def test_old_export_memops_labelled_without_enum_table():
     assert sum(v for k, v in rows.items() if "memcpy" in k) == sum(by_kind.values()) == 12
 
 
-@pytest.mark.parametrize("report", ["nvtx_kern_sum"])
+@pytest.mark.parametrize("report", ["nvtx_kern_sum", "nvtx_gpu_proj_sum"])
 def test_report_of_one_command_lets_the_ranges_go_and_still_equals_nsys(report):
     """A trace opened for one report (the last of `kview stats -r ...`) forgets the NVTX ranges,
     their nesting and the runtime calls once the report has read them; the report is the same."""
@@ -97,3 +97,26 @@ def test_report_of_one_command_lets_the_ranges_go_and_still_equals_nsys(report):
     # a second report after it makes them again, equal
     again = REPORTS[report](trace)
     assert again.frame.equals(rep.frame)
+
+
+@pytest.mark.parametrize("shared", [1, 3])
+def test_projection_folded_up_the_nesting_equals_the_pairs(shared):
+    """nvtx_gpu_proj_sum's per-range projection made by folding each op up the nesting equals the
+    one grouped from every (call, range) pair, ops sharing a correlation id (`shared` ops per id:
+    several GPU ops of one call) counted once per range either way."""
+    import polars as pl
+
+    from kview.analysis import nvtx_ranges as nv
+    from kview.reports import nvtx as rn
+
+    trace = open_trace(LM_TRACES[0], use_cache=False)
+    j = rn._api_of(trace, trace.columns("kernels", ["start", "end", "correlation", "global_pid"]), "inner")
+    j = j.with_row_index("call_id").with_columns(pl.col("correlation") // shared)
+    ranges = nv.projection_ranges(trace)
+    by_row = rn._projection_by_row(trace, j, ranges)
+    assert by_row is not None
+    by_pairs = rn._projection_by_pairs(trace, j, ranges).drop("id").select(by_row.columns)
+    keys = ["proj_start", "proj_dur", "name_code", "range_dur", "level"]
+    assert by_row.height == by_pairs.height > 500
+    assert by_row.sort(keys).equals(by_pairs.sort(keys))
+    assert j["correlation"].is_duplicated().any() == (shared > 1)  # the ids' own count taken

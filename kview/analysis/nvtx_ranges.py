@@ -811,6 +811,14 @@ class Nesting:
                     answer[rows] = np.where(mask[rows], rows, up)
         return [a[:n] for a in got]
 
+    def fold_up(self, value: np.ndarray, op: np.ufunc) -> None:
+        """Fold each row's `value` into its parent's with `op` (np.add, np.minimum, ...), the
+        deepest level first, in place: each row then holds `op` over its whole subtree. Only
+        where `levels` is not None."""
+        assert self.levels is not None
+        for rows in reversed(self.levels[1:]):
+            op.at(value, self.parent[rows], value[rows])
+
     def _nearest_by_jumps(self, mask: np.ndarray) -> np.ndarray:
         near = np.where(mask, np.arange(len(mask), dtype=np.int64), self.parent)
         while True:
@@ -869,6 +877,18 @@ def pair_limit() -> int:
     return (total or 8 << 30) // PAIR_BYTES
 
 
+def innermost_within_budget(nesting: Nesting, calls: pl.DataFrame) -> np.ndarray:
+    """`nesting.innermost_rows(calls)`, once the (call, range) pairs they stand for (each call
+    with every range at or above its innermost one) are counted: TooManyPairs past the memory
+    budget, whether or not the caller goes on to make them."""
+    rows = nesting.innermost_rows(calls)
+    depth = np.where(rows >= 0, nesting.depth[np.maximum(rows, 0)] + 1, 0) if len(nesting.depth) else rows * 0
+    pairs, limit = int(depth.sum()), pair_limit()
+    if pairs > limit:
+        raise TooManyPairs(pairs, limit, int(depth.max()))
+    return rows
+
+
 def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Nesting | None = None) -> pl.DataFrame:
     """Pairs (call_id, range id) for every range on the call's thread with
     range.start <= call.start and range.end >= call.end.
@@ -883,11 +903,7 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Ne
     out = []
     if pp.height and calls.height:
         nesting = Nesting.of(nest(pp) if tree is None else tree) if not isinstance(tree, Nesting) else tree
-        rows = nesting.innermost_rows(calls)
-        depth = np.where(rows >= 0, nesting.depth[np.maximum(rows, 0)] + 1, 0) if len(nesting.depth) else rows * 0
-        pairs, limit = int(depth.sum()), pair_limit()
-        if pairs > limit:
-            raise TooManyPairs(pairs, limit, int(depth.max()))
+        rows = innermost_within_budget(nesting, calls)
         at, found = nesting.around(rows)
         out.append(
             pl.DataFrame(

@@ -280,6 +280,93 @@ def _with_nesting_joined(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame)
     )
 
 
+def _projection_by_pairs(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """Per range with GPU ops (`id`): proj_start, proj_dur, ops (distinct correlation ids), and
+    _with_nesting's columns, from every (call, range) pair."""
+    pairs = _ranges_over_calls(trace, j)
+    # each pair's call by row (call_id is j's row number), and only the columns the projection
+    # reads: a join copied every column of the calls for each of the pairs
+    calls = j.select("start", "end", "correlation")
+    proj = (
+        pl.DataFrame([pairs["id"], *calls.select(pl.all().gather(pairs["call_id"])).get_columns()])
+        .group_by("id")
+        .agg(
+            pl.col("start").min().alias("proj_start"),
+            (pl.col("end").max() - pl.col("start").min()).alias("proj_dur"),
+            pl.col("correlation").n_unique().alias("ops"),
+        )
+    )
+    del calls, pairs
+    return _with_nesting(trace, ranges, proj)
+
+
+def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame | None:
+    """`_projection_by_pairs`' rows (less `id`, in the nesting's order) without the pairs: each
+    GPU op counted at the innermost range around its call, then folded up the nesting level by
+    level (every range above the innermost holds the call too). None where that does not
+    apply: start/end ranges, ids that do not increase, nulls in the ops, a nesting deeper than
+    Nesting.levels."""
+    if not (ranges.height and j.height) or not ranges.select((pl.col("style") == "PushPop").all()).item():
+        return None
+    ids = ranges["id"]
+    if ids.null_count() or not bool(np.all(np.diff(ids.to_numpy()) > 0)):
+        return None  # pairs merge the ranges of one id; rows would keep them apart
+    if j.select(pl.any_horizontal(pl.col("start", "end", "correlation").is_null().any())).item():
+        return None
+    nesting = nv.projection_nesting(trace)
+    if nesting.levels is None:
+        return None
+    calls = j.filter(pl.col("r_start").is_not_null()).select(
+        "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
+    )
+    inner = nv.innermost_within_budget(nesting, calls)
+    has = inner >= 0
+    row, op = inner[has], calls["call_id"].to_numpy()[has]  # call_id is j's row number
+    del calls, inner, has
+    n = len(nesting.depth)
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, row, j["start"].to_numpy()[op])
+    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(hi, row, j["end"].to_numpy()[op])
+    # distinct correlation ids: an op whose id no other op shares counts one wherever it is;
+    # the ops that share theirs are counted from their own pairs
+    shared = j["correlation"].is_duplicated().to_numpy()[op]
+    count = np.bincount(row, minlength=n)
+    alone = np.bincount(row[~shared], minlength=n)
+    for value, fold in ((lo, np.minimum), (hi, np.maximum), (count, np.add), (alone, np.add)):
+        nesting.fold_up(value, fold)
+    tree_rows = np.flatnonzero(count > 0)
+    del count
+    ops = alone[tree_rows]
+    del alone
+    if shared.any():
+        at, found = nesting.around(row[shared])
+        many = (
+            pl.DataFrame({"row": found, "c": j["correlation"].to_numpy()[op[shared]][at]})
+            .group_by("row")
+            .agg(pl.col("c").n_unique())
+            .sort("row")
+        )
+        ops[np.searchsorted(tree_rows, many["row"].to_numpy())] += many["c"].to_numpy()
+    parent = nesting.parent[tree_rows]
+    children = np.bincount(parent[parent >= 0], minlength=n)
+    rows = pl.Series(nesting.rows(tree_rows))
+    return pl.DataFrame(
+        [
+            pl.Series("proj_start", lo[tree_rows], dtype=pl.Int64),
+            pl.Series("proj_dur", hi[tree_rows] - lo[tree_rows], dtype=pl.Int64),
+            pl.Series("ops", ops, dtype=pl.UInt32),
+            *ranges.select(
+                pl.col("name_code").gather(rows),
+                pl.col("style").gather(rows),
+                (pl.col("end") - pl.col("start")).gather(rows).alias("range_dur"),
+            ).get_columns(),
+            pl.Series("level", nesting.depth[tree_rows], dtype=pl.Int64),
+            pl.Series("child_nb", children[tree_rows], dtype=pl.UInt32),
+        ]
+    )
+
+
 def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     name, title = "nvtx_gpu_proj_sum", "NVTX GPU Projection Summary"
     for table, why in (("NVTX_EVENTS", NO_NVTX), ("CUPTI_ACTIVITY_KIND_RUNTIME", "does not contain CUDA API data")):
@@ -298,26 +385,17 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     if not ops:
         return empty(name, title, "does not contain GPU operation data")
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
-    ranges = nv.projection_ranges(trace)
+    del ops
+    _let_go(trace, frames=("runtime",))
+    ranges, names = nv.projection_ranges(trace), nv.names(trace)
     try:
-        pairs = _ranges_over_calls(trace, j)
+        proj = _projection_by_row(trace, j, ranges)
+        if proj is None:
+            proj = _projection_by_pairs(trace, j, ranges)
     except nv.TooManyPairs as e:
         return empty(name, title, str(e))
-    # each pair's call by row (call_id is j's row number), and only the columns the projection
-    # reads: a join copied every column of the calls for each of the pairs
-    calls = j.select("start", "end", "correlation")
-    del j
-    proj = (
-        pl.DataFrame([pairs["id"], *calls.select(pl.all().gather(pairs["call_id"])).get_columns()])
-        .group_by("id")
-        .agg(
-            pl.col("start").min().alias("proj_start"),
-            (pl.col("end").max() - pl.col("start").min()).alias("proj_dur"),
-            pl.col("correlation").n_unique().alias("ops"),
-        )
-    )
-    del calls, pairs
-    proj = _with_nesting(trace, ranges, proj)
+    del j, ranges
+    _let_go(trace, nv.labelled_ranges, nv.labels, nv.projection_ranges, nv.projection_nesting, nv.projection_tree)
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
         proj.select("name_code", "style", "proj_dur", "range_dur", "ops", "level", "child_nb"),
@@ -335,7 +413,7 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         },
     )
     del proj  # not held beside the groups and their sort
-    g = nv.with_names(trace, g)
+    g = nv.with_names(trace, g, table=names)
     keys = ["name", "style"]
     g = sqlite_round(g, ["p_avg", "p_med", "p_stddev", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"])
     g = order_like_sqlite(g, keys, ["Total Proj Time (ns)"], [True])
