@@ -301,7 +301,7 @@ def make_tables(
     quiet: bool = False,
     batches: tuple[int, ...] = (),
     said: Any = None,
-    between: Callable[[Trace, int], None] | None = None,
+    between: Callable[[Trace, str], None] | None = None,
 ) -> None:
     """In a worker process: the tables `keys` of the trace at `path`, made by their keys (in
     that order) into the frame cache (with `use_cache`) and, with `out`, written into that
@@ -309,8 +309,8 @@ def make_tables(
     (the asking process meets it again, and says it). `quiet`: nothing on the terminal (the
     explorer owns it). `batches`: the sizes of the first batches `keys` are made in (the rest
     one more); after batch i is written, i is sent on `said` (a pipe's sending end: the asking
-    process reads a batch while the next are made) and `between(trace, i)` lets go what the
-    next do not need."""
+    process reads a batch while the next are made); after each table is written,
+    `between(trace, key)` lets go what the next do not need."""
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key
@@ -318,11 +318,14 @@ def make_tables(
         trace = open_trace(path, use_cache=use_cache)  # held: its store knows it weakly
         cuts = [0, *itertools.accumulate(batches), len(keys)]
         for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
-            trace.store.make(keys[lo:hi], out)
+            for at in range(lo, hi):
+                trace.store.make(keys[at : at + 1], out)
+                if between is not None and at < hi - 1:
+                    between(trace, keys[at])
             if said is not None:
                 said.send(i)
-            if between is not None:
-                between(trace, i)
+            if between is not None and hi > lo:
+                between(trace, keys[hi - 1])
     except TraceError:
         if out is not None:
             raise

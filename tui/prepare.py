@@ -35,11 +35,12 @@ PREPARE_BYTES = 128 << 20
 
 # the derived tables the worker makes, by key, in batches, each read back as soon as it is
 # written: the Kernels view's (the attribution first: the rest reuse its nesting and labels),
-# the NVTX, Timeline and phase views', then the documents' (Overview, Efficiency, Launches,
+# the NVTX, Timeline and phase views' (the NVTX tree last: it reads no label but its short
+# name, so the labels go before it), then the documents' (Overview, Efficiency, Launches,
 # Layers, Compare, Ranks), made of the range tables the worker holds
 BATCHES = {
     "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
-    "ranges": ("nvtx_tree", "timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps"),
+    "ranges": ("timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps", "nvtx_tree"),
     "documents": (
         "documents.layers",
         "documents.efficiency",
@@ -67,17 +68,28 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
     return large(trace) and not (use_cache and trace.store.on_disk(TABLES))
 
 
-def _let_go(trace: Trace, batch: int) -> None:  # batch: its place in BATCHES
-    """In the worker, once a batch is written, what the next batch does not read goes: after
-    the Kernels view's, the attributed table and its groups (0.3 GB on dense_x25, held through
-    the NVTX tree's peak otherwise; a document asking for the attribution reads back what was
-    written); after the range tables, the NVTX ranges, names and nesting (gigabytes at a
-    million kernels) and the NVTX tree's and the Timeline's range rows (0.5 GB on dense_x25)."""
-    if batch == list(BATCHES).index("kernels"):
+def _let_go(trace: Trace, key: str) -> None:
+    """In the worker, once table `key` is written, what the tables after it do not read goes (a
+    table let go that is asked again is read back from what was written, or made again):
+
+    - after the Kernels view's, the attributed table and its groups (0.3 GB on dense_x25; the
+      documents read the attribution back);
+    - after the Timeline's range rows, those (0.15 GB);
+    - after the last range table but the NVTX tree, the ranges' names and labels (0.7 GB):
+      the tree reads only the short names and the user ranges' codes, made first;
+    - after the NVTX tree, the ranges and their nesting (gigabytes at a million kernels) and
+      the tree (0.35 GB), which the documents' tables do not read."""
+    if key == BATCHES["kernels"][-1]:
         trace.store.drop(attribute, kernel_groups)
-    elif batch == list(BATCHES).index("ranges"):
+    elif key == "timeline.nvtx":
+        trace.store.drop(nvtx_row_table)
+    elif key == BATCHES["ranges"][-2]:
+        nvtx_ranges.short_labels(trace)
+        nvtx_ranges.user_codes(trace)
+        trace.store.drop(nvtx_ranges.labelled_ranges, nvtx_ranges.labels)
+    elif key == BATCHES["ranges"][-1]:
         nvtx_ranges.release(trace)
-        trace.store.drop(paths_and_windows, nvtx_row_table)
+        trace.store.drop(paths_and_windows, nvtx_ranges.short_labels, nvtx_ranges.user_codes)
 
 
 class Worker:

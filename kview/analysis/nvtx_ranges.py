@@ -360,6 +360,14 @@ def labels(trace: Trace) -> pl.DataFrame:
 
 
 @derived
+def user_codes(trace: Trace) -> pl.DataFrame:
+    """The name codes of user ranges (labels that are no op marker): a few hundred rows, so a
+    table that asks nothing else of the labels (the NVTX tree) is made without them held (every
+    range's name: 0.7 GB on the dense 1.1M-kernel trace)."""
+    return labels(trace).filter(~pl.col("marker")).select("name_code")
+
+
+@derived
 def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
     """(the distinct short names of the labels, sorted: column `short`; each name code's index
     among them, by name_code). A label's short name is its op for an op marker (`aten::mm,

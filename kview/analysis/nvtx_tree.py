@@ -239,7 +239,7 @@ def _joined_by_id(frame: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
 def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow."""
-    users = tree.join(nv.labels(trace).filter(~pl.col("marker")).select("name_code"), on="name_code", how="semi")
+    users = tree.join(nv.user_codes(trace), on="name_code", how="semi")
     user_threads = users["global_tid"].unique().implode()
     other = tree.filter(~pl.col("global_tid").is_in(user_threads))
     roots = other.filter(pl.col("parent").is_null())
