@@ -257,11 +257,30 @@ def test_a_command_that_lets_the_names_go_attributes_the_same(tables, monkeypatc
     assert got.filter(pl.col("Params") != "-").height > 100
 
 
+@pytest.mark.parametrize("release", [True, False], ids=["names-go", "names-kept"])
+@pytest.mark.parametrize("path", [LM, BERT, DLRM], ids=lambda p: p.stem)
+def test_categorized_is_the_attributed_tables_columns_made_without_the_rest(tables, monkeypatch, path, release):
+    """categorized() (what `kview overview` reads of the attribution) equals those columns of the
+    whole table, and is made without it: where the names go, each op label keeps its op name only."""
+    from kview.analysis import attribution
+
+    t = open_trace(path, use_cache=False)
+    t.ranges_only_for_attribution = release
+    made = []
+    whole = attribution._attributed
+    monkeypatch.setattr(attribution, "_attributed", lambda trace, shapes: made.append(shapes) or whole(trace, shapes))
+    got = attribution.categorized(t)
+    assert made == [False] and t.store.peek(attribute) is None
+    assert got.equals(tables[path].select(attribution.CATEGORIZED))
+    assert got.filter(pl.col("Op") != "-").height > 100
+    assert attribution.launch_ops(t).equals(got.select("Idx", "Op")) and made == [False]
+
+
 def test_op_fields_read_as_the_regexes_do():
     """op_fields finds the op and its shapes literally where it can: the regexes' text on every
     op label of a capture and on labels the literal reading must leave to them."""
     from kview.analysis import nvtx_ranges
-    from kview.analysis.attribution import OP_ALIASES, op_fields
+    from kview.analysis.attribution import OP_ALIASES, _op_name, op_fields
 
     lab = pl.col("label")
 
@@ -295,6 +314,9 @@ def test_op_fields_read_as_the_regexes_do():
     )
     got = op_fields(edge).sort("name_code")
     assert got.equals(by_regex(edge))
+    # the text an op is named from, alone (categorized): the same op
+    heads = op_fields(edge, sizes=False).sort("name_code")
+    assert heads.select("name_code", _op_name(pl.col("head"))).equals(got.select("name_code", "op"))
     assert got["op"].to_list() == ["mm", "layer_norm", "mm", "mm", "mm", "mm", "", None, "é", "a", "a", "a"]
     assert got["sizes"].to_list() == [
         "[[8, 4], [4, 2]]",

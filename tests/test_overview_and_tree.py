@@ -85,12 +85,22 @@ def test_overview_whose_attribution_lets_the_names_go_is_the_same_and_reads_the_
     read = trace.source.nvtx_events
     reads = []
     monkeypatch.setattr(trace.source, "nvtx_events", lambda: reads.append(1) or read())
+    made = []
+    whole = attribution._attributed
+    monkeypatch.setattr(attribution, "_attributed", lambda t, shapes: made.append(shapes) or whole(t, shapes))
     let_go = build(trace)
     assert len(reads) == 1
+    assert made == [False]  # the attributed table's columns the Overview reads, never the whole table
     ranges = {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges", "nvtx_ranges.projection_nesting"}
     assert not trace.store.held() & ranges
     # nor the tables of a row per GPU op made on the way, once their last question was asked
-    per_op = {"attribution", "launches.launches", "launches.idle_gaps", "critical_path.path_nodes"}
+    per_op = {
+        "attribution",
+        "attribution.categorized",
+        "launches.launches",
+        "launches.idle_gaps",
+        "critical_path.path_nodes",
+    }
     assert not trace.store.held() & per_op
     assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)
     assert let_go.phases.height == 3 and let_go.critical_path.height > 0

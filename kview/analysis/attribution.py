@@ -113,9 +113,10 @@ def op_labels(trace: Trace) -> pl.DataFrame:
     )
 
 
-def op_fields(labels: pl.DataFrame) -> pl.DataFrame:
+def op_fields(labels: pl.DataFrame, sizes: bool = True) -> pl.DataFrame:
     """(name_code, op, sizes) of op labels: the op's name without `aten::` (aliases applied) and
-    the input shapes text."""
+    the input shapes text; (name_code, head), the label's text before its first comma that the
+    op is named from, without `sizes`."""
     lab = pl.col("label")
     # Where a byte offset is a character offset (ASCII) and the regex's `.` matches every
     # character (no line break), literal finds give the regexes' text for half the CPU: the op
@@ -126,23 +127,29 @@ def op_fields(labels: pl.DataFrame) -> pl.DataFrame:
     split = labels.select("name_code", "label", plain.alias("_plain"))
     fast, slow = split.filter(pl.col("_plain")), split.filter(~pl.col("_plain"))
     comma, at = pl.col("_comma"), pl.col("_at")
+    head = pl.when(comma.is_null()).then(lab).otherwise(lab.str.slice(0, comma))
+    slow_head = lab.str.extract(r"^([^,]*)", 1)
+    if not sizes:
+        fast = fast.with_columns(lab.str.find(",", literal=True).alias("_comma"))
+        return pl.concat(
+            [fast.select("name_code", head.alias("head")), slow.select("name_code", slow_head.alias("head"))]
+        )
     close = lab.str.slice(at + 11).str.find("], input_op_ids = ", literal=True)
     fast = fast.with_columns(
         lab.str.find(",", literal=True).alias("_comma"), lab.str.find(", sizes = [", literal=True).alias("_at")
     ).with_columns(close.alias("_close"))
-    sizes = (
+    shapes = (
         pl.when(pl.col("_close").is_not_null())
         .then(lab.str.slice(at + 10, pl.col("_close") + 2))
         .when(lab.str.ends_with("]") & (lab.str.len_bytes() >= at + 12))
         .then(lab.str.slice(at + 10))
     )
-    head = pl.when(comma.is_null()).then(lab).otherwise(lab.str.slice(0, comma))
     return pl.concat(
         [
-            fast.select("name_code", _op_name(head), sizes.alias("sizes")),
+            fast.select("name_code", _op_name(head), shapes.alias("sizes")),
             slow.select(
                 "name_code",
-                _op_name(lab.str.extract(r"^([^,]*)", 1)),
+                _op_name(slow_head),
                 lab.str.extract(r", sizes = (\[.*?\])(?:, input_op_ids = |$)", 1).alias("sizes"),
             ),
         ]
@@ -196,10 +203,16 @@ class _OpTexts:
             del text, offsets, data
         self.labels = None
 
-    def fields(self, codes: pl.Series) -> pl.DataFrame:
-        """op_fields of the forward-op labels `codes` (name_codes, no nulls); asked once."""
+    def fields(self, codes: pl.Series, sizes: bool = True) -> pl.DataFrame:
+        """op_fields of the forward-op labels `codes` (name_codes, no nulls); asked once. Without
+        `sizes`, that column is null (the labels held: not cut out of them)."""
         if self.labels is not None:  # indexed by name_code (0..n-1): a gather, not a join
-            return op_fields(self.labels[codes.to_numpy()] if codes.len() else self.labels.clear())
+            part = self.labels[codes.to_numpy()] if codes.len() else self.labels.clear()
+            if not sizes:
+                return op_fields(part, sizes=False).select(
+                    "name_code", _op_name(pl.col("head")), pl.lit(None, dtype=pl.String).alias("sizes")
+                )
+            return op_fields(part)
         import pyarrow as pa
 
         want = np.sort(codes.to_numpy())
@@ -216,6 +229,24 @@ class _OpTexts:
             label = pl.Series("label", text.take(pa.array(rows)))
             made.append(op_fields(pl.DataFrame([pl.Series("name_code", have[rows]), label])))
         return pl.concat(made) if made else op_fields(_NO_OPS)
+
+
+class _OpNames:
+    """The forward-op labels' op names by name_code, for a table that shows the op but not its
+    shapes (`categorized`) where the command lets the names go during attribution: each label's
+    text before its first comma (op_fields' `head`) as a Categorical, four bytes a label and a
+    few hundred distinct texts, instead of its whole text packed."""
+
+    def __init__(self, labels: pl.DataFrame):
+        heads = op_fields(labels.filter("fwd_op").select("name_code", "label"), sizes=False)
+        self.heads = heads.select("name_code", pl.col("head").cast(pl.Categorical))
+
+    def fields(self, codes: pl.Series, sizes: bool = True) -> pl.DataFrame:
+        """op_fields of the forward-op labels `codes` (name_codes, no nulls), `sizes` null."""
+        got = codes.alias("name_code").to_frame().join(self.heads, on="name_code", how="left")
+        return got.select(
+            "name_code", _op_name(pl.col("head").cast(pl.String)), pl.lit(None, dtype=pl.String).alias("sizes")
+        )
 
 
 # the trace's tables gpu_ops joins, by the logical table each is read as
@@ -719,10 +750,10 @@ class _Named(NamedTuple):
     release: bool  # the ranges go once attribution has what it needs of them
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
-    texts: _OpTexts
+    texts: _OpTexts | _OpNames
 
 
-def _range_names(trace: Trace) -> _Named:
+def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     """user_paths, op_labels and the forward ops' text. A command that asks nothing else of the
     ranges (`Trace.ranges_only_for_attribution`) lets the names go once these are made (0.7 GB
     on a dense trace): from here on only the ops kernels end up with have their text read."""
@@ -734,17 +765,21 @@ def _range_names(trace: Trace) -> _Named:
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
     labels = op_labels(trace) if have_nvtx else _NO_OPS
     release = have_nvtx and trace.ranges_only_for_attribution
-    texts = _OpTexts(labels, pack=release)
+    # a table without the ops' shapes keeps only each op label's op name where the names go
+    texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, pack=release)
     if release:
         labels = labels.drop("name", "label")
         trace.store.drop(nv.labelled_ranges, nv.labels)
     return _Named(have_nvtx, release, paths, labels, texts)
 
 
-def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame, named: _Named) -> pl.DataFrame:
+def _call_columns(
+    trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame, named: _Named, shapes: bool = True
+) -> pl.DataFrame:
     """What attribution adds to each of `ids` (call_id) from its CPU call in `calls` (call_id,
     global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
-    path_ and the integer keys behind them, in the order of `ids`."""
+    path_ and the integer keys behind them, in the order of `ids`; without `shapes`, Direction
+    and op_ (and the keys) only."""
     have_nvtx, release, paths, labels, texts = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
@@ -801,12 +836,14 @@ def _call_columns(trace: Trace, ids: pl.DataFrame, calls: pl.DataFrame, named: _
     )
     # Params and FLOP models are computed once per distinct (op, shapes), not per kernel.
     codes = w.select("op_code").unique()
-    fields = texts.fields(codes["op_code"].drop_nulls())
+    fields = texts.fields(codes["op_code"].drop_nulls(), sizes=shapes)
     codes = codes.join(
         fields.select(pl.col("name_code").alias("op_code"), pl.col("op").alias("op_"), pl.col("sizes").alias("sizes_")),
         on="op_code",
         how="left",
     )
+    if not shapes:
+        return w.join(codes.drop("sizes_"), on="op_code", how="left", nulls_equal=True, maintain_order="left")
     keys = codes.select("op_", "sizes_").unique()
     parsed = [params_of(o, s) for o, s in keys.iter_rows()]
     keys = keys.with_columns(
@@ -854,19 +891,50 @@ def call_contexts(trace: Trace, calls: pl.DataFrame) -> pl.DataFrame:
 def attribute(trace: Trace) -> pl.DataFrame:
     """The attributed kernel table (columns COLUMNS, plus hidden `_grid`/`_block` totals),
     one row per GPU op, ordered by start."""
+    return _attributed(trace, shapes=True)
+
+
+# what the Overview reads of the attributed table (its categories, top kernels, idle gaps and
+# launches' ops)
+CATEGORIZED = ["Idx", "Kernel", "Category", "Duration (ns)", "Start (ns)", "Stream", "Device", "Op"]
+
+
+@derived
+def categorized(trace: Trace) -> pl.DataFrame:
+    """attribute()'s columns CATEGORIZED, equal to its, made without what only the whole table
+    shows (the ops' shapes, Params and FLOPs, the NVTX paths and layers, the launch dimensions):
+    for a command that asks no more of it (`kview overview`). Where the names go during
+    attribution, each forward-op label keeps only its op name, not its packed text."""
+    made = trace.store.peek(attribute)
+    if made is None and trace.store.on_disk(["attribution"]):  # read back, not made
+        made = attribute(trace)
+    return made.select(CATEGORIZED) if made is not None else _attributed(trace, shapes=False)
+
+
+def launch_ops(trace: Trace) -> pl.DataFrame:
+    """(Idx, Op) of every GPU op: categorized()'s where a command made only that (`kview
+    overview`), else the attributed table's."""
+    made = trace.store.peek(categorized)
+    if made is not None and trace.store.peek(attribute) is None:
+        return made.select("Idx", "Op")
+    return attribute(trace).select("Idx", "Op")
+
+
+def _attributed(trace: Trace, shapes: bool) -> pl.DataFrame:
+    """attribute(), or with `shapes` False categorized()."""
     # where the names go once taken (kview kernels), they are taken before the GPU ops are read:
     # the NVTX read and labelling (1.3 GB at their peak on a dense trace) do not meet the ops
-    taken = _range_names(trace) if trace.ranges_only_for_attribution and _has_gpu_ops(trace) else None
+    taken = _range_names(trace, shapes) if trace.ranges_only_for_attribution and _has_gpu_ops(trace) else None
     ops = launched_ops(trace)
     if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
-        return pl.DataFrame(schema=SCHEMA)
+        return pl.DataFrame(schema=SCHEMA if shapes else {c: SCHEMA[c] for c in CATEGORIZED})
     if trace.only_attribution:  # the ops hold what attribution reads of these (0.2 GB on a dense trace)
         trace.let_go(*GPU_OP_TABLES, "runtime")
     ops = ops.with_row_index("call_id").with_columns(pl.col("call_id").cast(pl.Int64))
     calls = ops.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
-    w = _call_columns(trace, ops.select("call_id"), calls, _range_names(trace) if taken is None else taken)
+    w = _call_columns(trace, ops.select("call_id"), calls, taken or _range_names(trace, shapes), shapes)
     del taken
     f = pl.col
     kernel_cats = (
@@ -892,6 +960,17 @@ def attribute(trace: Trace) -> pl.DataFrame:
     for label, ops_ in OP_CATEGORIES.items():  # helper kernels named after nothing, placed by their op
         cat = cat.when(f("op_").is_in(ops_)).then(pl.lit(label))
     ops = ops.with_columns(cat.otherwise(pl.lit("other")).alias("Category"))
+    if not shapes:
+        return ops.select(
+            "Idx",
+            "Kernel",
+            "Category",
+            (f("end") - f("start")).alias("Duration (ns)"),
+            f("start").alias("Start (ns)"),
+            f("stream").alias("Stream"),
+            f("device").alias("Device"),
+            f("op_").fill_null("-").alias("Op"),
+        )
     gemm = f("Category") == "gemm"
     dur = f("end") - f("start")
     flops = (

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kview.analysis.attribution import attribute, launched_ops
+from kview.analysis.attribution import launch_ops, launched_ops
 from kview.derived import derived
 from kview.trace import Trace
 
@@ -98,7 +98,7 @@ def launches(trace: Trace) -> pl.DataFrame:
                 GPU: pl.Int64,
             }
         )
-    op = attribute(trace).select("Idx", "Op")
+    op = launch_ops(trace)
     return (
         ops.select(
             "Idx", "correlation", "Kernel", "kind", "device", "stream", "start", "end", "global_tid", "r_start", "r_end"

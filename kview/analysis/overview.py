@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from kview.analysis import nvtx_ranges
-from kview.analysis.attribution import attribute
+from kview.analysis.attribution import attribute, categorized
 from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.critical_path import path_nodes, step_table
@@ -101,7 +101,9 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     itself (`Trace.ranges_only_for_attribution`), those tables are made first."""
     if trace.ranges_only_for_attribution:
         range_tables(trace)
-    a = attribute(trace)
+    # a trace opened for the Overview alone never makes the whole attributed table: its
+    # shapes, paths and launch dimensions are nowhere in it
+    a = categorized(trace) if trace.one_command else attribute(trace)
     # GPU work that ends before it starts or lies outside the session would show as negative
     # busy time or a span past the trace: left out of every figure here, and said so
     bad = warning(trace)
@@ -253,7 +255,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         # the launches (their CPU op) are the last thing made of the attributed table here: it
         # goes once they are made, rather than through the idle gaps and the critical paths
         launches(trace)
-        trace.store.drop(attribute)
+        trace.store.drop(attribute, categorized)
     del a
     if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         m = trace.columns("memcpy", ["start", "end", "src_kind", "dst_kind", "bytes"])
