@@ -122,6 +122,13 @@ class Trace:
         assert have is not None  # every name was loaded above
         return have.select(names)
 
+    def row_count(self, key: str) -> int:
+        """The rows of logical table `key`: its frame's where a column of it is held, else counted
+        by the source (reading a column to count it is a pass over every row of the file, and the
+        columns asked for next would need another)."""
+        have = self._frames.get(key)
+        return have.height if have is not None and have.width else self.source.row_count(key)
+
     def _read_missing(self, key: str, names: list[str]) -> pl.DataFrame | None:
         """Frame `key` with the columns `names` it lacks read (from the cache, else the trace)."""
         have = self._frames.get(key)

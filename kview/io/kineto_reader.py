@@ -1638,6 +1638,9 @@ class KinetoSource:
     def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
         return self.frames[key].select(names)
 
+    def row_count(self, key: str) -> int:
+        return self.frames[key].height
+
     def strings(self) -> pl.DataFrame:
         return self.frames["strings"]
 

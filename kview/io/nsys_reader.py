@@ -285,6 +285,11 @@ class NsysSource:
     def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
         return read_columns(self.db, key, names)
 
+    def row_count(self, key: str) -> int:
+        # SQLite counts a table's rows from its b-tree's pages, decoding none of them
+        table = TABLES[key][0]
+        return int(self.db.scalar(f'SELECT count(*) FROM "{table}"') or 0) if self.db.has(table) else 0
+
     def strings(self) -> pl.DataFrame:
         return strings(self.db)
 

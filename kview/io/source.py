@@ -41,6 +41,10 @@ class TraceSource(Protocol):
         """Columns `names` of logical table `key` (schema.TABLES), in the trace's order."""
         ...
 
+    def row_count(self, key: str) -> int:
+        """The rows of logical table `key` (read_columns' height), counted without reading a column."""
+        ...
+
     def strings(self) -> pl.DataFrame:
         """(id, value) of every string the frames' *_id columns point to."""
         ...
