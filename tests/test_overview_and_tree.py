@@ -88,8 +88,13 @@ def test_overview_whose_attribution_lets_the_names_go_is_the_same_and_reads_the_
     made = []
     whole = attribution._attributed
     monkeypatch.setattr(attribution, "_attributed", lambda t, shapes: made.append(shapes) or whole(t, shapes))
+    columns = trace.source.read_columns
+    asked = []
+    monkeypatch.setattr(trace.source, "read_columns", lambda k, n: asked.extend((k, c) for c in n) or columns(k, n))
     let_go = build(trace)
     assert len(reads) == 1
+    assert len(asked) == len(set(asked))  # no column read again (the kernels' are let go once read)
+    assert "kernels" not in trace._frames
     assert made == [False]  # the attributed table's columns the Overview reads, never the whole table
     ranges = {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges", "nvtx_ranges.projection_nesting"}
     assert not trace.store.held() & ranges
