@@ -120,3 +120,21 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(shared):
     assert by_row.height == by_pairs.height > 500
     assert by_row.sort(keys).equals(by_pairs.sort(keys))
     assert j["correlation"].is_duplicated().any() == (shared > 1)  # the ids' own count taken
+
+
+def test_kern_sum_ranks_names_as_their_texts_sort():
+    """nvtx_kern_sum sorts on each name's place in text order: equal texts under two codes share
+    a place, a missing name or kernel name has none (NULL sorts first), as the texts would."""
+    import polars as pl
+
+    from kview.reports import nvtx as rn
+
+    trace = open_trace(LM_TRACES[0], use_cache=False)
+    ids = trace.columns("kernels", ["name_id"])["name_id"].unique().sort().head(2).to_list()
+    texts = trace.with_strings(pl.DataFrame({"name_id": ids}), "name_id", "t")["t"].to_list()
+    names = pl.DataFrame({"name_code": [0, 1, 2, 3], "name": [":b", ":a", ":b", ":c"]})
+    g = pl.DataFrame({"name_code": [2, 0, None, 1, 3], "name_id": [ids[0], ids[1], ids[1], None, ids[0]]})
+    ranges, kernels = rn._text_ranks(trace, g, names)
+    assert ranges.to_list() == [2, 2, None, 1, 3]
+    first, second = (1, 2) if texts[0] < texts[1] else (2, 1)
+    assert kernels.to_list() == [first, second, second, None, first]

@@ -14,6 +14,7 @@ from kview.analysis.summary_stats import (
     order_like_sqlite,
     percent_of_total,
     sqlite_round,
+    texts_in_row_order,
 )
 from kview.io.schema import PID_MASK, pid_of, tid_of
 from kview.io.sqlite_source import return_freed_memory
@@ -146,8 +147,8 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
     g = trace.with_strings(nv.with_names(trace, g, table=names), "name_id", "Kernel Name")
     g = sqlite_round(g, ["avg", "med", "stddev"])
-    # the report's columns only: the sort gathers every column it is given (nvtx_inst_u,
-    # nvtx_nulls, num and both codes are 2.4M rows each on dense_x25)
+    # the report's columns and the names' ranks only: the sort gathers every column it is given
+    # (nvtx_inst_u, nvtx_nulls, num and both codes are 2.4M rows each on dense_x25)
     g = g.select(
         pl.col("name").alias("NVTX Range"),
         pl.col("style").alias("Style"),
@@ -162,10 +163,42 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         pl.col("max").alias("Max (ns)"),
         pl.col("stddev").alias("StdDev (ns)"),
         "Kernel Name",
+        *_text_ranks(trace, g, names),
     )
-    keys = ["PID", "TID", "NVTX Range", "Style", "Kernel Name"]
-    by = ["NVTX Range", "PID", "TID", "Total Time (ns)"]
-    return Report(name, title, order_like_sqlite(g, keys, by, [False, False, False, True]))
+    columns = g.columns[:13]
+    if "_range" in g.columns:  # the names' places in text order stand in for the texts
+        keys = ["PID", "TID", "_range", "Style", "_kernel"]
+        by = ["_range", "PID", "TID", "Total Time (ns)"]
+    else:
+        keys = ["PID", "TID", "NVTX Range", "Style", "Kernel Name"]
+        by = ["NVTX Range", "PID", "TID", "Total Time (ns)"]
+    return Report(name, title, order_like_sqlite(g, keys, by, [False, False, False, True]).select(columns))
+
+
+def _text_ranks(trace: Trace, g: pl.DataFrame, names: pl.DataFrame) -> list[pl.Series]:
+    """`_range` and `_kernel`: the place of each row's range name (name_code) and kernel name
+    (name_id) in text order, equal texts equal, null for none; nothing where the codes are not
+    the names table's rows. Each distinct name present is sorted once, the range names with
+    their bytes copied side by side first, where sorting the rows on their texts compared 2.4M
+    names lying far apart in the names table (dense_x25)."""
+    n = names.height
+    table = names["name_code"]
+    codes = g["name_code"]
+    present = codes.drop_nulls().unique()
+    if not n or table[0] != 0 or table[n - 1] != n - 1 or not table.is_sorted():
+        return []
+    if present.len() and (present.min() < 0 or present.max() >= n):  # type: ignore[operator]
+        return []
+    texts = pl.select(texts_in_row_order(pl.lit(names["name"].rechunk()).gather(present))).to_series()
+    at = np.zeros(n, dtype=np.int64)
+    at[present.to_numpy()] = texts.rank("dense").to_numpy()
+    del texts
+    kernels = trace.with_strings(g.select(pl.col("name_id").drop_nulls().unique()), "name_id", "_text")
+    kernels = kernels.select("name_id", pl.col("_text").rank("dense").alias("_kernel"))
+    return [
+        pl.Series("_range", at).gather(codes),
+        g.select("name_id").join(kernels, on="name_id", how="left", maintain_order="left")["_kernel"],
+    ]
 
 
 def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
