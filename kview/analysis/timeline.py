@@ -522,34 +522,37 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     if not cls["name_code"].is_sorted():
         cls = cls.sort("name_code")
     cls_of = cls["kind"].to_numpy()  # by name code, as short_of (the codes are 0..n-1)
-    ranges = nv.projection_ranges(trace)
-    pushpop = ranges.filter(pl.col("style") == "PushPop")
+    # the columns read, and no copy of them where every range is a push/pop range (the usual trace)
+    ranges = nv.projection_ranges(trace).select("global_tid", "start", "end", "name_code", "id", "style")
+    push = pl.col("style") == "PushPop"
+    pushpop = ranges if ranges.select(push.all()).item() else ranges.filter(push)
     # depths from sorted searches alone (nest()'s order and depths, without its parents): one
     # way, whatever else the trace holds in memory
-    tid, depth, start, end, code = pushpop_depths(pushpop)
-    se = ranges.filter(pl.col("style") != "PushPop").sort(
-        ["global_tid", "start", "end"], descending=[False, False, True]
-    )
-    parts = [
-        (tid, depth, start, end, code),
+    parts = [pushpop_depths(pushpop)]
+    del pushpop
+    se = ranges.filter(~push).sort(["global_tid", "start", "end"], descending=[False, False, True])
+    del ranges
+    parts.append(
         (
             se["global_tid"].to_numpy(),
             np.full(se.height, -1, dtype=np.int16),
             se["start"].to_numpy(),
             se["end"].to_numpy(),
             se["name_code"].to_numpy(),
-        ),
-    ]
-    runs = [run for part in parts for run in _by_thread_and_depth(*part)]
-    if not runs:
+        )
+    )
+    if not sum(len(tid) for tid, *_ in parts):
         return empty[0], distinct.select("short")
-    codes = np.concatenate([cd for *_, cd in runs])
+    # each part's rows run by run of (thread, depth), gathered once into the table's columns
+    # rather than each run copied and the runs joined
+    orders = [_run_order(tid, depth, start, end) for tid, depth, start, end, _ in parts]
+    codes = np.concatenate([code[order] for (*_, code), order in zip(parts, orders)])
     table = pl.DataFrame(
         {
-            "tid": np.concatenate([np.full(len(st), g, dtype=np.int64) for g, _, st, _, _ in runs]),
-            "depth": np.concatenate([np.full(len(st), d, dtype=np.int16) for _, d, st, _, _ in runs]),
-            "start": np.concatenate([st for _, _, st, _, _ in runs]),
-            "end": np.concatenate([en for _, _, _, en, _ in runs]),
+            "tid": _gathered([p[0] for p in parts], orders, np.int64),
+            "depth": _gathered([p[1] for p in parts], orders, np.int16),
+            "start": _gathered([p[2] for p in parts], orders, np.int64),
+            "end": _gathered([p[3] for p in parts], orders, np.int64),
             "code": short_of[codes],
             "kind": cls_of[codes],
         },
@@ -572,21 +575,28 @@ def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     )
 
 
-def _by_thread_and_depth(tid, depth, start, end, code):
-    """(thread, depth, starts, ends, name codes) of each (thread, depth) of ranges sorted by
-    thread, then start (nest()'s order): a stable sort by depth within each thread, in numpy
-    (depths are small integers, so that sort is a radix sort), never a sort of all ranges."""
+def _gathered(columns: list[np.ndarray], orders: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The parts' `columns` each in its order, one after another, in one array."""
+    out = np.empty(sum(len(o) for o in orders), dtype=dtype)
+    at = 0
+    for col, order in zip(columns, orders):
+        out[at : at + len(order)] = col[order]
+        at += len(order)
+    return out
+
+
+def _run_order(tid: np.ndarray, depth: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The rows of ranges sorted by thread, then start (nest()'s order), run by run of (thread,
+    depth): a stable sort by depth within each thread, in numpy (depths are small integers, so
+    that sort is a radix sort), never a sort of all ranges."""
     if len(tid) == 0:
-        return
+        return np.zeros(0, dtype=np.int64)
+    base = None
     if len(tid) > 1 and (tid[1:] < tid[:-1]).any():  # not in nest()'s order after all
-        order = np.lexsort((-end, start, tid))
-        tid, depth, start, end, code = tid[order], depth[order], start[order], end[order], code[order]
-    for lo, hi in _segments(tid):
-        order = np.argsort(depth[lo:hi], kind="stable") + lo
-        d = depth[order]
-        for a, b in _segments(d):
-            sel = order[a:b]
-            yield int(tid[lo]), int(d[a]), start[sel], end[sel], code[sel]
+        base = np.lexsort((-end, start, tid))
+        tid, depth = tid[base], depth[base]
+    order = np.concatenate([np.argsort(depth[lo:hi], kind="stable") + lo for lo, hi in _segments(tid)])
+    return order if base is None else base[order]
 
 
 def build(trace: Trace, cpu: bool = True) -> Timeline:
