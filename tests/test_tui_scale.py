@@ -132,21 +132,24 @@ def test_the_view_in_front_gets_a_large_traces_tables_in_a_fresh_explorer(tmp_pa
 
 
 def test_the_worker_makes_the_nvtx_tree_with_the_labels_let_go(tmp_path, monkeypatch):
-    """The worker lets every range's name and label go before the NVTX tree (0.7 GB on the dense
-    trace): the tree asks for none of them again, and equals the one made with them held."""
+    """The worker lets every range's name and label go before the Timeline's range rows and the
+    NVTX tree (0.7 GB on the dense trace): they ask for none of them again, and equal those
+    made with them held."""
     from kview.analysis.nvtx_tree import paths_and_windows
+    from kview.analysis.timeline import nvtx_row_table
     from kview.derived import table_of
 
-    want = paths_and_windows(open_trace(LM, use_cache=False))
+    here = open_trace(LM, use_cache=False)
+    want = [paths_and_windows(here), nvtx_row_table(here)]
     trace = open_trace(LM, use_cache=False)
     keys = prepare.BATCHES["kernels"] + prepare.BATCHES["ranges"]
-    assert keys[-1] == "nvtx_tree"
-    for key in keys[:-1]:
+    assert keys[-2:] == ("timeline.nvtx", "nvtx_tree")
+    for key in keys[:-2]:
         trace.store.make([key], str(tmp_path))
         prepare._let_go(trace, key)
     assert trace.store.peek(nv.labels) is None and trace.store.peek(nv.labelled_ranges) is None
     for fn in (nv.labels, nv.labelled_ranges):
         monkeypatch.setattr(table_of(fn), "fn", lambda t: (_ for _ in ()).throw(AssertionError("made again")))
-    got = paths_and_windows(trace)
-    assert want[0].height > 100
-    _equal(got, want, "nvtx_tree")
+    got = [paths_and_windows(trace), nvtx_row_table(trace)]
+    assert want[0][0].height > 100 and want[1][0].height > 1000
+    _equal(got, want, "nvtx_tree, timeline.nvtx")

@@ -35,12 +35,13 @@ PREPARE_BYTES = 128 << 20
 
 # the derived tables the worker makes, by key, in batches, each read back as soon as it is
 # written: the Kernels view's (the attribution first: the rest reuse its nesting and labels),
-# the NVTX, Timeline and phase views' (the NVTX tree last: it reads no label but its short
-# name, so the labels go before it), then the documents' (Overview, Efficiency, Launches,
-# Layers, Compare, Ranks), made of the range tables the worker holds
+# the NVTX, Timeline and phase views' (the Timeline's rows and the NVTX tree last: they read
+# no more of the labels than their short names and kinds, so the labels go before them), then
+# the documents' (Overview, Efficiency, Launches, Layers, Compare, Ranks), made of the range
+# tables the worker holds
 BATCHES = {
     "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
-    "ranges": ("timeline.nvtx", "layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps", "nvtx_tree"),
+    "ranges": ("layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps", "timeline.nvtx", "nvtx_tree"),
     "documents": (
         "documents.layers",
         "documents.efficiency",
@@ -68,28 +69,33 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
     return large(trace) and not (use_cache and trace.store.on_disk(TABLES))
 
 
+# what the Timeline's rows and the NVTX tree read of the labels: made before the labels go
+OF_LABELS = (nvtx_ranges.short_labels, nvtx_ranges.range_kinds, nvtx_ranges.user_codes)
+
+
 def _let_go(trace: Trace, key: str) -> None:
     """In the worker, once table `key` is written, what the tables after it do not read goes (a
     table let go that is asked again is read back from what was written, or made again):
 
     - after the Kernels view's, the attributed table and its groups (0.3 GB on dense_x25; the
       documents read the attribution back);
+    - after the last range table that reads the labels (the steps), the ranges' names and
+      labels (0.7 GB): the Timeline's rows and the NVTX tree read only the short names, the
+      range kinds and the user ranges' codes, made first;
     - after the Timeline's range rows, those (0.15 GB);
-    - after the last range table but the NVTX tree, the ranges' names and labels (0.7 GB):
-      the tree reads only the short names and the user ranges' codes, made first;
     - after the NVTX tree, the ranges and their nesting (gigabytes at a million kernels) and
       the tree (0.35 GB), which the documents' tables do not read."""
     if key == BATCHES["kernels"][-1]:
         trace.store.drop(attribute, kernel_groups)
+    elif key == "steps":
+        for table in OF_LABELS:
+            table(trace)
+        trace.store.drop(nvtx_ranges.labelled_ranges, nvtx_ranges.labels)
     elif key == "timeline.nvtx":
         trace.store.drop(nvtx_row_table)
-    elif key == BATCHES["ranges"][-2]:
-        nvtx_ranges.short_labels(trace)
-        nvtx_ranges.user_codes(trace)
-        trace.store.drop(nvtx_ranges.labelled_ranges, nvtx_ranges.labels)
     elif key == BATCHES["ranges"][-1]:
         nvtx_ranges.release(trace)
-        trace.store.drop(paths_and_windows, nvtx_ranges.short_labels, nvtx_ranges.user_codes)
+        trace.store.drop(paths_and_windows, *OF_LABELS)
 
 
 class Worker:

@@ -368,6 +368,18 @@ def user_codes(trace: Trace) -> pl.DataFrame:
 
 
 @derived
+def range_kinds(trace: Trace) -> np.ndarray:
+    """Each name code's range kind (0 user range, 1 op marker, 2 library), by name code (the
+    codes are 0..n-1): what the Timeline's range rows read of the labels, so they are made
+    without every range's name held."""
+    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0)
+    cls = labels(trace).select("name_code", kind.cast(pl.Int8).alias("kind"))
+    if not cls["name_code"].is_sorted():
+        cls = cls.sort("name_code")
+    return cls["kind"].to_numpy()
+
+
+@derived
 def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
     """(the distinct short names of the labels, sorted: column `short`; each name code's index
     among them, by name_code). A label's short name is its op for an op marker (`aten::mm,

@@ -512,16 +512,10 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     keeping each as a Python string would cost more than all the rows' arrays."""
 
     empty = (pl.DataFrame(schema=NVTX_ROWS), pl.DataFrame(schema={"short": pl.String}))
-    lab = nv.labels(trace)
-    if lab.height == 0:
+    cls_of = nv.range_kinds(trace)  # by name code, as short_of
+    if len(cls_of) == 0:
         return empty
     distinct, short_of = nv.short_labels(trace)
-    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0)
-    cls = lab.select("name_code", kind.cast(pl.Int8).alias("kind"))
-    del lab
-    if not cls["name_code"].is_sorted():
-        cls = cls.sort("name_code")
-    cls_of = cls["kind"].to_numpy()  # by name code, as short_of (the codes are 0..n-1)
     # the columns read, and no copy of them where every range is a push/pop range (the usual trace)
     ranges = nv.projection_ranges(trace).select("global_tid", "start", "end", "name_code", "id", "style")
     push = pl.col("style") == "PushPop"
