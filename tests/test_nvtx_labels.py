@@ -185,3 +185,17 @@ def test_a_domain_created_on_two_threads_counts_its_ranges_once_per_creation(tmp
     assert lab.height == ranges + in_it
     domains = lab.filter(pl.col("name").str.starts_with("CCCL"))["name"].str.split(":").list.first()
     assert domains.value_counts().sort("name")["count"].to_list() == [in_it, in_it]
+
+
+def test_short_names_made_a_piece_at_a_time_equal_those_made_at_once(monkeypatch):
+    """The short names are numbered a million labels at a time and renumbered among the whole
+    trace's: pieces of 500 labels give the names and codes of the labels taken at once."""
+    import numpy as np
+
+    trace = open_trace(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", use_cache=False)
+    whole = nv.short_labels(trace)
+    assert nv.labels(trace).height > 2000 and whole[0].height > 20
+    monkeypatch.setattr(nv, "CHUNK_ROWS", 500)
+    trace.store.drop(nv.short_labels)
+    pieces = nv.short_labels(trace)
+    assert pieces[0].equals(whole[0]) and np.array_equal(pieces[1], whole[1]) and pieces[1].dtype == np.int32
