@@ -571,7 +571,7 @@ def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 def _gathered(columns: list[np.ndarray], orders: list[np.ndarray], dtype: type) -> np.ndarray:
     """The parts' `columns` each in its order, one after another, in one array."""
-    out = np.empty(sum(len(o) for o in orders), dtype=dtype)
+    out: np.ndarray = np.empty(sum(len(o) for o in orders), dtype=dtype)
     at = 0
     for col, order in zip(columns, orders):
         out[at : at + len(order)] = col[order]
