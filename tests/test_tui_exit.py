@@ -125,3 +125,29 @@ def test_leaves_when_its_terminal_is_gone(tmp_path):
         assert term.status == 128 + signal.SIGHUP
     finally:
         term.close()
+
+
+def test_the_explorer_sizes_itself_from_the_terminal_not_the_environment(monkeypatch):
+    """COLUMNS and LINES left in the environment (pytest-xdist's workers carry 80x24) would fix
+    the explorer's size whatever the window's: where the terminal says its size they go; where
+    it cannot (a pseudo-terminal never sized: 0x0) they stay."""
+    import fcntl
+    import struct
+    import termios
+
+    from kview.tui.app import size_from_the_terminal
+
+    main_fd, tty_fd = os.openpty()
+    try:
+        with os.fdopen(tty_fd, "w", closefd=False) as tty:
+            for columns, lines, kept in ((0, 0, True), (160, 45, False)):
+                monkeypatch.setenv("COLUMNS", "80")
+                monkeypatch.setenv("LINES", "24")
+                fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+                size_from_the_terminal(tty)
+                assert ("COLUMNS" in os.environ, "LINES" in os.environ) == (kept, kept)
+                if not kept:
+                    assert os.get_terminal_size(tty_fd) == (160, 45)
+    finally:
+        os.close(tty_fd)
+        os.close(main_fd)

@@ -18,6 +18,10 @@ t -f /dev/null new-session -d -s kv -x "$w" -y "$h" "kview '$trace' ${second:+'$
 t set -g set-clipboard on
 wait_for "summary by name" 60 || fail "kernel table never appeared"
 t capture-pane -p -t kv | grep -qiE "kernel|gemm|elementwise|\[CUDA" || fail "no kernel names on screen"
+# drawn the pane's width: the footer's last key ends at its right edge (a COLUMNS/LINES pair left
+# in the environment, as pytest-xdist's workers have, must not size the explorer)
+t capture-pane -p -t kv | grep -F "palette" | LC_ALL=C sed 's/[^ -~]//g' | awk -v w="$w" 'length($0) >= w - 4 {ok = 1} END {exit !ok}' \
+  || fail "not drawn the pane's width ($w columns)"
 # Each key waits for what the one before it shows: on a loaded machine keys typed before the
 # filter box has focus would go to the table.
 t send-keys -t kv 2

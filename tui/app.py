@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TextIO
 
 import polars as pl
 from textual import on, work
@@ -543,6 +544,20 @@ class _Unjoined(ThreadPoolExecutor):
         super().shutdown(wait=False, cancel_futures=True)
 
 
+def size_from_the_terminal(stream: TextIO | None) -> None:
+    """Let the explorer take its size from the terminal `stream` is (Textual reads COLUMNS and
+    LINES before asking the terminal, and again on every resize): a pair left in the environment
+    (a shell's export, a test runner's 80x24) would fix its size whatever the window's, and no
+    resize would change it. Kept where the terminal cannot say its size."""
+    try:
+        columns, lines = os.get_terminal_size(stream.fileno()) if stream is not None else (0, 0)
+    except (AttributeError, ValueError, OSError):
+        return
+    if columns > 0 and lines > 0:
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+
+
 def run(
     paths: list[str],
     use_cache: bool = True,
@@ -555,6 +570,7 @@ def run(
     is skipped; the atexit handlers still run and the output is flushed."""
     import atexit
 
+    size_from_the_terminal(sys.__stdout__)
     app = KviewApp(paths, use_cache=use_cache, note=note, traces=traces, cluster=cluster)
     app.run()  # the terminal is restored when this returns
     code = app.return_code or 0
