@@ -44,15 +44,25 @@ for _ in $(seq 1 20); do
 done
 echo "$buf" | grep -q '^| Time (%) |' || fail "tmux buffer holds no Markdown table"
 echo "$buf" | sed '1,2d' | grep -viq -- "$word" && fail "copied rows that do not match $word"
+# A view is known by what only it draws, and the check is of the screen that ended the wait:
+# the Kernels view names NVTX ranges (its detail) and draws bars (its share column) too, and the
+# pane may be caught mid-switch a moment later (the tabs' underline sliding, the new pane empty).
+nvtx_shown() {  # the NVTX tree holds the word (a line of the tree's guides), or says there is none
+  echo "$1" | grep -E "(├|└)── " | grep -qF -- "$nvtx" || echo "$1" | grep -qF "This trace has no NVTX ranges"
+}
+layers_shown() {  # the Layers legend and a row's bars (more than the legend's), or why there are none
+  echo "$1" | grep -qF "No repeated layer" || { echo "$1" | grep -qF " · ordered by " && [ "$(echo "$1" | grep -c "█")" -ge 2 ]; }
+}
 t send-keys -t kv 3
-wait_for "$nvtx" 30 || fail "NVTX view does not show $nvtx"
+for _ in $(seq 1 150); do screen=$(t capture-pane -p -t kv); nvtx_shown "$screen" && break; sleep 0.2; done
+nvtx_shown "$screen" || fail "NVTX view does not show $nvtx"
 t send-keys -t kv 4
-for _ in $(seq 1 100); do t capture-pane -p -t kv | grep -qE "█|No repeated layer" && break; sleep 0.2; done
-t capture-pane -p -t kv | grep -qE "█|No repeated layer" || fail "Layers view shows no bars"
+for _ in $(seq 1 100); do screen=$(t capture-pane -p -t kv); layers_shown "$screen" && break; sleep 0.2; done
+layers_shown "$screen" || fail "Layers view shows no bars"
 t send-keys -t kv 6
 # rows by their labels: the status line ("... ms/cell") can sit under the copy toast at 80x24
-for _ in $(seq 1 150); do t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" && break; sleep 0.2; done
-t capture-pane -p -t kv | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" || fail "Timeline view shows no rows"
+for _ in $(seq 1 150); do screen=$(t capture-pane -p -t kv); echo "$screen" | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" && break; sleep 0.2; done
+echo "$screen" | grep -qE "^(GPU|CUDA API|NVTX)|no GPU ops" || fail "Timeline view shows no rows"
 for _ in $(seq 1 25); do  # the status line's time per cell (at 80x24 under the copy toast for a while)
   zoom=$(t capture-pane -p -t kv | grep -oE "[^ ]+ [^ ]+/cell" | head -1)
   [ -n "$zoom" ] && break
