@@ -364,14 +364,17 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
     # distinct correlation ids: an op whose id no other op shares counts one wherever it is;
     # the ops that share theirs are counted from their own pairs
     shared = j["correlation"].is_duplicated().to_numpy()[op]
-    count = np.bincount(row, minlength=n)
-    alone = np.bincount(row[~shared], minlength=n)
+    counts = np.int32 if j.height < (1 << 31) else np.int64  # per range, at most every op
+    count, alone = np.zeros(n, dtype=counts), np.zeros(n, dtype=counts)
+    np.add.at(count, row, 1)
+    np.add.at(alone, row[~shared], 1)
     for value, fold in ((lo, np.minimum), (hi, np.maximum), (count, np.add), (alone, np.add)):
         nesting.fold_up(value, fold)
     tree_rows = np.flatnonzero(count > 0)
     del count
-    ops = alone[tree_rows]
-    del alone
+    ops = alone[tree_rows].astype(np.int64)
+    first, last = lo[tree_rows], hi[tree_rows]
+    del alone, lo, hi  # four arrays over every range: not held through the gathers below
     if shared.any():
         at, found = nesting.around(row[shared])
         many = (
@@ -381,13 +384,14 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
             .sort("row")
         )
         ops[np.searchsorted(tree_rows, many["row"].to_numpy())] += many["c"].to_numpy()
-    parent = nesting.parent[tree_rows]
-    children = np.bincount(parent[parent >= 0], minlength=n)
+    # each range's children among these: its row's count in the sorted parents
+    parents = np.sort(nesting.parent[tree_rows])
+    children = np.searchsorted(parents, tree_rows, side="right") - np.searchsorted(parents, tree_rows, side="left")
     rows = pl.Series(nesting.rows(tree_rows))
     return pl.DataFrame(
         [
-            pl.Series("proj_start", lo[tree_rows], dtype=pl.Int64),
-            pl.Series("proj_dur", hi[tree_rows] - lo[tree_rows], dtype=pl.Int64),
+            pl.Series("proj_start", first, dtype=pl.Int64),
+            pl.Series("proj_dur", last - first, dtype=pl.Int64),
             pl.Series("ops", ops, dtype=pl.UInt32),
             *ranges.select(
                 pl.col("name_code").gather(rows),
@@ -395,7 +399,7 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
                 (pl.col("end") - pl.col("start")).gather(rows).alias("range_dur"),
             ).get_columns(),
             pl.Series("level", nesting.depth[tree_rows], dtype=pl.Int64),
-            pl.Series("child_nb", children[tree_rows], dtype=pl.UInt32),
+            pl.Series("child_nb", children, dtype=pl.UInt32),
         ]
     )
 
