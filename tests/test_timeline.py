@@ -478,7 +478,14 @@ def test_nvtx_depths_without_the_nesting_equal_nest():
         assert tid.tolist() == tree["global_tid"].to_list() and start.tolist() == tree["start"].to_list()
         assert end.tolist() == tree["end"].to_list() and code.tolist() == tree["name_code"].to_list()
         assert depth.tolist() == tree["depth"].to_list()
+        nested = T._nested_depths(nv.Nesting.nested(ranges))
+        assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(nested, (tid, depth, start, end, code)))
     assert max(T.pushpop_depths(pushpop)[1]) == 10
+    # the rows read from the nesting where the trace holds it equal those found without it
+    fresh = T.nvtx_row_table(open_trace(LM, use_cache=False))
+    nested = open_trace(LM, use_cache=False)
+    nv.projection_nesting(nested)
+    assert fresh[0].height > 1000 and T.nvtx_row_table(nested)[0].equals(fresh[0])
     # the timeline's rows are the same whether or not attribution built the nesting first
     before = T.build(trace)
     nv.projection_tree(trace)

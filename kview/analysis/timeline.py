@@ -520,9 +520,11 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ranges = nv.projection_ranges(trace).select("global_tid", "start", "end", "name_code", "id", "style")
     push = pl.col("style") == "PushPop"
     pushpop = ranges if ranges.select(push.all()).item() else ranges.filter(push)
-    # depths from sorted searches alone (nest()'s order and depths, without its parents): one
-    # way, whatever else the trace holds in memory
-    parts = [pushpop_depths(pushpop)]
+    # nest()'s order and depths: from the nesting where the trace holds it already (attribution
+    # made it: the explorer's worker), else from sorted searches alone (without its parents)
+    nesting = trace.store.peek(nv.projection_nesting)
+    parts = [pushpop_depths(pushpop) if nesting is None else _nested_depths(nesting)]
+    del nesting
     del pushpop
     se = ranges.filter(~push).sort(["global_tid", "start", "end"], descending=[False, False, True])
     del ranges
@@ -567,6 +569,16 @@ def pushpop_depths(r: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
         r["end"].to_numpy(),
         r["name_code"].to_numpy(),
     )
+
+
+def _nested_depths(nesting: nv.Nesting) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """pushpop_depths' arrays read from the push/pop ranges' nesting (the same rows, order and
+    depths), rather than those ranges sorted and their depths found again."""
+    tid = np.empty(len(nesting.depth), dtype=np.int64)
+    for g, (lo, hi) in nesting.threads.items():
+        tid[lo:hi] = g
+    code = nesting.take(["name_code"])["name_code"].to_numpy()
+    return tid, nesting.depth.astype(np.int16), nesting.start, nesting.end, code
 
 
 def _gathered(columns: list[np.ndarray], orders: list[np.ndarray], dtype: type) -> np.ndarray:
