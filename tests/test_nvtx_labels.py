@@ -100,6 +100,22 @@ def test_nearest_and_outermost_top_down_equal_pointer_jumping(path):
         assert nest.outermost(mask)[row] == (hits[-1] if hits else -1)
 
 
+@pytest.mark.parametrize("path", [*PUBLIC_TRACES[:2], *LM_TRACES[:2]], ids=lambda p: p.name)
+def test_parents_a_pass_per_level_equal_the_sorted_search(path, monkeypatch):
+    """A large thread's shallow nesting finds its parents a pass per level, a small or deep one
+    by a search over (depth, row): the same depths and parents on real nestings."""
+    import numpy as np
+
+    ranges = nv.projection_ranges(open_trace(path, use_cache=False))
+    ranges = ranges.filter(pl.col("style") == "PushPop")
+    monkeypatch.setattr(nv, "LEVEL_ROWS", 0)
+    passes = nv.Nesting.nested(ranges)
+    monkeypatch.setattr(nv, "LEVEL_ROWS", 1 << 62)
+    searched = nv.Nesting.nested(ranges)
+    assert passes.depth.max() >= 2
+    assert np.array_equal(passes.depth, searched.depth) and np.array_equal(passes.parent, searched.parent)
+
+
 @pytest.mark.parametrize("path", [*PUBLIC_TRACES, *LM_TRACES[:2]], ids=lambda p: p.name)
 def test_nest_order_equals_the_four_key_sort(path):
     """The shortcut for ranges listed in start order (a stable split by thread) gives exactly the

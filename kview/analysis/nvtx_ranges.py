@@ -567,7 +567,9 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.arange(len(start), dtype=np.int64) - closed
 
 
-LEVEL_PASSES = 32  # nestings shallower than this find parents a pass per level (_nest_thread)
+# a thread of at least LEVEL_ROWS ranges nested less than LEVEL_PASSES deep finds its ranges'
+# parents a pass per level (_nest_thread); on a small one each pass costs more in calls than rows
+LEVEL_PASSES, LEVEL_ROWS = 32, 1 << 12
 
 
 def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -580,7 +582,7 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     pos = np.arange(m, dtype=np.int64)
     depth = _depths_in_thread(start, end)
     top = int(depth.max(initial=0))
-    if top < LEVEL_PASSES and depth.min(initial=0) >= 0:
+    if m >= LEVEL_ROWS and top < LEVEL_PASSES and depth.min(initial=0) >= 0:
         # a shallow nesting (the usual trace): per depth d, the last row of depth d at or before
         # each row is a running maximum, a sequential pass where the search below jumps about
         parent = np.full(m, -1, dtype=np.int64)
