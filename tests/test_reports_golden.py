@@ -134,7 +134,11 @@ def test_kern_sum_ranks_names_as_their_texts_sort():
     texts = trace.with_strings(pl.DataFrame({"name_id": ids}), "name_id", "t")["t"].to_list()
     names = pl.DataFrame({"name_code": [0, 1, 2, 3], "name": [":b", ":a", ":b", ":c"]})
     g = pl.DataFrame({"name_code": [2, 0, None, 1, 3], "name_id": [ids[0], ids[1], ids[1], None, ids[0]]})
-    ranges, kernels = rn._text_ranks(trace, g, names)
+    present = rn._names_present(g["name_code"], names)
+    assert present is not None
+    named, ranges = rn._sorted_names(g["name_code"], *present)
+    kernels = rn._kernel_places(trace, g)
+    assert named.to_list() == [":b", ":b", None, ":a", ":c"]
     assert ranges.to_list() == [2, 2, None, 1, 3]
     first, second = (1, 2) if texts[0] < texts[1] else (2, 1)
     assert kernels.to_list() == [first, second, second, None, first]

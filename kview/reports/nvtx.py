@@ -145,7 +145,15 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     del combo
     # count(DISTINCT x) ignores NULL; polars' n_unique counts it as a value.
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
-    g = trace.with_strings(nv.with_names(trace, g, table=names), "name_id", "Kernel Name")
+    present = _names_present(g["name_code"], names)
+    if present is None:
+        g = nv.with_names(trace, g, table=names)
+    # the report's names are copies: the table goes before they are sorted (0.6 GB on dense_x25)
+    del names
+    if present is not None:
+        g = g.with_columns(_sorted_names(g["name_code"], *present))
+        del present
+    g = trace.with_strings(g, "name_id", "Kernel Name")
     g = sqlite_round(g, ["avg", "med", "stddev"])
     # the report's columns and the names' ranks only: the sort gathers every column it is given
     # (nvtx_inst_u, nvtx_nulls, num and both codes are 2.4M rows each on dense_x25)
@@ -163,7 +171,7 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         pl.col("max").alias("Max (ns)"),
         pl.col("stddev").alias("StdDev (ns)"),
         "Kernel Name",
-        *_text_ranks(trace, g, names),
+        *(["_range", _kernel_places(trace, g)] if "_range" in g.columns else []),
     )
     columns = g.columns[:13]
     if "_range" in g.columns:  # the names' places in text order stand in for the texts
@@ -175,30 +183,42 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     return Report(name, title, order_like_sqlite(g, keys, by, [False, False, False, True]).select(columns))
 
 
-def _text_ranks(trace: Trace, g: pl.DataFrame, names: pl.DataFrame) -> list[pl.Series]:
-    """`_range` and `_kernel`: the place of each row's range name (name_code) and kernel name
-    (name_id) in text order, equal texts equal, null for none; nothing where the codes are not
-    the names table's rows. Each distinct name present is sorted once, the range names with
-    their bytes copied side by side first, where sorting the rows on their texts compared 2.4M
-    names lying far apart in the names table (dense_x25)."""
+def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[pl.Series, pl.Series, int] | None:
+    """(the distinct codes among `codes`, their names with the bytes copied side by side, the
+    number of names), or None where the codes are not the names table's rows."""
     n = names.height
     table = names["name_code"]
-    codes = g["name_code"]
     present = codes.drop_nulls().unique()
     if not n or table[0] != 0 or table[n - 1] != n - 1 or not table.is_sorted():
-        return []
+        return None
     if present.len() and (present.min() < 0 or present.max() >= n):  # type: ignore[operator]
-        return []
-    texts = pl.select(texts_in_row_order(pl.lit(names["name"].rechunk()).gather(present))).to_series()
+        return None
+    return present, pl.select(texts_in_row_order(pl.lit(names["name"].rechunk()).gather(present))).to_series(), n
+
+
+def _sorted_names(codes: pl.Series, present: pl.Series, texts: pl.Series, n: int) -> list[pl.Series]:
+    """`name`, each code's name, and `_range`, its place in text order (equal texts equal), both
+    null for a null code, from `_names_present`.
+
+    The distinct names present are sorted once, and copied again in that order: the rows sort on
+    the integer, where comparing their texts read 2.4M names lying far apart in the names table
+    (dense_x25), and the sorted rows' names lie in row order for the writer, which copied them so
+    slice by slice, and hold none of the table."""
+    order = texts.arg_sort()
+    texts = pl.select(texts_in_row_order(pl.lit(texts).gather(order))).to_series()
+    place = texts.ne_missing(texts.shift(1)).cum_sum()  # equal neighbours share a place
     at = np.zeros(n, dtype=np.int64)
-    at[present.to_numpy()] = texts.rank("dense").to_numpy()
-    del texts
+    at[present.to_numpy()[order.to_numpy()]] = np.arange(present.len(), dtype=np.int64)
+    row = pl.Series(at).gather(codes)
+    return [texts.gather(row).alias("name"), place.gather(row).alias("_range")]
+
+
+def _kernel_places(trace: Trace, g: pl.DataFrame) -> pl.Series:
+    """`_kernel`: the place of each row's kernel name (name_id) in text order among the few
+    distinct ones, equal texts equal, null for none."""
     kernels = trace.with_strings(g.select(pl.col("name_id").drop_nulls().unique()), "name_id", "_text")
     kernels = kernels.select("name_id", pl.col("_text").rank("dense").alias("_kernel"))
-    return [
-        pl.Series("_range", at).gather(codes),
-        g.select("name_id").join(kernels, on="name_id", how="left", maintain_order="left")["_kernel"],
-    ]
+    return g.select("name_id").join(kernels, on="name_id", how="left", maintain_order="left")["_kernel"]
 
 
 def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
