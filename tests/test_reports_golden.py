@@ -99,10 +99,10 @@ def test_report_of_one_command_lets_the_ranges_go_and_still_equals_nsys(report):
     assert again.frame.equals(rep.frame)
 
 
-@pytest.mark.parametrize("shared", [1, 3])
-def test_projection_folded_up_the_nesting_equals_the_pairs(shared):
+@pytest.mark.parametrize("per_id", [1, 3])
+def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
     """nvtx_gpu_proj_sum's per-range projection made by folding each op up the nesting equals the
-    one grouped from every (call, range) pair, ops sharing a correlation id (`shared` ops per id:
+    one grouped from every (call, range) pair, ops sharing a correlation id (`per_id` ops per id:
     several GPU ops of one call) counted once per range either way."""
     import polars as pl
 
@@ -111,7 +111,7 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(shared):
 
     trace = open_trace(LM_TRACES[0], use_cache=False)
     j = rn._api_of(trace, trace.columns("kernels", ["start", "end", "correlation", "global_pid"]), "inner")
-    j = j.with_row_index("call_id").with_columns(pl.col("correlation") // shared)
+    j = j.with_row_index("call_id").with_columns(pl.col("correlation") // per_id)
     ranges = nv.projection_ranges(trace)
     by_row = rn._projection_by_row(trace, j, ranges)
     assert by_row is not None
@@ -119,7 +119,7 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(shared):
     keys = ["proj_start", "proj_dur", "name_code", "range_dur", "level"]
     assert by_row.height == by_pairs.height > 500
     assert by_row.sort(keys).equals(by_pairs.sort(keys))
-    assert j["correlation"].is_duplicated().any() == (shared > 1)  # the ids' own count taken
+    assert j["correlation"].is_duplicated().any() == (per_id > 1)  # the ids' own count taken
 
 
 def test_kern_sum_ranks_names_as_their_texts_sort():
