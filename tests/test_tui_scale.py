@@ -153,3 +153,19 @@ def test_the_worker_makes_the_nvtx_tree_with_the_labels_let_go(tmp_path, monkeyp
     got = [paths_and_windows(trace), nvtx_row_table(trace)]
     assert want[0][0].height > 100 and want[1][0].height > 1000
     _equal(got, want, "nvtx_tree, timeline.nvtx")
+
+
+def test_the_worker_makes_every_table_of_a_trace_without_phases(tmp_path):
+    """A trace without phases (vecadd: no NVTX) gets every table from the worker too: the
+    Compare view's kept phases are an empty table there, not an error that ended the worker's
+    documents (the explorer then made them itself)."""
+    from kview.documents.compare import _kept_phases
+    from kview.trace import make_tables
+
+    from conftest import PUBLIC
+
+    path = str(PUBLIC / "vecadd_nsys2025.5.sqlite")
+    keys = tuple(k for b in prepare.BATCHES.values() for k in b)
+    assert "documents.compare_phases" in keys
+    make_tables(path, keys, False, str(tmp_path))
+    assert _kept_phases(open_trace(path, use_cache=False)).height == 0

@@ -79,8 +79,12 @@ FIRST = ("category", "gpu", None)
 @derived(key="documents.compare_phases", version="1", persist=True)
 def _kept_phases(trace: Trace) -> pl.DataFrame:
     """The trace's phases side by side by category (GPU time), kept in the frame cache: a second
-    look reads it instead of measuring every phase's kernels again (seconds at a million kernels)."""
-    return side_by_side(kept_phase_windows(trace, phase_times(trace)["Phase"].to_list()), "category", "gpu")
+    look reads it instead of measuring every phase's kernels again (seconds at a million kernels).
+    A trace without phases: an empty table (the explorer's worker makes it for every trace)."""
+    names = phase_times(trace)["Phase"].to_list()
+    if not names:
+        return pl.DataFrame()
+    return side_by_side(kept_phase_windows(trace, names), "category", "gpu")
 
 
 def phases(
