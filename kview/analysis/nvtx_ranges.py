@@ -417,15 +417,22 @@ def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
     return distinct.select("short"), np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
 
 
+def codes_are_rows(table: pl.DataFrame) -> bool:
+    """Whether the names `table`'s name codes are its row numbers (0..n-1 in order): a code's
+    name is then a gather, not a join."""
+    codes, n = table["name_code"], table.height
+    return bool(n) and codes[0] == 0 and codes[n - 1] == n - 1 and codes.is_sorted()
+
+
 def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name", table: pl.DataFrame | None = None) -> pl.DataFrame:
     """`frame` with each name_code's name in column `out` (null for a code with none), in
     `frame`'s order; `table`: names(trace), held by a caller that let the ranges go."""
     table = names(trace) if table is None else table
     n = table.height
-    if n and table["name_code"][0] == 0 and table["name_code"][n - 1] == n - 1 and table["name_code"].is_sorted():
-        # codes are the table's row numbers: a gather, not a join against millions of names; from
-        # one chunk, where a gather of text copies its 16-byte views (across the read's chunks or
-        # the cache file's row groups it costs up to 30x as much: 6 CPU s for 5.6M names)
+    if codes_are_rows(table):
+        # a gather, not a join against millions of names; from one chunk, where a gather of text
+        # copies its 16-byte views (across the read's chunks or the cache file's row groups it
+        # costs up to 30x as much: 6 CPU s for 5.6M names)
         code = pl.col("name_code")
         return frame.with_columns(
             pl.lit(table["name"].rechunk()).gather(pl.when(code.is_between(0, n - 1)).then(code)).alias(out)

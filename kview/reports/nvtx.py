@@ -89,11 +89,15 @@ def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] =
         return_freed_memory()
 
 
-def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
-    calls = joined.filter(pl.col("r_start").is_not_null()).select(
+def _calls(joined: pl.DataFrame) -> pl.DataFrame:
+    """(call_id, global_tid, start, end) of the CPU call behind each row of `joined` that has one."""
+    return joined.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
-    return nv.enclosing(nv.projection_ranges(trace), calls, nv.projection_nesting(trace))
+
+
+def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
+    return nv.enclosing(nv.projection_ranges(trace), _calls(joined), nv.projection_nesting(trace))
 
 
 def nvtx_kern_sum(trace: Trace) -> Report:
@@ -187,9 +191,8 @@ def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[pl.Series, pl
     """(the distinct codes among `codes`, their names with the bytes copied side by side, the
     number of names), or None where the codes are not the names table's rows."""
     n = names.height
-    table = names["name_code"]
     present = codes.drop_nulls().unique()
-    if not n or table[0] != 0 or table[n - 1] != n - 1 or not table.is_sorted():
+    if not nv.codes_are_rows(names):
         return None
     if present.len() and (present.min() < 0 or present.max() >= n):  # type: ignore[operator]
         return None
@@ -369,9 +372,7 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
     nesting = nv.projection_nesting(trace)
     if nesting.levels is None:
         return None
-    calls = j.filter(pl.col("r_start").is_not_null()).select(
-        "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
-    )
+    calls = _calls(j)
     inner = nv.innermost_within_budget(nesting, calls)
     has = inner >= 0
     row, op = inner[has], calls["call_id"].to_numpy()[has]  # call_id is j's row number
