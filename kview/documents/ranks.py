@@ -68,16 +68,6 @@ def run_document(command: str, tables: dict[str, pl.DataFrame], names: list[str]
     )
 
 
-def ranks(run: Run) -> Document:
-    """`kview ranks` of a run of open traces."""
-    return of_run(run, "ranks")
-
-
-def iterations(run: Run) -> Document:
-    """`kview iterations` of a run of open traces."""
-    return of_run(run, "iterations")
-
-
 def of_run(run: Run, command: str) -> Document:
     """`kview ranks` or `kview iterations` of a run of open traces."""
     names = [t.name for t in run.traces]
