@@ -175,6 +175,25 @@ def test_names_made_chunk_by_chunk_equal_names_made_at_once(path, monkeypatch):
     assert got[0].height > 1000 and got[1].height > 10
 
 
+@pytest.mark.parametrize("threads", [1, 3, 7])
+def test_the_nvtx_read_on_any_number_of_threads_gives_the_rows_in_file_order(threads):
+    """A read's parts run on a thread each and their batches arrive interleaved: on 1, 3 or 7
+    threads of small parts the NVTX rows equal the file's, in rowid order (as sqlite3 reads them)."""
+    import sqlite3
+
+    from kview.io import nsys_reader
+
+    path = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
+    t = open_trace(path, use_cache=False)
+    got = nsys_reader.nvtx_events(t.source.db, 397, threads)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        want = con.execute(
+            "SELECT rowid, start, text, globalTid FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71, 75) ORDER BY rowid"
+        ).fetchall()
+    assert len(want) > 3 * 397 * threads  # several reads of `threads` parts each
+    assert got.select("id", "start", "text", "global_tid").rows() == want
+
+
 def test_a_domain_created_on_two_threads_counts_its_ranges_once_per_creation(tmp_path):
     """As nsys joins them: a range meets every domain-create row of its domainId in its process,
     so a domain created again on another thread of that process names its ranges twice (the

@@ -27,7 +27,7 @@ from kview.io.schema import (
     RUNTIME,
     TABLES,
 )
-from kview.io.sqlite_source import SqliteSource
+from kview.io.sqlite_source import SqliteSource, read_threads
 
 NSYS_MARKER_TABLES = (
     "StringIds",
@@ -107,11 +107,11 @@ def _cast(src: SqliteSource, table: str, col: pl.Series, dtype) -> pl.Series:
         ) from None
 
 
-def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
+def nvtx_events(src, part_rows: int = 500_000, threads: int | None = None) -> pl.DataFrame:
     """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
 
-    Read in rowid chunks, two per connectorx call (two threads), each cast to kview's types
-    while it is small. `text` stays a plain string column: the labels are keyed by hash
+    Read in rowid parts of `part_rows`, `threads` parts per connectorx call (one thread each;
+    `read_threads()` by default), each call's rows cast to kview's types while they are few. `text` stays a plain string column: the labels are keyed by hash
     (`nvtx_ranges.first_appearance`), and a dictionary of five million distinct op labels would
     cost more than the strings themselves.
     """
@@ -123,23 +123,24 @@ def nvtx_events(src, chunk_rows: int = 1_000_000) -> pl.DataFrame:
     types = ",".join(str(t) for t in NVTX_RANGE_TYPES + (NVTX_DOMAIN_CREATE,))
     hi = src.scalar(f"SELECT max(rowid) FROM {NVTX}") or 0
     parts = []
-    # two chunks per read, which connectorx runs on two threads (SQLite decodes one row at a time)
-    step = chunk_rows // 2
-    for lo in range(0, hi + 1, chunk_rows):
+    # several parts per read, which connectorx runs on a thread each (SQLite decodes one row at a time)
+    step, per_read = part_rows, threads or read_threads()
+    for lo in range(0, hi + 1, step * per_read):
+        starts = range(lo, lo + step * per_read, step)
         df = src.query(
             [
                 "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
                 f" AND rowid >= {a} AND rowid < {a + step}"
-                for a in (lo, lo + step)
+                for a in starts
             ]
         )
         if df.width == 0 or df.height == 0:
             continue
         if "rowid" in df.columns and not df["rowid"].is_sorted():
-            # the two parts arrive in interleaved batches, each in rowid order: two filters restore
-            # the order (no sort)
-            first = pl.col("rowid") < lo + step
-            df = pl.concat([df.filter(first), df.filter(~first)], rechunk=False)
+            # the parts arrive in interleaved batches, each in rowid order: a filter per part
+            # restores the order (no sort)
+            rid = pl.col("rowid")
+            df = pl.concat([df.filter((rid >= a) & (rid < a + step)) for a in starts], rechunk=False)
             if not df["rowid"].is_sorted():
                 df = df.sort("rowid")
         exprs = [
