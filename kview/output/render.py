@@ -22,7 +22,7 @@ from kview.formats import EXTENSIONS as EXTENSIONS  # render.EXTENSIONS, as befo
 from kview.notation import fixed
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.table_text import table_text, terminal_columns, wrap_text
-from kview.output.text_bytes import lacks, scattered
+from kview.output.text_bytes import lacks, repeats, scattered
 from kview.output.visible import IN_LINES, IN_LINES_ASCII, VisibleStream, json_visible
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ def _may_hold_controls(frame: pl.DataFrame) -> bool:
                 continue
             # a column that repeats a few texts (a kernel's name, its shapes: 37 distinct
             # texts of 1 KB each over a million kernels) is looked at once per distinct text
-            col = pl.col(c).unique() if _repeats(frame[c]) else pl.col(c)
+            col = pl.col(c).unique() if repeats(frame[c]) else pl.col(c)
             tests[f"c{i}"] = col.str.contains(IN_LINES)
         elif isinstance(t, (pl.Enum, pl.Categorical)):
             names = t.categories if isinstance(t, pl.Enum) else frame[c].unique().cast(pl.String).drop_nulls()
@@ -390,17 +390,6 @@ def _may_hold_controls(frame: pl.DataFrame) -> bool:
         elif not (t.is_numeric() or t.is_temporal() or t in (pl.Boolean, pl.Null)):
             return True
     return frame.height > 0 and any(_any(frame, tests).values())
-
-
-def _repeats(texts: pl.Series, sample: int = 4096) -> bool:
-    """Whether a spread sample of `texts` holds each distinct text 8 times or more on average:
-    then their distinct values are fewer to look at than their rows (for texts nearly all
-    distinct, such as five million op ranges' names, finding the distinct ones costs 3x the
-    scan it would save)."""
-    if texts.len() <= sample:
-        return False
-    spread = texts.gather_every(texts.len() // sample)
-    return spread.n_unique() * 8 <= spread.len()
 
 
 def _write_text(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
