@@ -243,3 +243,32 @@ def test_ranges_left_open_end_at_the_last_timestamp(tmp_path):
     rep = REPORTS["nvtx_pushpop_sum"](open_trace(t, use_cache=False)).frame
     got = {name.split(":", 1)[1]: total for name, total in rep.select("Range", "Total Time (ns)").iter_rows()}
     assert got == want and len(got) > 3
+
+
+@pytest.mark.parametrize("mark", [False, True], ids=["ranges only", "a mark after them"])
+def test_the_last_timestamp_counts_every_nvtx_row(tmp_path, mark):
+    """A range left open ends at the last timestamp of all of NVTX_EVENTS: where the ranges' read
+    was every row it tells that timestamp, and where a mark (a row it leaves out) comes later,
+    the mark's is the one."""
+    sql = "UPDATE NVTX_EVENTS SET end = NULL WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS WHERE eventType = 59);"
+    if mark:  # nvtxMarkA (34): a row of no range, after every other
+        sql += (
+            "INSERT INTO NVTX_EVENTS (start, eventType, text) "
+            "SELECT max(max(start), max(end)) + 1000, 34, 'm' FROM NVTX_EVENTS;"
+        )
+    t = _variant(tmp_path, sql)
+    con = sqlite3.connect(t)
+    hi = con.execute("SELECT max(max(start), max(end)) FROM NVTX_EVENTS").fetchone()[0]
+    want = dict(
+        con.execute(
+            "SELECT coalesce(s.value, n.text), sum(coalesce(n.end, ?) - n.start) FROM NVTX_EVENTS n "
+            "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 GROUP BY 1",
+            (hi,),
+        ).fetchall()
+    )
+    con.close()
+    trace = open_trace(t, use_cache=False)
+    rep = REPORTS["nvtx_pushpop_sum"](trace).frame
+    assert trace.nvtx_max_timestamp == hi
+    got = {name.split(":", 1)[1]: total for name, total in rep.select("Range", "Total Time (ns)").iter_rows()}
+    assert got == want

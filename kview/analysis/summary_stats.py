@@ -111,19 +111,22 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     scale = 10**digits
     out = []
     for c in cols:
-        x = df[c].cast(pl.Float64)
-        m = (x.abs() * scale + 0.5).floor()
-        q = (m.to_numpy() / scale) * np.where(x.to_numpy() < 0, -1.0, 1.0)
-        out.append(pl.Series(c, q, dtype=pl.Float64).zip_with(x.is_finite().fill_null(False), x).alias(c))
-    rounded = df.with_columns(out)
-    for c in cols:
-        y = df[c].cast(pl.Float64).abs() * scale
-        tie = ((y - y.floor()) == 0.5).fill_null(False)
-        if tie.any():  # exact decision for the few values that look like ties
-            idx = tie.arg_true()
-            fixed = [_exact_round(v, digits) for v in df[c].cast(pl.Float64).gather(idx).to_list()]
-            rounded = rounded.with_columns(rounded[c].scatter(idx, pl.Series(fixed, dtype=pl.Float64)).alias(c))
-    return rounded
+        col = df[c].cast(pl.Float64)
+        x = col.to_numpy()  # NULL as NaN
+        # each column once through numpy: polars' own arithmetic on it allocated a column per step
+        with np.errstate(invalid="ignore"):
+            y = np.abs(x) * scale
+            q = np.floor(y + 0.5) / scale
+            np.negative(q, out=q, where=x < 0)
+            q = np.where(np.isfinite(x), q, x)
+            tie = np.flatnonzero(y - np.floor(y) == 0.5)
+        if tie.size:  # exact decision for the few values that look like ties
+            q[tie] = [_exact_round(v, digits) for v in x[tie].tolist()]
+        rounded = pl.Series(c, q, dtype=pl.Float64)
+        if col.null_count():
+            rounded = rounded.zip_with(col.is_not_null(), col)
+        out.append(rounded)
+    return df.with_columns(out)
 
 
 def percent_of_total(total: str = "total") -> pl.Expr:
@@ -184,20 +187,51 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
     # a small frame's texts are sorted as they lie: copying them goes through pyarrow, whose
     # import alone (0.1 s) is more than a summary of a few hundred names costs
     copied = texts if n > SIDE_BY_SIDE_ROWS else []
+    arrow = bool(copied) and _arrow_sorts(keys, names)
     while at < n:
         cut = int(starts.search_sorted(at + SLICE_ROWS))
         end = int(starts[cut]) if cut < starts.len() else n
         rows = first.slice(at, end - at)
-        part = keys.select(pl.col(c).gather(rows) for c in names).with_columns(
-            texts_in_row_order(pl.col(c)) for c in copied
-        )
-        parts.append(
-            rows.gather(
-                part.select(pl.arg_sort_by(names, descending=desc, nulls_last=desc, maintain_order=True)).to_series()
+        part = keys.select(pl.col(c).gather(rows) for c in names)
+        if arrow:
+            order = _arrow_order(part, names, desc, copied)
+        else:
+            order = (
+                part.with_columns(texts_in_row_order(pl.col(c)) for c in copied)
+                .select(pl.arg_sort_by(names, descending=desc, nulls_last=desc, maintain_order=True))
+                .to_series()
             )
-        )
+        parts.append(rows.gather(order))
         at = end
     return pl.concat(parts)
+
+
+def _arrow_sorts(keys: pl.DataFrame, names: list[str]) -> bool:
+    """Whether Arrow's sort gives SQLite's order of `keys`: no NULL (Arrow places NULLs alike for
+    every key, SQLite first ascending and last descending), and only integers, enums (by their
+    codes, as polars sorts them) and texts (by their bytes, as SQLite's BINARY collation)."""
+    schema = keys.schema
+    return all(
+        (schema[c].is_integer() or schema[c] == pl.String or isinstance(schema[c], pl.Enum))
+        and not keys[c].null_count()
+        for c in names
+    )
+
+
+def _arrow_order(part: pl.DataFrame, names: list[str], desc: list[bool], texts: list[str]) -> pl.Series:
+    """A slice's order on every column, sorted by Arrow with its texts copied side by side. Arrow
+    sorts on the first column and compares the next ones only within its ties, each text where
+    it lies: half the CPU of polars' sort of the same slice, which first encodes every key of
+    every row (nvtx_sum's 5.6M names on a dense trace: 1.2 -> 0.6 s)."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # deferred: only a large frame's texts are copied
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    columns = {
+        c: part[c].to_arrow(compat_level=pl.CompatLevel.oldest()) if c in texts else part[c].to_physical().to_arrow()
+        for c in names
+    }
+    keys = [(c, "descending" if d else "ascending") for c, d in zip(names, desc)]
+    return pl.Series(pc.sort_indices(pa.table(columns), sort_keys=keys)).cast(pl.UInt32)
 
 
 def _gathered(frame: pl.DataFrame, rows: pl.DataFrame | pl.Series) -> pl.DataFrame:

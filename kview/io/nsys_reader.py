@@ -165,6 +165,19 @@ def nvtx_events(src, part_rows: int = 500_000, threads: int | None = None) -> pl
     return pl.concat(parts)
 
 
+def nvtx_max_timestamp_of_read(src, frame: pl.DataFrame) -> tuple[int | None] | None:
+    """`nvtx_max_timestamp` from `frame`, what `nvtx_events` read, where that is every row of
+    NVTX_EVENTS (no mark nor category left out): (it,), else None. Rowids are distinct, so as many
+    rows read as the rowids span is every row; the table's own scan is then not made again (0.9 s
+    on 5.7M rows). A read that succeeded held integers alone in start and end."""
+    if frame.height == 0 or not {"start", "end"} <= set(frame.columns):
+        return None
+    lo, hi = src.scalar(f"SELECT min(rowid) FROM {NVTX}"), src.scalar(f"SELECT max(rowid) FROM {NVTX}")
+    if not (isinstance(lo, int) and isinstance(hi, int)) or frame.height != hi - lo + 1:
+        return None
+    return (frame.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item(),)
+
+
 def nvtx_max_timestamp(src) -> int | None:
     """max(max(start), max(end)) over all NVTX_EVENTS: what nsys substitutes for a NULL end."""
     if not src.has(NVTX):
@@ -257,6 +270,7 @@ class NsysSource:
         self.path = path
         self.db = SqliteSource(path)
         check_nsys(self.db)
+        self._nvtx_max: tuple[int | None] | None = None  # (nvtx_max_timestamp,) once known
 
     def has(self, table: str) -> bool:
         return self.db.has(table)
@@ -311,10 +325,15 @@ class NsysSource:
         return pl.concat(parts).select(pl.col("id").cast(pl.Int64), pl.col("value").cast(pl.String))
 
     def nvtx_events(self) -> pl.DataFrame:
-        return nvtx_events(self.db)
+        frame = nvtx_events(self.db)
+        if self._nvtx_max is None:
+            self._nvtx_max = nvtx_max_timestamp_of_read(self.db, frame)
+        return frame
 
     def nvtx_max_timestamp(self) -> int | None:
-        return nvtx_max_timestamp(self.db)
+        if self._nvtx_max is None:
+            self._nvtx_max = (nvtx_max_timestamp(self.db),)
+        return self._nvtx_max[0]
 
     def session_ns(self) -> int | None:
         return session_ns(self.db)

@@ -36,13 +36,19 @@ HEADERS = {
 def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...], with_style: bool) -> Report:
     if not trace.has("NVTX_EVENTS"):
         return empty(name, title, NO_NVTX)
-    hi = trace.nvtx_max_timestamp
     r = nv.labelled(trace).filter(pl.col("style").is_in(list(styles)))
+    # after the ranges: their read, where it is every NVTX row, tells it without a scan of its own
+    hi = trace.nvtx_max_timestamp
     r = r.select(
         "name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur")
     )
+    table = nv.names(trace)
+    # the ranges' other columns go before the sort, which holds the names twice (`order_like_sqlite`)
+    _let_go(trace, nv.labelled_ranges)
     g = grouped_stats(r, ["name_code", "style"] if with_style else ["name_code"], "dur")
-    g = nv.with_names(trace, g)
+    del r
+    g = nv.with_names(trace, g, table=table)
+    del table
     keys = ["name", "style"] if with_style else ["name"]
     g = g.with_columns(percent_of_total().alias("Time (%)"))
     g = sqlite_round(g, ["Time (%)", "avg", "med", "stddev"])
