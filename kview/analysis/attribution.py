@@ -237,9 +237,17 @@ class _OpNames:
     text before its first comma (op_fields' `head`) as a Categorical, four bytes a label and a
     few hundred distinct texts, instead of its whole text packed."""
 
+    ROWS = 1 << 20  # labels a chunk
+
     def __init__(self, labels: pl.DataFrame):
-        heads = op_fields(labels.filter("fwd_op").select("name_code", "label"), sizes=False)
-        self.heads = heads.select("name_code", pl.col("head").cast(pl.Categorical))
+        # a chunk of labels at a time: its copies and heads' text go before the next is cut
+        # (all at once, 0.25 GB over the names on a dense trace, attribution's peak then)
+        parts = []
+        for at in range(0, max(labels.height, 1), self.ROWS):
+            part = labels.slice(at, self.ROWS).filter("fwd_op").select("name_code", "label")
+            heads = op_fields(part, sizes=False)
+            parts.append(heads.select("name_code", pl.col("head").cast(pl.Categorical)))
+        self.heads = pl.concat(parts)
 
     def fields(self, codes: pl.Series, sizes: bool = True) -> pl.DataFrame:
         """op_fields of the forward-op labels `codes` (name_codes, no nulls), `sizes` null."""
