@@ -87,6 +87,19 @@ def test_overview_leaves_impossible_rows_out_and_says_so(damaged):
     assert all(p["GPU Time (ns)"] >= 0 for p in phases) and sum(p["Share (%)"] for p in phases) <= 100.05
 
 
+def test_impossible_rows_are_counted_the_same_from_the_gpu_ops(damaged):
+    """Where the GPU ops are made, their rows are counted from them (`kview overview` lets the
+    raw columns go once attribution joined them): the same counts, no column read again."""
+    from kview.analysis.attribution import gpu_ops
+    from kview.analysis.sanity import counts
+
+    raw = counts(open_trace(damaged, use_cache=False))
+    t = open_trace(damaged, use_cache=False)
+    gpu_ops(t)
+    t.let_go("kernels", "memcpy", "memset")
+    assert counts(t) == raw == {"kernels": (736 // BACKWARDS, 0), "memory sets": (0, OUTSIDE)}
+    assert not {"kernels", "memcpy", "memset"} & set(t._frames)
+
 def test_stats_keeps_nsys_numbers_and_warns_on_stderr(damaged):
     r = kview("stats", damaged, "-r", "cuda_gpu_kern_sum", "-f", "csv")
     t = pl.read_csv(r.stdout.encode())

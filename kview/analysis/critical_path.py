@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis.iterations import iteration_table, iteration_windows
-from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, launches
+from kview.analysis.launches import launches, sync_calls
 from kview.analysis.ranks import Run
 from kview.analysis.steps import step_instances
 from kview.derived import derived
@@ -186,7 +186,7 @@ def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     """Synchronization calls that waited for a GPU op of their step: step, global_tid, b_end (the
     call's end), b_node and b_gpu_end (the op that ended last before the call returned, having
     ended after the call started)."""
-    calls = api_calls(trace).filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS]))
+    calls = sync_calls(trace)
     w = _windows(trace).select("step", "pid", "w_start", "w_end")
     calls = (
         calls.with_columns((pl.col("global_tid") & PID_MASK).alias("pid"))

@@ -191,11 +191,16 @@ def queue_summary(trace: Trace) -> pl.DataFrame:
     )
 
 
+@derived
+def sync_calls(trace: Trace) -> pl.DataFrame:
+    """api_calls' synchronizations and synchronous copies (SYNC_APIS, SYNC_MEMCPY_APIS), in their
+    order: all the idle gaps, the critical path and the Overview ask of the runtime calls (a
+    few thousand of millions, made once)."""
+    return api_calls(trace).filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS]))
+
+
 def _syncs(trace: Trace) -> pl.DataFrame:
-    calls = api_calls(trace)
-    return calls.filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS])).select(
-        "global_tid", pl.col("end").alias("sync_end"), pl.col("api").alias("sync_api")
-    )
+    return sync_calls(trace).select("global_tid", pl.col("end").alias("sync_end"), pl.col("api").alias("sync_api"))
 
 
 @derived

@@ -10,13 +10,13 @@ from typing import Any
 import polars as pl
 
 from kview.analysis import nvtx_ranges
-from kview.analysis.attribution import attribute, categorized
+from kview.analysis.attribution import attribute, categorized, gpu_ops
 from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.critical_path import path_nodes, step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
-from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, api_calls, idle_gaps, idle_totals, launches
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_gaps, idle_totals, launches, sync_calls
 from kview.analysis.layers import phase_labels, phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
@@ -101,6 +101,13 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     itself (`Trace.ranges_only_for_attribution`), those tables are made first."""
     if trace.ranges_only_for_attribution:
         range_tables(trace)
+    # asked before attribution, which may let the copies' columns go
+    pageable = pageable_finding(trace)
+    if trace.one_command:
+        # the raw kernel, copy and runtime columns go once attribution has joined them (0.2 GB
+        # at its peak on a dense trace): the rest reads the GPU ops, and the runtime calls'
+        # synchronizations again
+        trace.only_attribution = True
     # a trace opened for the Overview alone never makes the whole attributed table: its
     # shapes, paths and launch dimensions are nowhere in it
     a = categorized(trace) if trace.one_command else attribute(trace)
@@ -146,7 +153,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     procs = trace.processes
     if procs.height and ops.height:
         gp = (
-            trace.columns("kernels", ["global_pid"])["global_pid"].unique()
+            gpu_ops(trace).filter(pl.col("kind") == "kernel")["global_pid"].unique()
             if trace.has("CUPTI_ACTIVITY_KIND_KERNEL")
             else None
         )
@@ -154,8 +161,6 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             names = procs.filter(pl.col("global_pid").is_in(gp.implode()))
             if names.height:
                 facts.append(("Processes", ", ".join(f"{n} ({p})" for n, p in names.select("name", "pid").iter_rows())))
-    if trace.one_command:  # the GPU ops hold all the rest reads of the kernels' columns (0.1 GB at 1.1M)
-        trace.let_go("kernels")
     h = holdings(trace)
     # the impossible rows are left out of the phases too, as the finding says
     phases = phase_table(trace, a["Idx"].cast(pl.Int64)) if bad else phase_times(trace)
@@ -180,64 +185,10 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             + (" The top CPU ops by self time are listed instead of kernels." if cpu_ops.height else "")
         )
     if ops.height:
-        seg = merge_intervals(ops, ["device"]).sort(["device", "start"])  # where at least one op runs
-        per = seg.group_by("device").agg(
-            (pl.col("end") - pl.col("start")).sum().alias("busy"),
-            pl.col("start").min().alias("s"),
-            pl.col("end").max().alias("e"),
-        )
-        busy = per.select(
-            pl.col("device").alias("Device"),
-            pl.col("busy").alias("Busy (ns)"),
-            (pl.col("e") - pl.col("s")).alias("Span (ns)"),
-            (pl.col("busy") * 100.0 / (pl.col("e") - pl.col("s"))).round(1).alias("Busy (%)"),
-        ).sort("Device")
-        g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
-        g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
-        top_gaps = g.sort(["gap", "end", "device"], descending=[True, False, False]).head(5)
-        # the kernel after each of those five gaps: the ops starting then, not every op made unique
-        nxt = (
-            ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel"))
-            .join(top_gaps.select("device", "next"), on=["device", "next"], how="semi", maintain_order="left")
-            .unique(["device", "next"], keep="first", maintain_order=True)
-        )
-        gaps = top_gaps.join(nxt, on=["device", "next"], how="left").select(
-            pl.col("device").alias("Device"),
-            pl.col("gap").alias("Idle (ns)"),
-            pl.col("end").alias("From (ns)"),
-            "Next kernel",
-        )
-        # launch-bound stretches: runs of kernels, on one stream, each shorter than the idle gap before it
-        k = ops.filter(pl.col("Category").is_in(["memcpy", "memset"]).not_()).sort(["device", "Stream", "start"])
-        # sorted by stream, so a stream's rows are consecutive: its first row is where the device
-        # or stream changes (shifts and sums over the whole column, not a window per stream)
-        first = (
-            (pl.int_range(pl.len()) == 0)
-            | pl.col("device").ne_missing(pl.col("device").shift(1))
-            | pl.col("Stream").ne_missing(pl.col("Stream").shift(1))
-        )
-        k = k.with_columns(first.alias("first"))
-        prev_end = pl.when(pl.col("first")).then(None).otherwise(pl.col("end").shift(1))
-        k = k.with_columns((pl.col("start") - prev_end).alias("gap_before"))
-        k = k.with_columns(((pl.col("end") - pl.col("start")) < pl.col("gap_before")).fill_null(False).alias("lb"))
-        # a run starts where lb changes or a stream does (numbered across streams: a key per run)
-        k = k.with_columns((pl.col("first") | (pl.col("lb") != pl.col("lb").shift(1))).cum_sum().alias("run"))
-        runs = (
-            k.filter("lb")
-            .group_by(["device", "Stream", "run"])
-            .agg(pl.len().alias("n"), pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
-            .filter(pl.col("n") >= launch_bound_run)
-        )
-        if runs.height:
-            # the longest; of equal ones the first (group_by's order is not the same every run)
-            worst = runs.sort(["n", "s", "device", "Stream"], descending=[True, False, False, False]).row(0, named=True)
-            findings.append(
-                f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
-                f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
-                f"{fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
-                f"{worst['n']} kernels on stream {worst['Stream']}. Fuse ops, use CUDA graphs or "
-                f"torch.compile."
-            )
+        busy, gaps = busy_and_gaps(ops)
+        findings += launch_bound(ops, launch_bound_run)
+    n_ops = ops.height
+    del ops  # the rest asks only whether there were GPU ops
     cats = (
         a.group_by("Category")
         .agg(pl.col("Duration (ns)").sum().alias("Time (ns)"), pl.len().alias("Ops"))
@@ -253,39 +204,18 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         .sort(["Total (ns)", "Kernel"], descending=[True, False])
         .head(10)
     )
-    if trace.one_command and ops.height:
+    if trace.one_command and n_ops:
         # the launches (their CPU op) are the last thing made of the attributed table here: it
         # goes once they are made, rather than through the idle gaps and the critical paths
         launches(trace)
         trace.store.drop(attribute, categorized)
     del a
-    if trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
-        m = trace.columns("memcpy", ["start", "end", "src_kind", "dst_kind", "bytes"])
-        pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
-        if pageable.height:
-            findings.append(
-                f"Pageable memcpy: {pageable.height:,} copies ({int(pageable['bytes'].sum()) / 1e6:,.1f} MB, "
-                f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
-                f"pin it (pin_memory=True) to copy asynchronously at full speed."
-            )
-    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        r = api_calls(trace).with_columns((pl.col("end") - pl.col("start")).alias("d"))
-        sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
-        if sync.height:
-            worst = sync.sort(["d", "start"], descending=[True, False]).row(0, named=True)
-            findings.append(
-                f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
-                f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
-                f"instead of queueing work."
-            )
-        sm = r.filter(pl.col("api").is_in(list(SYNC_MEMCPY_APIS)))
-        if sm.height:
-            findings.append(
-                f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
-                f"host; prefer the Async variants on a stream."
-            )
+    findings += pageable
+    findings += sync_findings(trace)
+    if trace.one_command:  # the synchronizations are all the rest asks of the runtime calls
+        trace.let_go("runtime")
     steps = pl.DataFrame()
-    if ops.height:
+    if n_ops:
         findings += launch_findings(trace)
         if trace.one_command:  # each table of a million rows goes once its last question is asked
             trace.store.drop(idle_gaps)
@@ -314,6 +244,115 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if not findings:
         findings.append("No launch-bound stretches, pageable or synchronous copies, or long synchronizations found.")
     return Overview(facts, busy, gaps, cats, phases, top, findings, cpu_ops, ranks, steps)
+
+
+def pageable_finding(trace: Trace) -> list[str]:
+    """The copies from or to pageable host memory, as a finding."""
+    if not trace.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        return []
+    m = trace.columns("memcpy", ["start", "end", "src_kind", "dst_kind", "bytes"])
+    pageable = m.filter((pl.col("src_kind") == 0) | (pl.col("dst_kind") == 0))
+    if pageable.height:
+        return [
+            f"Pageable memcpy: {pageable.height:,} copies ({int(pageable['bytes'].sum()) / 1e6:,.1f} MB, "
+            f"{fmt_ns(int((pageable['end'] - pageable['start']).sum()))}) use pageable host memory; "
+            f"pin it (pin_memory=True) to copy asynchronously at full speed."
+        ]
+    return []
+
+
+def sync_findings(trace: Trace) -> list[str]:
+    """The long synchronizations and synchronous copies of the runtime calls (millions of
+    rows, let go on return)."""
+    if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return []
+    findings: list[str] = []
+    r = sync_calls(trace).with_columns((pl.col("end") - pl.col("start")).alias("d"))
+    sync = r.filter(pl.col("api").is_in(list(SYNC_APIS)) & (pl.col("d") > 1_000_000))
+    if sync.height:
+        worst = sync.sort(["d", "start"], descending=[True, False]).row(0, named=True)
+        findings.append(
+            f"Long synchronizations: {sync.height:,} sync calls over 1 ms, {fmt_ns(int(sync['d'].sum()))} "
+            f"in all; the longest is {worst['api']} at {fmt_ns(worst['d'])}. The CPU waits there "
+            f"instead of queueing work."
+        )
+    sm = r.filter(pl.col("api").is_in(list(SYNC_MEMCPY_APIS)))
+    if sm.height:
+        findings.append(
+            f"Synchronous memcpy/memset: {sm.height:,} calls ({fmt_ns(int(sm['d'].sum()))}) block the "
+            f"host; prefer the Async variants on a stream."
+        )
+    return findings
+
+
+def busy_and_gaps(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per device its busy time and span, and the five largest idle gaps with the kernel after
+    each, from the GPU ops (device, start, end, Kernel). Its own function: the million-row
+    frames it sorts and joins go when it returns, not held through the rest of the Overview."""
+    seg = merge_intervals(ops, ["device"]).sort(["device", "start"])  # where at least one op runs
+    per = seg.group_by("device").agg(
+        (pl.col("end") - pl.col("start")).sum().alias("busy"),
+        pl.col("start").min().alias("s"),
+        pl.col("end").max().alias("e"),
+    )
+    busy = per.select(
+        pl.col("device").alias("Device"),
+        pl.col("busy").alias("Busy (ns)"),
+        (pl.col("e") - pl.col("s")).alias("Span (ns)"),
+        (pl.col("busy") * 100.0 / (pl.col("e") - pl.col("s"))).round(1).alias("Busy (%)"),
+    ).sort("Device")
+    g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
+    g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
+    top_gaps = g.sort(["gap", "end", "device"], descending=[True, False, False]).head(5)
+    # the kernel after each of those five gaps: the ops starting then, not every op made unique
+    nxt = (
+        ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel"))
+        .join(top_gaps.select("device", "next"), on=["device", "next"], how="semi", maintain_order="left")
+        .unique(["device", "next"], keep="first", maintain_order=True)
+    )
+    gaps = top_gaps.join(nxt, on=["device", "next"], how="left").select(
+        pl.col("device").alias("Device"),
+        pl.col("gap").alias("Idle (ns)"),
+        pl.col("end").alias("From (ns)"),
+        "Next kernel",
+    )
+    return busy, gaps
+
+
+def launch_bound(ops: pl.DataFrame, launch_bound_run: int) -> list[str]:
+    """The launch-bound finding of the GPU ops (device, start, end, Category, Stream): runs of
+    kernels, on one stream, each shorter than the idle gap before it."""
+    k = ops.filter(pl.col("Category").is_in(["memcpy", "memset"]).not_()).sort(["device", "Stream", "start"])
+    # sorted by stream, so a stream's rows are consecutive: its first row is where the device
+    # or stream changes (shifts and sums over the whole column, not a window per stream)
+    first = (
+        (pl.int_range(pl.len()) == 0)
+        | pl.col("device").ne_missing(pl.col("device").shift(1))
+        | pl.col("Stream").ne_missing(pl.col("Stream").shift(1))
+    )
+    k = k.with_columns(first.alias("first"))
+    prev_end = pl.when(pl.col("first")).then(None).otherwise(pl.col("end").shift(1))
+    k = k.with_columns((pl.col("start") - prev_end).alias("gap_before"))
+    k = k.with_columns(((pl.col("end") - pl.col("start")) < pl.col("gap_before")).fill_null(False).alias("lb"))
+    # a run starts where lb changes or a stream does (numbered across streams: a key per run)
+    k = k.with_columns((pl.col("first") | (pl.col("lb") != pl.col("lb").shift(1))).cum_sum().alias("run"))
+    runs = (
+        k.filter("lb")
+        .group_by(["device", "Stream", "run"])
+        .agg(pl.len().alias("n"), pl.col("start").min().alias("s"), pl.col("end").max().alias("e"))
+        .filter(pl.col("n") >= launch_bound_run)
+    )
+    if runs.height:
+        # the longest; of equal ones the first (group_by's order is not the same every run)
+        worst = runs.sort(["n", "s", "device", "Stream"], descending=[True, False, False, False]).row(0, named=True)
+        return [
+            f"Launch-bound: {runs.height} stretch(es) of ≥{launch_bound_run} consecutive kernels "
+            f"each shorter than the idle gap before it ({int(runs['n'].sum()):,} kernels, "
+            f"{fmt_ns(int((runs['e'] - runs['s']).sum()))} of wall time); the longest has "
+            f"{worst['n']} kernels on stream {worst['Stream']}. Fuse ops, use CUDA graphs or "
+            f"torch.compile."
+        ]
+    return []
 
 
 def range_tables(trace: Trace) -> None:

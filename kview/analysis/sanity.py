@@ -17,6 +17,8 @@ GPU_TABLES = (
     ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY", "memory copies"),
     ("memset", "CUPTI_ACTIVITY_KIND_MEMSET", "memory sets"),
 )
+# each logical table's rows as the GPU ops name their kind
+OP_KINDS = {"kernels": "kernel", "memcpy": "memcpy", "memset": "memset"}
 
 
 def impossible(start: pl.Expr, end: pl.Expr, trace: Trace) -> pl.Expr:
@@ -33,11 +35,19 @@ def impossible(start: pl.Expr, end: pl.Expr, trace: Trace) -> pl.Expr:
 def counts(trace: Trace) -> dict[str, tuple[int, int]]:
     """{what the rows are: (ending before they start, outside the session)} for the GPU tables
     that hold any."""
+    from kview.analysis.attribution import gpu_ops  # deferred: `stats` asks this without the GPU ops
+
+    # the GPU ops where made hold every row's start and end (a command may have let the raw
+    # columns go once they were joined: not read again)
+    ops = trace.store.peek(gpu_ops)
     out = {}
     for key, table, what in GPU_TABLES:
         if not trace.has(table):
             continue
-        r = trace.columns(key, ["start", "end"])
+        if ops is None:
+            r = trace.columns(key, ["start", "end"])
+        else:
+            r = ops.filter(pl.col("kind") == OP_KINDS[key]).select("start", "end")
         backwards = pl.col("end") < pl.col("start")
         got = r.select(
             backwards.sum().alias("b"),
