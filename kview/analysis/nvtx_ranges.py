@@ -509,11 +509,16 @@ def _nest_sorted(ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
         uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
         thread = np.searchsorted(uniq, tids)
         order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
-        t, st, en, ids = (ranges[c].to_numpy()[order] for c in keys)
+        t, st, en = (ranges[c].to_numpy()[order] for c in keys[:3])
         same_thread = t[1:] == t[:-1]
-        later = (st[1:] > st[:-1]) | (
-            (st[1:] == st[:-1]) & ((en[1:] < en[:-1]) | ((en[1:] == en[:-1]) & (ids[1:] > ids[:-1])))
-        )
+        later = (st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (en[1:] < en[:-1]))
+        # the ids decide only between equal intervals (rare): looked up for those pairs alone
+        tied = np.flatnonzero(~later & same_thread)
+        if tied.size:
+            ids = ranges["id"].to_numpy()
+            later[tied] = (st[tied + 1] == st[tied]) & (en[tied + 1] == en[tied]) & (
+                ids[order[tied + 1]] > ids[order[tied]]
+            )
         if bool(np.all(later | ~same_thread)):
             return order, t, st, en
     order = _sorted_rows(ranges, keys, desc)
@@ -575,7 +580,7 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 # a thread of at least LEVEL_ROWS ranges nested less than LEVEL_PASSES deep finds its ranges'
-# parents a pass per level (_nest_thread); on a small one each pass costs more in calls than rows
+# parents level by level (_nest_thread); on a small one each level costs more in calls than rows
 LEVEL_PASSES, LEVEL_ROWS = 32, 1 << 12
 
 
@@ -590,14 +595,15 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     depth = _depths_in_thread(start, end)
     top = int(depth.max(initial=0))
     if m >= LEVEL_ROWS and top < LEVEL_PASSES and depth.min(initial=0) >= 0:
-        # a shallow nesting (the usual trace): per depth d, the last row of depth d at or before
-        # each row is a running maximum, a sequential pass where the search below jumps about
+        # a shallow nesting (the usual trace): the rows of each depth in preorder (one stable
+        # radix sort), each row's parent the last row one level up before it, searched among
+        # that level's rows alone (a pass over every row per level costs 1.6x as much)
+        by_depth = np.argsort(depth.astype(np.int8), kind="stable")
+        levels = np.split(by_depth, np.searchsorted(depth[by_depth], np.arange(1, top + 1)))
         parent = np.full(m, -1, dtype=np.int64)
-        at = depth == 0
-        for d in range(top):
-            last = np.maximum.accumulate(np.where(at, pos, -1))
-            at = depth == d + 1
-            parent[at] = last[at]
+        for up, rows in zip(levels, levels[1:]):
+            at = np.searchsorted(up, rows) - 1
+            parent[rows] = np.where(at >= 0, up[np.maximum(at, 0)], -1) if up.size else -1
         return pos, depth, parent
     # rows of each depth, in preorder (a stable radix sort where the depths fit 16 bits)
     small = depth.max(initial=0) < (1 << 15) and depth.min(initial=0) >= 0
