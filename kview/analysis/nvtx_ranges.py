@@ -516,8 +516,8 @@ def _nest_sorted(ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
         tied = np.flatnonzero(~later & same_thread)
         if tied.size:
             ids = ranges["id"].to_numpy()
-            later[tied] = (st[tied + 1] == st[tied]) & (en[tied + 1] == en[tied]) & (
-                ids[order[tied + 1]] > ids[order[tied]]
+            later[tied] = (
+                (st[tied + 1] == st[tied]) & (en[tied + 1] == en[tied]) & (ids[order[tied + 1]] > ids[order[tied]])
             )
         if bool(np.all(later | ~same_thread)):
             return order, t, st, en
