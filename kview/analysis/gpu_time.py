@@ -62,16 +62,27 @@ def launched_in(ops: pl.DataFrame, windows: pl.DataFrame, by: list[str], keep: l
 
 def merge_intervals(df: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The union of [start, end] intervals within each `by` group, as disjoint segments
-    (touching intervals merge). A sorted sweep: a segment starts where an interval starts
-    after every earlier one has ended."""
+    (touching intervals merge), sorted by `by` and start. A sorted sweep: a segment starts
+    where an interval starts after every earlier one has ended."""
     o = df.select(*by, "start", "end").sort([*by, "start"])
     prev = pl.col("end").cum_max().shift(1)
+    reach = pl.col("end").cum_max()
     if by:
-        prev = prev.over(by)
-    o = o.with_columns((prev.is_null() | (pl.col("start") > prev)).cum_sum().alias("_seg"))
-    if by:
-        o = o.with_columns(pl.col("_seg").over(by))
-    return o.group_by([*by, "_seg"]).agg(pl.col("start").min(), pl.col("end").max()).drop("_seg")
+        prev, reach = prev.over(by), reach.over(by)
+    first = prev.is_null() | (pl.col("start") > prev)
+    if o.select(pl.any_horizontal(pl.all().is_null().any()) | (pl.col("end") < pl.col("start")).any()).item():
+        # nulls, or an interval that ends before it starts (its segment's end is then not the
+        # furthest end reached): each segment's rows grouped
+        o = o.with_columns(first.cum_sum().alias("_seg"))
+        if by:
+            o = o.with_columns(pl.col("_seg").over(by))
+        seg = o.group_by([*by, "_seg"]).agg(pl.col("start").min(), pl.col("end").max())
+        return seg.sort([*by, "_seg"]).drop("_seg")
+    # the rows are in segment order: a segment's start is its first row's, its end the furthest
+    # end reached at its last row (no group_by and sort of a million segments)
+    o = o.with_columns(first.alias("_first"), reach.alias("_reach"))
+    starts = o.filter("_first").select(*by, "start")
+    return starts.hstack(o.filter(pl.col("_first").shift(-1, fill_value=True)).select(pl.col("_reach").alias("end")))
 
 
 def _ops_by_process(trace: Trace) -> dict[int, pl.Series] | None:

@@ -289,7 +289,7 @@ def busy_and_gaps(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per device its busy time and span, and the five largest idle gaps with the kernel after
     each, from the GPU ops (device, start, end, Kernel). Its own function: the million-row
     frames it sorts and joins go when it returns, not held through the rest of the Overview."""
-    seg = merge_intervals(ops, ["device"]).sort(["device", "start"])  # where at least one op runs
+    seg = merge_intervals(ops, ["device"])  # where at least one op runs, sorted by device and start
     per = seg.group_by("device").agg(
         (pl.col("end") - pl.col("start")).sum().alias("busy"),
         pl.col("start").min().alias("s"),
@@ -303,7 +303,11 @@ def busy_and_gaps(ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     ).sort("Device")
     g = seg.with_columns(pl.col("start").shift(-1).over("device").alias("next"))
     g = g.filter(pl.col("next").is_not_null()).with_columns((pl.col("next") - pl.col("end")).alias("gap"))
-    top_gaps = g.sort(["gap", "end", "device"], descending=[True, False, False]).head(5)
+    # the five largest of a million gaps, not every gap sorted ((gap, end, device) orders
+    # segments totally: the same five)
+    top_gaps = g.top_k(5, by=["gap", "end", "device"], reverse=[False, True, True]).sort(
+        ["gap", "end", "device"], descending=[True, False, False]
+    )
     # the kernel after each of those five gaps: the ops starting then, not every op made unique
     nxt = (
         ops.select("device", pl.col("start").alias("next"), pl.col("Kernel").alias("Next kernel"))
