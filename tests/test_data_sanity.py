@@ -100,6 +100,7 @@ def test_impossible_rows_are_counted_the_same_from_the_gpu_ops(damaged):
     assert counts(t) == raw == {"kernels": (736 // BACKWARDS, 0), "memory sets": (0, OUTSIDE)}
     assert not {"kernels", "memcpy", "memset"} & set(t._frames)
 
+
 def test_stats_keeps_nsys_numbers_and_warns_on_stderr(damaged):
     r = kview("stats", damaged, "-r", "cuda_gpu_kern_sum", "-f", "csv")
     t = pl.read_csv(r.stdout.encode())
