@@ -52,6 +52,7 @@ SYNC_MEMCPY_APIS = (
 )
 CAUSES = ("host", "sync", "kernel wait", "other stream", "other")
 CAUSE_COLUMNS = {c: f"{c[0].upper()}{c[1:]} (ns)" for c in CAUSES}
+CAUSE_SCHEMA = {"idle": pl.Int64, "cause": pl.String}
 DELAY, COST, GPU = "Launch delay (ns)", "Launch cost (ns)", "GPU (ns)"
 
 
@@ -227,8 +228,17 @@ def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFram
                 "waited_on": pl.String,
             }
         )
-    s = lt.sort("device", "stream", "start", "Idx").with_columns(
-        pl.col("end").shift(1).over("device", "stream").alias("gap_start")
+    return _gaps(trace, lt, kernel_wait_ns, whole=True)
+
+
+def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> pl.DataFrame:
+    """idle_gaps of the launches `lt`; without `whole`, each gap's idle time and cause only (no
+    kernel or op names carried through the sorts and joins of a million gaps)."""
+    names = ["Kernel", "Op"] if whole else []
+    s = (
+        lt.select("device", "stream", "start", "end", "Idx", *names, "global_tid", "r_start")
+        .sort("device", "stream", "start", "Idx")
+        .with_columns(pl.col("end").shift(1).over("device", "stream").alias("gap_start"))
     )
     g = s.filter(pl.col("gap_start").is_not_null()).select(
         "device",
@@ -237,11 +247,11 @@ def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFram
         pl.col("start").alias("gap_end"),
         (pl.col("start") - pl.col("gap_start")).alias("idle"),
         "Idx",
-        "Kernel",
-        "Op",
+        *names,
         "global_tid",
         "r_start",
     )
+    del s
     # the last sync call the launching thread left before the launch call started
     syncs = _syncs(trace).sort("sync_end")
     g = (
@@ -253,7 +263,8 @@ def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFram
     )
     # the op of the device that ended last at or before the gap's end (another stream's, when
     # that is inside the gap: this stream's own ops end outside its gaps)
-    ends = lt.select("device", pl.col("end").alias("o_end"), pl.col("Kernel").alias("o_kernel")).sort("o_end")
+    kernel = [pl.col("Kernel").alias("o_kernel")] if whole else []
+    ends = lt.select("device", pl.col("end").alias("o_end"), *kernel).sort("o_end")
     g = g.sort("gap_end").join_asof(
         ends, left_on="gap_end", right_on="o_end", by="device", strategy="backward", check_sortedness=False
     )
@@ -270,6 +281,8 @@ def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFram
         .then(pl.lit("other stream"))
         .otherwise(pl.lit("other"))
     )
+    if not whole:
+        return g.select("idle", cause.alias("cause"))
     return (
         g.with_columns(
             cause.alias("cause"),
@@ -381,6 +394,12 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
 
 def idle_totals(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, int]:
     """Idle time of every stream together, by cause (for the Overview's finding)."""
-    g = idle_gaps(trace, kernel_wait_ns)
+    # the gaps where made (the Launches view), else their causes alone
+    g = trace.store.peek(idle_gaps, kernel_wait_ns)
+    if g is None and kernel_wait_ns == KERNEL_WAIT_NS:
+        g = trace.store.peek(idle_gaps)
+    if g is None:
+        lt = launches(trace)
+        g = _gaps(trace, lt, kernel_wait_ns, whole=False) if lt.height else pl.DataFrame(schema=CAUSE_SCHEMA)
     got = dict(g.group_by("cause").agg(pl.col("idle").sum()).iter_rows())
     return {c: int(got.get(c, 0)) for c in CAUSES}
