@@ -60,6 +60,9 @@ WINDOW_SCHEMA = pl.Schema(
 )
 
 
+NODE_COLUMNS = ("node", "step", "Idx", "Kernel", "Op", "start", "end", "pred", "gpu", "cpu", "launch", "on_path")
+
+
 # the CPU time of a step's own thread after the last GPU op it waited for (all of a step that
 # never waited), named so in the ops on the paths
 TAIL = "(the step's thread, not waiting for the GPU)"
@@ -96,9 +99,10 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     its end node and the CPU time after it (tail)."""
     w = _windows(trace)
     # the columns the walk reads only: each sort and join below copies every column it carries
+    # (the kernel and op names are added to the nodes at the end, by Idx)
     lt = (
         launches(trace)
-        .select("Idx", "Kernel", "Op", "device", "stream", "start", "end", "global_tid", "r_start", "r_end")
+        .select("Idx", "device", "stream", "start", "end", "global_tid", "r_start", "r_end")
         .filter(pl.col("r_start").is_not_null())
         .with_columns((pl.col("global_tid") & PID_MASK).alias("pid"))
     )
@@ -159,8 +163,6 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         "node",
         "step",
         "Idx",
-        "Kernel",
-        "Op",
         "start",
         "end",
         pl.when(gpu_edge).then(pl.col("dep_node")).otherwise(pl.col("b_node")).alias("pred"),
@@ -179,7 +181,10 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         .alias("launch"),
     ).sort("node")
     steps = _ends(trace, w, nodes, ops)
-    return _mark(nodes, steps), steps
+    del ops
+    names = launches(trace).select("Idx", "Kernel", "Op")
+    nodes = _mark(nodes, steps).join(names, on="Idx", how="left", maintain_order="left")
+    return nodes.select(NODE_COLUMNS), steps
 
 
 def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
