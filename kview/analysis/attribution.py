@@ -11,6 +11,7 @@ parsed once per distinct label.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -530,6 +531,23 @@ class _Kinds:
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
         self.labels = labels
 
+    @functools.cached_property
+    def node_of_eval(self) -> pl.DataFrame:
+        """(eval_id, eseq, estart): the backward node an `evaluate_function: XBackward0` range
+        ran, its first child node range. Work after the node's own range but inside that range
+        (bias-gradient sums, say) belongs to it. Made once for every _contexts of these kinds."""
+        nodes = np.flatnonzero(self.masks["bwd"])
+        up = self.nest.parent[nodes]
+        return (
+            self.nest.take(["start", "name_code"], nodes)
+            .with_columns(self.nest.take(["id"], _rows_or_null(up))["id"].alias("parent"))
+            .select("start", "parent", self.seq_of(pl.col("name_code")))
+            .sort("start", maintain_order=True)
+            .group_by("parent", maintain_order=True)
+            .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
+            .rename({"parent": "eval_id"})
+        )
+
     def seq_of(self, name_code: pl.Expr) -> pl.Expr:
         """The autograd seq of each code's label (null where it has none)."""
         return pl.lit(self.seq).gather(name_code).alias("seq")
@@ -539,11 +557,12 @@ class _Kinds:
         rows = self.rows[key]
         return np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
 
-    def aligned(self, inner: np.ndarray, key: str) -> pl.DataFrame:
-        """(id, name_code, start) of the push/pop range of kind `key` around each call, one row
-        per call in the calls' order (nulls where none)."""
+    def aligned(self, inner: np.ndarray, key: str, columns: list[str]) -> pl.DataFrame:
+        """`columns` of the push/pop range of kind `key` around each call (nulls where none) and
+        `hit`, whether there is one: a row per call in the calls' order."""
         at = self._rows_of(inner, key)
-        return self.nest.take(["id", "name_code", "start"], _rows_or_null(at))
+        hit = pl.Series("hit", at >= 0)
+        return self.nest.take(columns, _rows_or_null(at)).with_columns(hit) if columns else hit.to_frame()
 
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one,
@@ -590,19 +609,24 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     # innermost range of all around the call, then that kind's nearest row above it.
     inner = kinds.nest.innermost_rows(calls)
     per_call = calls.select("call_id")
-    for key, cols in (
-        ("uid", [pl.col("id").alias("uid")]),
-        ("fop", [pl.col("name_code").alias("fop_code")]),
-        ("bwd", [pl.col("seq").alias("bseq"), pl.col("start").alias("bstart"), pl.lit(True).alias("_node")]),
-        ("eval", [pl.col("id").alias("eval_id")]),
-        ("opt", [pl.lit(True).alias("any_opt")]),
+    # (kind, the range columns its answer reads, the answer's columns)
+    for key, read, cols in (
+        ("uid", ["id"], [pl.col("id").alias("uid")]),
+        ("fop", ["name_code"], [pl.col("name_code").alias("fop_code")]),
+        (
+            "bwd",
+            ["name_code", "start"],
+            [pl.col("seq").alias("bseq"), pl.col("start").alias("bstart"), pl.lit(True).alias("_node")],
+        ),
+        ("eval", ["id"], [pl.col("id").alias("eval_id")]),
+        ("opt", [], [pl.lit(True).alias("any_opt")]),
     ):
         if kinds.loose.height == 0:  # push/pop only: the answers line up with the calls, no join
-            found = kinds.aligned(inner, key)
+            # only the columns an answer reads are gathered (each a random read of a million rows)
+            found = kinds.aligned(inner, key, read)
             if key == "bwd":
                 found = found.with_columns(kinds.seq_of(pl.col("name_code")))
-            hit = pl.col("id").is_not_null()
-            per_call = per_call.with_columns(found.select(pl.when(hit).then(c) for c in cols))
+            per_call = per_call.with_columns(found.select(pl.when("hit").then(c) for c in cols))
             continue
         found = kinds.around(calls, inner, key)
         if key == "bwd":
@@ -612,21 +636,8 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
         pl.col("any_opt").fill_null(False),
     ).drop("_node")
-    # Work after the node's own range but inside `evaluate_function: XBackward0` (bias-gradient
-    # sums, say) belongs to the node that evaluate_function ran: its child node range.
-    nodes = np.flatnonzero(kinds.masks["bwd"])
-    up = kinds.nest.parent[nodes]
-    node_of_eval = (
-        kinds.nest.take(["start", "name_code"], nodes)
-        .with_columns(kinds.nest.take(["id"], _rows_or_null(up))["id"].alias("parent"))
-        .select("start", "parent", kinds.seq_of(pl.col("name_code")))
-        .sort("start", maintain_order=True)
-        .group_by("parent", maintain_order=True)
-        .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
-        .rename({"parent": "eval_id"})
-    )
     per_call = (
-        per_call.join(node_of_eval, on="eval_id", how="left")
+        per_call.join(kinds.node_of_eval, on="eval_id", how="left")
         .with_columns(pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart"))
         .drop("eseq", "estart", "eval_id")
     )
