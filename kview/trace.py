@@ -122,6 +122,18 @@ class Trace:
         assert have is not None  # every name was loaded above
         return have.select(names)
 
+    def rows_where(self, key: str, names: list[str], column: str, values: list[int]) -> pl.DataFrame:
+        """Columns `names` of logical table `key`, of the rows whose `column` holds one of
+        `values`, in the table's order (not kept): from the frame where it holds them, from the
+        trace where nothing is kept for later (no cache) and the rows are few of many."""
+        have = self._frames.get(key)
+        wanted = list(dict.fromkeys([*names, column]))
+        if have is not None and all(n in have.columns for n in wanted):
+            return have.filter(pl.col(column).is_in(values)).select(names)
+        if self.use_cache and self.source.persist_frames:  # the columns read are kept for later
+            return self.columns(key, wanted).filter(pl.col(column).is_in(values)).select(names)
+        return self._from_zero(self.source.read_columns(key, names, (column, values)))
+
     def row_count(self, key: str) -> int:
         """The rows of logical table `key`: its frame's where a column of it is held, else counted
         by the source (reading a column to count it is a pass over every row of the file, and the

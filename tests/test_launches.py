@@ -394,3 +394,20 @@ def test_cli_writes_every_table_in_every_format(command, tables, capsys, tmp_pat
     assert main([command, str(path), "--table", tables[0], "-o", str(target)]) == 0
     first = frames[tables[0]]().with_columns(pl.col(pl.String).replace("-", None))
     assert pl.read_csv(target, schema=first.schema).equals(first)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no-cache", "cache"])
+def test_sync_calls_read_by_their_rows_equal_the_filtered_calls(cached, tmp_path, monkeypatch):
+    """The synchronizations are read by their rows where the runtime columns are not held (a
+    trace opened for one command let them go): the same calls, in the same order, as every
+    call's row filtered, with and without the cache and with the columns held."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = PUBLIC / "vecadd_nsys2025.5.sqlite"
+    syncs = [*la.SYNC_APIS, *la.SYNC_MEMCPY_APIS]
+    want = la.api_calls(open_trace(path, use_cache=False)).filter(pl.col("api").is_in(syncs))
+    assert want["api"].to_list() == ["cudaMemcpy", "cudaMemcpy", "cudaDeviceSynchronize", "cudaMemcpy"]
+    t = open_trace(path, use_cache=cached)
+    assert la.sync_calls(t).equals(want)
+    held = open_trace(path, use_cache=cached)
+    held.columns("runtime", ["global_tid", "start", "end", "name_id"])
+    assert la.sync_calls(held).equals(want)

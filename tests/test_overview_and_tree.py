@@ -90,14 +90,20 @@ def test_overview_whose_attribution_lets_the_names_go_is_the_same_and_reads_the_
     monkeypatch.setattr(attribution, "_attributed", lambda t, shapes: made.append(shapes) or whole(t, shapes))
     columns = trace.source.read_columns
     asked = []
-    monkeypatch.setattr(trace.source, "read_columns", lambda k, n: asked.extend((k, c) for c in n) or columns(k, n))
+    monkeypatch.setattr(
+        trace.source,
+        "read_columns",
+        lambda k, n, where=None: asked.extend((k, c, where is not None) for c in n) or columns(k, n, where),
+    )
     let_go = build(trace)
     assert len(reads) == 1
-    # no column read again but the runtime calls' for their synchronizations: the raw columns
-    # go once attribution joined them, and the rest reads the GPU ops
-    again = {a for a in asked if asked.count(a) > 1}
-    assert again == {("runtime", c) for c in ("global_tid", "start", "end")}
-    assert asked.count(("runtime", "global_tid")) == 2
+    # no column read whole again (the raw columns go once attribution joined them, and the rest
+    # reads the GPU ops); the runtime calls' synchronizations are read again by their rows only
+    whole = [(k, c) for k, c, rows in asked if not rows]
+    assert len(whole) == len(set(whole))
+    assert {(k, c) for k, c, rows in asked if rows} == {
+        ("runtime", c) for c in ("global_tid", "start", "end", "name_id")
+    }
     assert "kernels" not in trace._frames
     assert made == [False]  # the attributed table's columns the Overview reads, never the whole table
     ranges = {"nvtx", "nvtx_ranges.labels", "nvtx_ranges.projection_ranges", "nvtx_ranges.projection_nesting"}

@@ -28,7 +28,7 @@ import polars as pl
 
 from kview.analysis.attribution import launch_ops, launched_ops
 from kview.derived import derived
-from kview.trace import Trace
+from kview.trace import WHOLE_STRINGS, Trace
 
 # HTA's default consecutive_kernel_delay (ns): a shorter gap between queued ops is the GPU's own
 KERNEL_WAIT_NS = 30
@@ -56,9 +56,12 @@ CAUSE_SCHEMA = {"idle": pl.Int64, "cause": pl.String}
 DELAY, COST, GPU = "Launch delay (ns)", "Launch cost (ns)", "GPU (ns)"
 
 
+API_SCHEMA = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "api": pl.String})
+
+
 def api_calls(trace: Trace) -> pl.DataFrame:
     """Every runtime API call: global_tid, start, end, api (its name without a _vN suffix)."""
-    schema = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "api": pl.String})
+    schema = API_SCHEMA
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame(schema=schema)
     r = trace.columns("runtime", ["global_tid", "start", "end", "name_id"])
@@ -197,7 +200,17 @@ def sync_calls(trace: Trace) -> pl.DataFrame:
     """api_calls' synchronizations and synchronous copies (SYNC_APIS, SYNC_MEMCPY_APIS), in their
     order: all the idle gaps, the critical path and the Overview ask of the runtime calls (a
     few thousand of millions, made once)."""
-    return api_calls(trace).filter(pl.col("api").is_in([*SYNC_APIS, *SYNC_MEMCPY_APIS]))
+    syncs = [*SYNC_APIS, *SYNC_MEMCPY_APIS]
+    if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME") or trace.source.string_count() > WHOLE_STRINGS:
+        return api_calls(trace).filter(pl.col("api").is_in(syncs))
+    # the names first (a small string table), then only their calls' rows: a command that let
+    # the runtime columns go reads a few thousand rows again, not millions
+    names = trace.strings.select(
+        pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api")
+    ).filter(pl.col("api").is_in(syncs))
+    r = trace.rows_where("runtime", ["global_tid", "start", "end", "name_id"], "name_id", names["name_id"].to_list())
+    r = r.join(names, on="name_id", how="left", maintain_order="left")
+    return r.select("global_tid", "start", "end", "api").cast(API_SCHEMA)
 
 
 def _syncs(trace: Trace) -> pl.DataFrame:

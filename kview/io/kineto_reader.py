@@ -1635,8 +1635,9 @@ class KinetoSource:
     def clock(self) -> tuple[str, int] | None:
         return profiler_clock(self.metadata().get("KINETO_BASE_TIME_NS"), self.origin())
 
-    def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
-        return self.frames[key].select(names)
+    def read_columns(self, key: str, names: list[str], where: tuple[str, list[int]] | None = None) -> pl.DataFrame:
+        f = self.frames[key]
+        return (f if where is None else f.filter(pl.col(where[0]).is_in(where[1]))).select(names)
 
     def row_count(self, key: str) -> int:
         return self.frames[key].height

@@ -68,8 +68,11 @@ def strings(src: SqliteSource) -> pl.DataFrame:
 OWNER_IDS = ("global_tid", "global_pid")  # the thread and process a row belongs to
 
 
-def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
-    """Normalized columns `names` of logical table `key`, in rowid order.
+def read_columns(
+    src: SqliteSource, key: str, names: list[str], where: tuple[str, list[int]] | None = None
+) -> pl.DataFrame:
+    """Normalized columns `names` of logical table `key`, in rowid order; with `where` (a
+    column, its integer values), only the rows holding one of those values.
 
     Columns this export lacks come back as nulls of the right type; an absent table gives
     an empty frame with the requested schema.
@@ -80,9 +83,16 @@ def read_columns(src: SqliteSource, key: str, names: list[str]) -> pl.DataFrame:
     if not src.has(table):
         return pl.DataFrame(schema=schema)
     have = set(src.columns(table))
+    cond = None
+    if where is not None:
+        column = by_name[where[0]][0]
+        if column not in have:  # a column the export lacks is null in every row: none match
+            return pl.DataFrame(schema=schema)
+        cond = f'"{column}" IN ({", ".join(str(int(v)) for v in where[1])})' if where[1] else "0"
     raw = [by_name[n][0] for n in names if by_name[n][0] in have]
-    df = src.read_rows_in_order(table, raw) if raw else None
-    height = df.height if df is not None and df.width else (src.scalar(f'SELECT count(*) FROM "{table}"') or 0)
+    df = src.read_rows_in_order(table, raw, cond) if raw else None
+    count = f'SELECT count(*) FROM "{table}"' + (f" WHERE {cond}" if cond else "")
+    height = df.height if df is not None and df.width else (src.scalar(count) or 0)
     out = {}
     for n in names:
         r, dtype = by_name[n]
@@ -297,8 +307,8 @@ class NsysSource:
         utc = session_start_utc_ns(self.db)
         return None if utc is None else ("UTC", utc)
 
-    def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
-        return read_columns(self.db, key, names)
+    def read_columns(self, key: str, names: list[str], where: tuple[str, list[int]] | None = None) -> pl.DataFrame:
+        return read_columns(self.db, key, names, where)
 
     def row_count(self, key: str) -> int:
         # SQLite counts a table's rows from its b-tree's pages, decoding none of them

@@ -37,8 +37,9 @@ class TraceSource(Protocol):
         where the trace does not say."""
         ...
 
-    def read_columns(self, key: str, names: list[str]) -> pl.DataFrame:
-        """Columns `names` of logical table `key` (schema.TABLES), in the trace's order."""
+    def read_columns(self, key: str, names: list[str], where: tuple[str, list[int]] | None = None) -> pl.DataFrame:
+        """Columns `names` of logical table `key` (schema.TABLES), in the trace's order; with
+        `where` (a column, its values), only the rows holding one of those values."""
         ...
 
     def row_count(self, key: str) -> int:
