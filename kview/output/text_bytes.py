@@ -63,13 +63,16 @@ def _holds(data: np.ndarray, low: np.ndarray, high: bytes, c1: bool) -> bool:
 
     for at in range(0, data.size, CHUNK):
         x = data[at : at + CHUNK]
-        if low.size:
+        # the chunk's least and greatest byte first (one pass each, no mask): a byte outside
+        # them is not compared for (text without a control character, ASCII text without C1)
+        least, most = int(x.min()), int(x.max())
+        if low.size and least < 0x20:
             control = x < 0x20
-            if control.any() and np.isin(x[control], low).any():
+            if np.isin(x[control], low).any():
                 return True
-        if any((x == b).any() for b in high):
+        if any((x == b).any() for b in high if least <= b <= most):
             return True
-        if c1:
+        if c1 and most >= 0xC2:
             second = np.flatnonzero(x == 0xC2) + (at + 1)
             if second.size:
                 if second[-1] >= data.size:  # a lead byte last: its pair is not here to look at
