@@ -87,21 +87,23 @@ def _is_phase(label: pl.Expr) -> pl.Expr:
     return label.is_in(list(PHASE_NAMES)) | label.str.contains(STEP_RANGE_RE)
 
 
+_LABEL_ROWS = 1 << 20
+
+
 def op_labels(trace: Trace) -> pl.DataFrame:
     """Per distinct range label: what kind of range it is and its autograd `seq` (made where
     attribution needs them, not kept). Each test is an anchored match on the label (the op's
     name is the text before the first comma), so no column of op names is built for millions
     of op labels: `op_fields` parses the few that kernels end up with."""
     lab = pl.col("label")
-    return (
-        nv.labels(trace)
-        .with_columns(
+
+    def flagged(part: pl.DataFrame) -> pl.DataFrame:
+        return part.with_columns(
             lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
             lab.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
             lab.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
             lab.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-        )
-        .with_columns(
+        ).with_columns(
             (
                 pl.col("marker")
                 & ~pl.col("bwd_node")
@@ -111,7 +113,16 @@ def op_labels(trace: Trace) -> pl.DataFrame:
                 & lab.str.contains(r"^[\w:.<>]+(,|$)")
             ).alias("fwd_op"),
         )
-    )
+
+    labels = nv.labels(trace)
+    if labels.height <= _LABEL_ROWS:
+        return flagged(labels)
+    # a million labels at a time: the seq texts extracted from all at once were this step's
+    # peak over the names on a dense trace. Only the new columns are made in parts (and put
+    # together): the labels' own stay as they are
+    new = [c for c in flagged(labels.clear()).columns if c not in labels.columns]
+    parts = [flagged(part).select(new) for part in labels.iter_slices(_LABEL_ROWS)]
+    return labels.hstack(pl.concat(parts, rechunk=True))
 
 
 def op_fields(labels: pl.DataFrame, sizes: bool = True) -> pl.DataFrame:
@@ -238,7 +249,7 @@ class _OpNames:
     text before its first comma (op_fields' `head`) as a Categorical, four bytes a label and a
     few hundred distinct texts, instead of its whole text packed."""
 
-    ROWS = 1 << 20  # labels a chunk
+    ROWS = 1 << 18  # labels a chunk
 
     def __init__(self, labels: pl.DataFrame):
         # a chunk of labels at a time: its copies and heads' text go before the next is cut
@@ -399,12 +410,24 @@ def autograd_threads(trace: Trace) -> pl.Series:
 
 
 @derived
+def user_labels(trace: Trace) -> pl.DataFrame:
+    """(name_code, label, phase) of the user (non-marker) labels: module and step names,
+    thousands where op labels are millions. Their text is copied out of the names' buffers, so
+    that user_paths can be made once the names have gone (`_range_names`)."""
+    users = nv.labels(trace).filter(~pl.col("marker"))
+    return users.select(
+        "name_code",
+        pl.concat_str(pl.col("label"), pl.lit("")).alias("label"),
+        _is_phase(pl.col("label")).alias("phase"),
+    )
+
+
+@derived
 def user_paths(trace: Trace) -> pl.DataFrame:
     """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
     layer (the same without phase ranges, joined with ":"), and which phases it lies in.
     Computed once per range, so a million kernels only carry the id of their innermost range."""
-    # the user labels only (module and step names: thousands, where op labels are millions)
-    labels = nv.labels(trace).filter(~pl.col("marker")).with_columns(_is_phase(pl.col("label")).alias("phase"))
+    labels = user_labels(trace)
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.select("name_code", "label", "phase"), on="name_code", how="inner")
     if users.height == 0:
@@ -525,8 +548,11 @@ class _Kinds:
         # row numbers in 32 bits where they fit (Nesting's): half the memory
         self.rows: dict[str, np.ndarray] = {key: f for (key, _, _), f in zip(self.KINDS, found)}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
-        seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
-        self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
+        if labels.height == size and (labels["name_code"] == pl.int_range(size, eager=True)).all():
+            self.seq = labels["seq"]  # already in code order: the labels' own column, not a copy
+        else:
+            seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
+            self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
         ranges = nv.projection_ranges(trace)
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
         self.labels = labels
@@ -636,13 +662,18 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
         pl.col("any_opt").fill_null(False),
     ).drop("_node")
-    per_call = (
-        per_call.join(kinds.node_of_eval, on="eval_id", how="left")
-        .with_columns(pl.coalesce("bseq", "eseq").alias("bseq"), pl.coalesce("bstart", "estart").alias("bstart"))
-        .drop("eseq", "estart", "eval_id")
-    )
+    # the keys joined alone and their answers added: a join of the whole frame copies every
+    # column (a million calls' dozen, twice, this step's peak on a dense trace)
+    ev = per_call.select("eval_id").join(kinds.node_of_eval, on="eval_id", how="left", maintain_order="left")
+    per_call = per_call.with_columns(
+        pl.coalesce(pl.col("bseq"), ev["eseq"]).alias("bseq"),
+        pl.coalesce(pl.col("bstart"), ev["estart"]).alias("bstart"),
+    ).drop("eval_id")
+    del ev
+    if kinds.loose.height:  # joined answers: back in the calls' order
+        per_call = calls.select("call_id").join(per_call, on="call_id", how="left", maintain_order="left")
     flags = user_paths(trace).select("uid", "in_fwd", "in_bwd", "in_opt")
-    return calls.select("call_id").join(per_call, on="call_id", how="left").join(flags, on="uid", how="left")
+    return per_call.hstack(per_call.select("uid").join(flags, on="uid", how="left", maintain_order="left").drop("uid"))
 
 
 def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -664,18 +695,22 @@ def _forward_of_backward(trace: Trace, kinds: _Kinds, nodes: pl.DataFrame) -> pl
     # join of millions of ranges against millions of labels)
     codes = ranges["name_code"].to_numpy()
     fwd = kinds.fop_by_code & kinds.seq.is_not_null().to_numpy()
-    fw = ranges.filter(pl.Series(fwd[codes])).select(
-        "id", "name_code", "start", "end", "global_tid", kinds.seq_of(pl.col("name_code"))
-    )
+    # matched on (seq, start) alone, by row: the other columns are gathered for the matches only
+    # (a million ops' ids, ends and threads sorted with them were 0.15 GB at this step's peak)
+    at = pl.Series("_row", np.flatnonzero(fwd[codes]))
+    fw = pl.DataFrame([at, ranges["start"].gather(at).alias("fstart"), kinds.seq.gather(codes[at.to_numpy()])])
     q = nodes.select("bseq", "bstart").unique().drop_nulls()
     m = q.sort("bstart").join_asof(
-        fw.rename({"seq": "bseq", "start": "fstart"}).sort("fstart"),
+        fw.rename({"seq": "bseq"}).sort("fstart"),
         left_on="bstart",
         right_on="fstart",
         by="bseq",
         strategy="backward",
         check_sortedness=False,
     )
+    del fw
+    m = m.filter(pl.col("_row").is_not_null())
+    m = m.with_columns(ranges.select(pl.col("id", "end", "global_tid").gather(m["_row"]))).drop("_row")
     m = m.filter(pl.col("id").is_not_null())
     calls = m.select(
         pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid", pl.col("fstart").alias("start"), "end"
@@ -781,7 +816,9 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # marker's name_code) until the end; the strings come from small tables by joins, which
     # polars makes as views of those tables' bytes. A string `when/then` or `replace` over a
     # million rows would copy every string instead (an op's Params text is up to 9 kB).
-    paths = user_paths(trace) if have_nvtx else _NO_PATHS
+    if have_nvtx:  # what user_paths reads of the names and ranges, taken before the names go
+        user_labels(trace)
+        nv.projection_ranges(trace)
     labels = op_labels(trace) if have_nvtx else _NO_OPS
     release = have_nvtx and trace.ranges_only_for_attribution
     # a table without the ops' shapes keeps only each op label's op name where the names go
@@ -789,6 +826,9 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     if release:
         labels = labels.drop("name", "label")
         trace.store.drop(nv.labelled_ranges, nv.labels)
+    # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
+    # over the names on a dense trace)
+    paths = user_paths(trace) if have_nvtx else _NO_PATHS
     return _Named(have_nvtx, release, paths, labels, texts)
 
 
