@@ -169,3 +169,24 @@ def test_the_worker_makes_every_table_of_a_trace_without_phases(tmp_path):
     assert "documents.compare_phases" in keys
     make_tables(path, keys, False, str(tmp_path))
     assert _kept_phases(open_trace(path, use_cache=False)).height == 0
+
+
+def test_tables_written_in_many_row_groups_read_back_into_equal_views(tmp_path, monkeypatch):
+    """The worker writes its tables a few thousand rows per row group (the writer holds a row
+    group's encoding while it writes it): read back in as many chunks, every view's document
+    equals the one made here."""
+    from kview import derived
+    from kview.trace import make_tables
+
+    _, here = _messages(use_cache=False)
+    monkeypatch.setattr(derived, "MADE_ROW_GROUP", 1000)
+    keys = tuple(k for b in prepare.BATCHES.values() for k in b)
+    make_tables(str(LM), keys, False, str(tmp_path))
+    assert pl.read_parquet(tmp_path / "attribution.parquet").n_chunks() > 1
+    back = open_trace(LM, use_cache=False)
+    back.store.read_made(keys, str(tmp_path))
+    docs = [cls.document for cls in VIEWS if cls.document is not None]
+    there = [m for doc in docs for m in doc(back, False) if not isinstance(m, Stage)]
+    assert [type(m) for m in there] == [type(m) for m in here] and len(here) > 8
+    for a, b in zip(there, here):
+        _equal(a, b, type(a).__name__)
