@@ -844,7 +844,7 @@ def _call_columns(
     if have_nvtx:
         kinds = _Kinds(trace, labels)
         ctx = _contexts(trace, calls, kinds)
-        back = _forward_of_backward(trace, kinds, ctx.filter(pl.col("bseq").is_not_null()))
+        back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
         # calls without a path of their own (no user range, or one user_paths does not know)
