@@ -524,8 +524,7 @@ def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     # made it: the explorer's worker), else from sorted searches alone (without its parents)
     nesting = trace.store.peek(nv.projection_nesting)
     parts = [pushpop_depths(pushpop) if nesting is None else _nested_depths(nesting)]
-    del nesting
-    del pushpop
+    del nesting, pushpop
     se = ranges.filter(~push).sort(["global_tid", "start", "end"], descending=[False, False, True])
     del ranges
     parts.append(

@@ -121,7 +121,8 @@ def nvtx_events(src, part_rows: int = 500_000, threads: int | None = None) -> pl
     """NVTX_EVENTS rows that matter for ranges and domain names (marks and categories dropped).
 
     Read in rowid parts of `part_rows`, `threads` parts per connectorx call (one thread each;
-    `read_threads()` by default), each call's rows cast to kview's types while they are few. `text` stays a plain string column: the labels are keyed by hash
+    `read_threads()` by default), each call's rows cast to kview's types while they are few.
+    `text` stays a plain string column: the labels are keyed by hash
     (`nvtx_ranges.first_appearance`), and a dictionary of five million distinct op labels would
     cost more than the strings themselves.
     """
