@@ -548,7 +548,7 @@ class _Kinds:
         # row numbers in 32 bits where they fit (Nesting's): half the memory
         self.rows: dict[str, np.ndarray] = {key: f for (key, _, _), f in zip(self.KINDS, found)}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
-        if labels.height == size and (labels["name_code"] == pl.int_range(size, eager=True)).all():
+        if labels.height == size and nv.codes_are_rows(labels):
             self.seq = labels["seq"]  # already in code order: the labels' own column, not a copy
         else:
             seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")

@@ -61,19 +61,23 @@ API_SCHEMA = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int
 
 def api_calls(trace: Trace) -> pl.DataFrame:
     """Every runtime API call: global_tid, start, end, api (its name without a _vN suffix)."""
-    schema = API_SCHEMA
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=API_SCHEMA)
     r = trace.columns("runtime", ["global_tid", "start", "end", "name_id"])
-    # the suffix is cut once per distinct name (a few hundred), not once per call (millions)
     used = r["name_id"].unique()
-    names = (
-        trace.string_values(used)
-        .filter(pl.col("id").is_in(used.implode()))
-        .select(pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api"))
-    )
-    r = r.join(names, on="name_id", how="left", maintain_order="left")
-    return r.select("global_tid", "start", "end", "api").cast(schema)
+    return _with_api(r, _api_names(trace.string_values(used).filter(pl.col("id").is_in(used.implode()))))
+
+
+def _api_names(strings: pl.DataFrame) -> pl.DataFrame:
+    """(name_id, api) of StringIds rows (id, value): the name without its _vN suffix, cut once per
+    distinct name (a few hundred), not once per call (millions)."""
+    return strings.select(pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api"))
+
+
+def _with_api(calls: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
+    """api_calls' columns of runtime `calls` (global_tid, start, end, name_id) named by `names`."""
+    named = calls.join(names, on="name_id", how="left", maintain_order="left")
+    return named.select("global_tid", "start", "end", "api").cast(API_SCHEMA)
 
 
 @derived
@@ -205,12 +209,9 @@ def sync_calls(trace: Trace) -> pl.DataFrame:
         return api_calls(trace).filter(pl.col("api").is_in(syncs))
     # the names first (a small string table), then only their calls' rows: a command that let
     # the runtime columns go reads a few thousand rows again, not millions
-    names = trace.strings.select(
-        pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api")
-    ).filter(pl.col("api").is_in(syncs))
+    names = _api_names(trace.strings).filter(pl.col("api").is_in(syncs))
     r = trace.rows_where("runtime", ["global_tid", "start", "end", "name_id"], "name_id", names["name_id"].to_list())
-    r = r.join(names, on="name_id", how="left", maintain_order="left")
-    return r.select("global_tid", "start", "end", "api").cast(API_SCHEMA)
+    return _with_api(r, names)
 
 
 def _syncs(trace: Trace) -> pl.DataFrame:

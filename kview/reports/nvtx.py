@@ -196,10 +196,9 @@ def nvtx_kern_sum(trace: Trace) -> Report:
 def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[pl.Series, pl.Series, int] | None:
     """(the distinct codes among `codes`, their names with the bytes copied side by side, the
     number of names), or None where the codes are not the names table's rows."""
-    n = names.height
-    present = codes.drop_nulls().unique()
     if not nv.codes_are_rows(names):
         return None
+    n, present = names.height, codes.drop_nulls().unique()
     if present.len() and (present.min() < 0 or present.max() >= n):  # type: ignore[operator]
         return None
     return present, pl.select(texts_in_row_order(pl.lit(names["name"].rechunk()).gather(present))).to_series(), n
