@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from kview.analysis.nvtx_tree import path_table
 from kview.reports import REPORTS
 from kview.trace import open_trace
 
-from conftest import run_kview_measured
+from conftest import SAMPLES, run_kview_measured
 from deep_nvtx import make
 from in_process import kview_here
 
@@ -173,3 +174,18 @@ def test_ranges_around_calls_equal_brute_force(case):
     for cid, rid in pairs.iter_rows():
         got.setdefault(cid, set()).add(rid)
     assert got == {cid: {i for _, _, i in f} for cid, f in want.items()}
+
+
+def test_nesting_orders_a_traces_ranges_by_thread_from_their_runs():
+    """An export lists each thread's ranges in runs: the stable order by thread made from the
+    runs is the one a sort by thread gives, as is the one made where threads alternate row by
+    row, and the nesting is the one a sort on every key gives."""
+    ranges = nv.projection_ranges(open_trace(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", use_cache=False))
+    tids = ranges["global_tid"].to_numpy()
+    assert ranges.height > 10_000 and 1 < len(np.unique(tids)) and np.count_nonzero(np.diff(tids)) * 8 < len(tids)
+    for t in (tids, np.where(np.arange(len(tids)) % 2 == 0, tids.min(), tids.max())):  # runs, then alternating
+        order, by = nv._by_thread(t)
+        assert np.array_equal(order, np.argsort(t, kind="stable")) and np.array_equal(by, t[order])
+    keys = ["global_tid", "start", "end", "id"]
+    want = nv._sorted_rows(ranges, keys, [False, False, True, False])
+    assert np.array_equal(nv._nest_rows(ranges), want)

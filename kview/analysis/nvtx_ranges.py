@@ -509,11 +509,8 @@ def _nest_sorted(ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
     already, and nesting reads them."""
     keys, desc = ["global_tid", "start", "end", "id"], [False, False, True, False]
     if ranges.height >= 2 and ranges["start"].is_sorted() and not ranges["global_tid"].null_count():
-        tids = ranges["global_tid"].to_numpy()
-        uniq = np.sort(ranges["global_tid"].unique().to_numpy())  # a few threads: hashed, not sorted
-        thread = np.searchsorted(uniq, tids)
-        order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
-        t, st, en = (ranges[c].to_numpy()[order] for c in keys[:3])
+        order, t = _by_thread(ranges["global_tid"].to_numpy())
+        st, en = (ranges[c].to_numpy()[order] for c in keys[1:3])
         same_thread = t[1:] == t[:-1]
         later = (st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (en[1:] < en[:-1]))
         # the ids decide only between equal intervals (rare): looked up for those pairs alone
@@ -528,6 +525,26 @@ def _nest_sorted(ranges: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarr
     order = _sorted_rows(ranges, keys, desc)
     t, st, en = (ranges[c].to_numpy()[order] for c in keys[:3])
     return order, t, st, en
+
+
+def _by_thread(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows in a stable order by thread, their threads in that order)."""
+    n = len(tids)
+    cut = np.flatnonzero(tids[1:] != tids[:-1]) + 1
+    if len(cut) * 8 > n:  # threads interleaved row by row: a radix sort of each row's thread's index
+        uniq = np.sort(pl.Series(tids).unique().to_numpy())  # a few threads: hashed, not sorted
+        thread = np.searchsorted(uniq, tids)
+        order = np.argsort(thread.astype(np.int16) if len(uniq) < (1 << 15) else thread, kind="stable")
+        return order, tids[order]
+    # an export lists each thread's ranges in runs (hundreds on a dense trace, not millions): each
+    # thread's runs in turn, in their order, are that order, made from the runs alone
+    lo = np.concatenate([[0], cut])
+    size = np.diff(np.append(lo, n))
+    runs = np.argsort(tids[lo], kind="stable")
+    size, lo = size[runs], lo[runs]
+    rows = _row_type(n)
+    order = np.arange(n, dtype=rows) + np.repeat((lo - (np.cumsum(size) - size)).astype(rows), size)
+    return order, np.repeat(tids[lo], size)
 
 
 def _sorted_rows(ranges: pl.DataFrame, keys: list[str], desc: list[bool]) -> np.ndarray:
@@ -588,14 +605,13 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 LEVEL_PASSES, LEVEL_ROWS = 32, 1 << 12
 
 
-def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pos, depth, parent row or -1) of one thread's ranges in (start, longer first) order.
+def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, parent row or -1) of one thread's ranges in (start, longer first) order.
 
     The parent is the last earlier range one level up (in preorder, the ancestor at depth d is
     the last range of depth d before it): one stable sort by depth and one sorted search.
     """
     m = len(start)
-    pos = np.arange(m, dtype=np.int64)
     depth = _depths_in_thread(start, end)
     top = int(depth.max(initial=0))
     if m >= LEVEL_ROWS and top < LEVEL_PASSES and depth.min(initial=0) >= 0:
@@ -608,7 +624,7 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
         for up, rows in zip(levels, levels[1:]):
             at = np.searchsorted(up, rows) - 1
             parent[rows] = np.where(at >= 0, up[np.maximum(at, 0)], -1) if up.size else -1
-        return pos, depth, parent
+        return depth, parent
     # rows of each depth, in preorder (a stable radix sort where the depths fit 16 bits)
     small = depth.max(initial=0) < (1 << 15) and depth.min(initial=0) >= 0
     by_depth = np.argsort(depth.astype(np.int16) if small else depth, kind="stable")
@@ -620,7 +636,7 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     cand = by_depth[np.maximum(hit, 0)]
     ok &= depth[cand] == depth[q] - 1
     parent[q[ok]] = cand[ok]
-    return pos, depth, parent
+    return depth, parent
 
 
 def ancestor_at(tree: pl.DataFrame, rows: pl.DataFrame, pos: str, level: str, cols: dict[str, str]) -> pl.DataFrame:
@@ -722,7 +738,7 @@ class Nesting:
         parent = np.full(n, -1, dtype=rows)
         if n:
             for lo, hi in _thread_spans(tid):
-                _, depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
+                depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
                 parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
         return cls(ranges, order.astype(rows, copy=False), parent, depth, start, end, _threads(tid))
 
