@@ -116,6 +116,7 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             check_sortedness=False,
         )
         .filter(pl.col("step").is_not_null() & (pl.col("r_start") <= pl.col("w_end")))
+        .drop("pid", "w_end")
         .sort("step", "device", "stream", "start", "Idx")
         .with_row_index("node")
         .with_columns(pl.col("node").cast(pl.Int64))
@@ -145,6 +146,7 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ops = ops.with_columns(dep_end.alias("dep_end"), dep_node.alias("dep_node"))
     # a CPU edge: where the launching thread was last blocked on the GPU before the launch
     blocked = _blocking_syncs(trace, ops)
+    ops = ops.drop("x_end", "x_node", "x_start", "p_node", "p_end")
     ops = ops.sort("r_start").join_asof(
         blocked,
         left_on="r_start",
@@ -180,8 +182,8 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         .otherwise(pl.col("start") - pl.col("r_start"))
         .alias("launch"),
     ).sort("node")
-    steps = _ends(trace, w, nodes, ops)
     del ops
+    steps = _ends(w, nodes, blocked)
     names = launches(trace).select("Idx", "Kernel", "Op")
     nodes = _mark(nodes, steps).join(names, on="Idx", how="left", maintain_order="left")
     return nodes.select(NODE_COLUMNS), steps
@@ -210,9 +212,9 @@ def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _ends(trace: Trace, w: pl.DataFrame, nodes: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def _ends(w: pl.DataFrame, nodes: pl.DataFrame, blocked: pl.DataFrame) -> pl.DataFrame:
     """Per step: where its path ends (end_node, or null: all CPU), the CPU time after that node
-    (tail), and the path's length."""
+    (tail), and the path's length; `blocked`: _blocking_syncs of the steps' ops."""
     last = (
         nodes.sort("end")
         .group_by("step")
@@ -220,7 +222,6 @@ def _ends(trace: Trace, w: pl.DataFrame, nodes: pl.DataFrame, ops: pl.DataFrame)
     )
     s = w.join(last, on="step", how="left")
     # the step's thread, blocked last at the end of a synchronization that waited for the GPU
-    blocked = _blocking_syncs(trace, ops)
     s = s.sort("w_end").join_asof(
         blocked.rename({"b_end": "t_end", "b_node": "t_node", "b_gpu_end": "t_gpu_end"}),
         left_on="w_end",
