@@ -136,3 +136,28 @@ def test_order_like_sqlite_is_sqlites_order(rows, total_first, copied):
     finally:
         summary_stats.SLICE_ROWS, summary_stats.SIDE_BY_SIDE_ROWS = slice_rows, side_by_side
     assert ordered.rows() == got_sqlite
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-(2**62), 2**62), min_size=2, max_size=60),
+    st.sampled_from([pl.Int64, pl.Int32, pl.UInt32]),
+    st.booleans(),
+)
+def test_packed_order_is_a_stable_sort(values, dtype, descending):
+    """One sort of values with row numbers in their low bits: the rows in polars' stable order
+    and the values in that order, or None where value and row number do not fit 64 bits."""
+    if dtype == pl.Int32:
+        values = [v % 2**31 - 2**30 for v in values]
+    elif dtype == pl.UInt32:
+        values = [v % 2**32 for v in values]
+    col = pl.Series("total", values, dtype=dtype)
+    packed = summary_stats._packed_order(col, descending)
+    fits = (max(values) - min(values)).bit_length() + (len(values) - 1).bit_length() <= 64
+    assert (packed is not None) == fits
+    if packed is not None:
+        rows, sorted_values = packed
+        stable = col.to_frame().select(pl.arg_sort_by("total", descending=descending, maintain_order=True))
+        assert rows.to_list() == stable.to_series().to_list()
+        assert sorted_values.dtype == dtype
+        assert sorted_values.to_list() == col.sort(descending=descending).to_list()

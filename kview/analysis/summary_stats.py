@@ -175,10 +175,15 @@ SIDE_BY_SIDE_ROWS = 1 << 16  # frames of fewer rows sort their texts where they 
 def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, texts: list[str]) -> pl.Series:
     """The order of `keys` on every column, found a slice of whole ties of the first `lead`
     (numeric) columns at a time, each slice's texts copied in its order first."""
-    first = keys.select(
-        pl.arg_sort_by(names[:lead], descending=desc[:lead], nulls_last=desc[:lead], maintain_order=True)
-    ).to_series()
-    leading = _gathered(keys.select(names[:lead]), first)
+    packed = _packed_order(keys[names[0]], desc[0]) if lead == 1 and keys.height > SIDE_BY_SIDE_ROWS else None
+    if packed is not None:
+        first, lead_sorted = packed
+        leading = lead_sorted.to_frame(names[0])
+    else:
+        first = keys.select(
+            pl.arg_sort_by(names[:lead], descending=desc[:lead], nulls_last=desc[:lead], maintain_order=True)
+        ).to_series()
+        leading = _gathered(keys.select(names[:lead]), first)
     # where a tie of the leading columns starts: a slice ends only there
     starts = leading.select(
         pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in names[:lead]).arg_true()
@@ -204,6 +209,33 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
         parts.append(rows.gather(order))
         at = end
     return pl.concat(parts)
+
+
+def _packed_order(col: pl.Series, descending: bool) -> tuple[pl.Series, pl.Series] | None:
+    """(rows, values): the stable order of an integer column without NULLs and its values in
+    that order, by one sort of the values with each row's number in their low bits (a sort of
+    values is a third of the CPU of polars' sort of rows by them: nvtx_sum's 5.6M totals, 0.7 ->
+    0.2 s); None where value and row number do not fit 64 bits."""
+    n = col.len()
+    if not col.dtype.is_integer() or col.dtype == pl.UInt64 or col.null_count() or n < 2:
+        return None
+    import numpy as np  # deferred with sqlite_round's: the small kernel summary never needs it
+
+    lo, hi = int(col.min()), int(col.max())  # type: ignore[arg-type]
+    shift = (n - 1).bit_length()
+    if (hi - lo).bit_length() + shift > 64:
+        return None
+    x = col.cast(pl.Int64).to_numpy()
+    # each value's distance from the first in the order (below 2**63: the row number takes a
+    # bit at least), so that an ascending sort gives the order
+    key = ((hi - x) if descending else (x - lo)).astype(np.uint64)
+    key <<= np.uint64(shift)
+    key |= np.arange(n, dtype=np.uint64)
+    packed = pl.Series(key).sort().to_numpy()
+    rows = pl.Series((packed & np.uint64((1 << shift) - 1)).astype(np.uint32))
+    dist = (packed >> np.uint64(shift)).astype(np.int64)
+    values = (hi - dist) if descending else (lo + dist)
+    return rows, pl.Series(values).cast(col.dtype)
 
 
 def _arrow_sorts(keys: pl.DataFrame, names: list[str]) -> bool:
