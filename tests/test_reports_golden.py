@@ -122,6 +122,34 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
     assert j["correlation"].is_duplicated().any() == (per_id > 1)  # the ids' own count taken
 
 
+def test_kernels_in_ranges_by_row_equal_the_joined_pairs():
+    """nvtx_kern_sum's rows of (kernel, range around its call) made by row from the nesting equal
+    the left join of the kernels to the pairs, row for row in the join's order (a group's
+    deviation sums its rows in that order): kernels whose call lies in no range or that have
+    no call keep one row of nulls."""
+    import polars as pl
+
+    from kview.analysis import nvtx_ranges as nv
+    from kview.reports import nvtx as rn
+
+    trace = open_trace(LM_TRACES[0], use_cache=False)
+    k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
+    j = rn._api_of(trace, k, "left").with_row_index("call_id")
+    # every 7th call moved before any range, every 11th without its call
+    row = pl.int_range(pl.len())
+    j = j.with_columns(
+        pl.when(row % 7 == 3).then(pl.col("r_start") - 10**15).otherwise(pl.col("r_start")).alias("r_start"),
+    ).with_columns(pl.when(row % 11 == 5).then(None).otherwise(pl.col(c)).alias(c) for c in ("r_start", "r_end"))
+    ranges = nv.projection_ranges(trace)
+    by_row = rn._kernels_in_ranges_by_row(trace, j, ranges)
+    assert by_row is not None
+    by_pairs = rn._kernels_in_ranges_by_pairs(trace, j, ranges)
+    assert by_row.equals(by_pairs)
+    alone = by_row.filter(pl.col("id").is_null())
+    assert alone["kern_id"].n_unique() == alone.height >= j.height // 7
+    assert by_row.height > j.height + 1000  # most kernels lie in several ranges
+
+
 def test_kern_sum_ranks_names_as_their_texts_sort():
     """nvtx_kern_sum sorts on each name's place in text order: equal texts under two codes share
     a place, a missing name or kernel name has none (NULL sorts first), as the texts would."""
