@@ -70,12 +70,12 @@ def grouped_stats(
         shift += bits
     if frame.height and int(combined.max()) < 4 * frame.height:  # dense codes: count by bins
         bins = combined.astype(np.int64)
-        counts = np.bincount(bins)[bins]
-    else:
-        _, inverse, n = np.unique(combined, return_inverse=True, return_counts=True)
-        counts = n[inverse]
+        single = pl.Series(np.bincount(bins)[bins] == 1)
+    else:  # a hash of the integers, on every core: np.unique sorts them (0.6 -> 0.4 CPU s on 4.7M)
+        single = pl.Series(combined).is_unique()
+    del combined
     # a NULL alone is no value (sum 0, count 0): such a group is aggregated
-    alone = frame.select(pl.all_horizontal(pl.Series(counts == 1), *(pl.col(c).is_not_null() for c in frame.columns)))
+    alone = frame.select(pl.all_horizontal(single, *(pl.col(c).is_not_null() for c in frame.columns)))
     several = frame.filter(~alone.to_series()).group_by(keys).agg(aggs)
     v = pl.col(value)
     ones = frame.filter(alone.to_series()).select(
