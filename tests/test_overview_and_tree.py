@@ -240,7 +240,7 @@ def test_the_tree_and_the_timelines_range_rows_read_back_from_the_cache_equal_fr
 
 
 def test_a_paths_windows_merge_as_merge_intervals_merges_them():
-    """The tree's windows merged by one numpy sweep equal merge_intervals by path (touching
+    """The tree's windows merged by numpy sorts of keys equal merge_intervals by path (touching
     windows merge, equal starts, nested and zero-length windows, far apart values)."""
     import numpy as np
 

@@ -200,30 +200,42 @@ def _merged_by_groups(windows: pl.DataFrame) -> pl.DataFrame:
 
 def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     """Union of [start, end] per path_id (touching windows merge), sorted by path and start:
-    `merge_intervals` by path, as one numpy sweep (a grouped running max over a million paths
-    was most of the tree's time)."""
+    `merge_intervals` by path, as numpy sorts of (path, start) and (path, end) keys. The
+    starts and the ends are sorted apart: in a path, the k-th start is at most the k-th end,
+    and the union has a gap after the k-th end exactly where that end comes before the
+    (k+1)-th start (every window begun by then has ended). Two plain sorts of integers are
+    ~5x faster than a sort of rows by two keys (np.lexsort), and nothing is gathered."""
     if windows.height == 0 or windows.select(pl.any_horizontal(pl.all().is_null().any())).item():
         return _merged_by_groups(windows)
-    pid, s, e = (windows[c].to_numpy().astype(np.int64) for c in ("path_id", "start", "end"))
+    pid, s, e = (windows[c].to_numpy() for c in ("path_id", "start", "end"))
     if (e < s).any():  # a window ending before it starts: merge_intervals' own (order-dependent) answer
         return _merged_by_groups(windows)
-    order = np.lexsort((s, pid))
-    pid, s, e = pid[order], s[order], e[order]
-    first = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
-    # each path's values moved into a band of its own, above every earlier path's: one running
-    # max over all rows is then each path's running max of the ends
-    base = np.minimum(np.minimum.reduceat(s, first), np.minimum.reduceat(e, first))
-    top = np.maximum(np.maximum.reduceat(s, first), np.maximum.reduceat(e, first))
-    span = top - base + 1
-    if float(base.min()) < -(2.0**61) or float(top.max()) > 2.0**61 or float(span.astype(np.float64).sum()) > 2.0**61:
+    lo = int(s.min())
+    bits = max(int(e.max()) - lo, 1).bit_length()
+    if int(pid.min()) < 0 or int(pid.max()).bit_length() + bits > 62:  # keys would not fit an Int64
         return _merged_by_groups(windows)
-    shift = np.repeat(np.concatenate([[0], np.cumsum(span)[:-1]]) - base, np.diff(np.r_[first, len(pid)]))
-    ends = np.maximum.accumulate(e + shift)
-    new = np.ones(len(pid), dtype=bool)
-    new[1:] = (s[1:] + shift[1:]) > ends[:-1]  # starts after every earlier window of its path ended
-    new[first] = True
-    seg = np.flatnonzero(new)
-    return pl.DataFrame({"path_id": pid[seg], "start": s[seg], "end": np.maximum.reduceat(e, seg)}, schema=WINDOWS)
+    # key: the path above the time from the earliest start; made in place (a million-row array
+    # is ~10k fresh pages, each a page fault)
+    starts = np.left_shift(pid, bits, dtype=np.int64)
+    ends = np.subtract(e, lo, dtype=np.int64)
+    ends |= starts
+    starts |= np.subtract(s, lo, dtype=np.int64)
+    starts.sort()
+    ends.sort()
+    path = starts >> bits
+    starts &= (1 << bits) - 1
+    ends &= (1 << bits) - 1
+    starts += lo
+    ends += lo
+    new = np.empty(len(path), dtype=bool)  # a merged window starts here
+    new[0] = True
+    np.not_equal(path[1:], path[:-1], out=new[1:])
+    new[1:] |= ends[:-1] < starts[1:]
+    if new.all():  # nothing merges (the usual case): the sorted keys are the windows
+        return pl.DataFrame({"path_id": path, "start": starts, "end": ends}, schema=WINDOWS)
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(path) - 1]
+    return pl.DataFrame({"path_id": path[first], "start": starts[first], "end": ends[last]}, schema=WINDOWS)
 
 
 def _joined_by_id(frame: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
