@@ -113,13 +113,21 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     for c in cols:
         col = df[c].cast(pl.Float64)
         x = col.to_numpy()  # NULL as NaN
-        # each column once through numpy: polars' own arithmetic on it allocated a column per step
+        # each column once through numpy: polars' own arithmetic on it allocated a column per
+        # step; in place where numpy allows (5.6M rows a column: 0.85 -> 0.55 CPU s for four)
         with np.errstate(invalid="ignore"):
-            y = np.abs(x) * scale
-            q = np.floor(y + 0.5) / scale
+            y = np.abs(x)
+            y *= scale
+            q = y + 0.5
+            np.floor(q, out=q)
+            q /= scale
             np.negative(q, out=q, where=x < 0)
-            q = np.where(np.isfinite(x), q, x)
-            tie = np.flatnonzero(y - np.floor(y) == 0.5)
+            finite = np.isfinite(x)
+            if not finite.all():
+                np.copyto(q, x, where=~finite)
+            frac = np.floor(y)
+            np.subtract(y, frac, out=frac)
+            tie = np.flatnonzero(frac == 0.5)
         if tie.size:  # exact decision for the few values that look like ties
             q[tie] = [_exact_round(v, digits) for v in x[tie].tolist()]
         rounded = pl.Series(c, q, dtype=pl.Float64)
