@@ -261,15 +261,14 @@ def first_appearance(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     if not varying:
         return pl.Series("code", np.zeros(n, dtype=np.int64)), pl.Series("first", np.arange(n) == 0)
     h = _row_hash(frame.select(varying))
-    first = _first_distinct(h)
+    first, shared = _first_distinct(h)
     rank = first.cast(pl.Int64).cum_sum() - 1
-    at = pl.DataFrame({"h": h, "first": first, "rank": rank}).with_row_index("row")
+    # only the rows whose hash another row shares are looked at: each first one of them is the
+    # head of the later ones (a join over every row would hash millions of distinct labels again)
+    rows = pl.Series("row", shared)
+    at = pl.DataFrame([rows, h.gather(rows).alias("h"), first.gather(rows), rank.gather(rows).alias("rank")])
     repeats = at.filter(~pl.col("first"))
-    # only the first rows that something repeats are looked up (a join over every first row
-    # would hash millions of distinct labels again)
-    heads = at.filter(pl.col("first") & pl.col("h").is_in(repeats["h"].implode())).select(
-        "h", pl.col("rank").alias("code"), pl.col("row").alias("head")
-    )
+    heads = at.filter(pl.col("first")).select("h", pl.col("rank").alias("code"), pl.col("row").alias("head"))
     repeats = repeats.join(heads, on="h", how="left")
     if repeats.height:
         cols = frame.columns
@@ -306,18 +305,20 @@ def _row_hash(frame: pl.DataFrame) -> pl.Series:
 _MIX = np.uint64(0x100000001B3)  # the 64-bit FNV prime: an odd multiplier, so no bits are lost
 
 
-def _first_distinct(h: pl.Series) -> pl.Series:
-    """`h.is_first_distinct()`, sorting first: only the rows whose value another row shares go
-    through a hash table. polars' own probes a table of every distinct value, which on 5.7M
-    mostly distinct hashes (a dense trace's labels) is 1.7 s against 0.3 s this way."""
+def _first_distinct(h: pl.Series) -> tuple[pl.Series, np.ndarray]:
+    """(`h.is_first_distinct()`, the rows whose value another row shares, ascending), sorting
+    first: only those rows go through a hash table. polars' own probes a table of every distinct
+    value, which on 5.7M mostly distinct hashes (a dense trace's labels) is 1.7 s against 0.3 s
+    this way."""
     v = h.to_numpy()
     s = np.sort(v)
     shared = s[1:][s[1:] == s[:-1]]
     first = np.ones(len(v), dtype=bool)
+    rows = np.zeros(0, dtype=np.int64)
     if shared.size:
         rows = np.flatnonzero(h.is_in(pl.Series(shared).implode()).to_numpy())
         first[rows] = h.gather(rows).is_first_distinct().to_numpy()
-    return pl.Series("first", first)
+    return pl.Series("first", first), rows
 
 
 def _first_appearance_exact(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
