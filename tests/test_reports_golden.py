@@ -122,6 +122,36 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
     assert j["correlation"].is_duplicated().any() == (per_id > 1)  # the ids' own count taken
 
 
+@pytest.mark.parametrize("how", ["left", "inner"])
+def test_calls_joined_on_one_key_equal_the_join_on_two(how):
+    """The GPU ops' runtime calls found on one integer per (process, correlation id) are those of
+    the join on both columns, in the ops' order; a null key takes the join on both."""
+    import polars as pl
+
+    from kview.io.schema import PID_MASK
+    from kview.reports import nvtx as rn
+
+    path = next(p for p in PUBLIC_TRACES if "2gpu_fsdp_before" in p.name)  # two processes
+    trace = open_trace(path, use_cache=False)
+    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
+        pl.col("start").alias("r_start"),
+        pl.col("end").alias("r_end"),
+        "global_tid",
+        "correlation",
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
+    )
+    k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"])
+    nulls = k.with_columns(
+        pl.when(pl.int_range(pl.len()) % 5 == 0).then(None).otherwise("correlation").alias("correlation")
+    )
+    for ops, one_key in ((k, True), (nulls, False)):
+        want = ops.join(r, on=["correlation", "global_pid"], how=how, maintain_order="left")
+        got = rn._api_of(trace, ops, how)
+        assert (rn._call_keys(ops, r) is not None) == one_key
+        assert (got if one_key else got.sort(got.columns)).equals(want if one_key else want.sort(want.columns))
+    assert k["global_pid"].n_unique() == 2 and 1000 < want["r_start"].len()
+
+
 def test_kernels_in_ranges_by_row_equal_the_joined_pairs():
     """nvtx_kern_sum's rows of (kernel, range around its call) made by row from the nesting equal
     the left join of the kernels to the pairs, row for row in the join's order (a group's

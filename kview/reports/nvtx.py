@@ -81,7 +81,30 @@ def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> p
         "correlation",
         (pl.col("global_tid") & PID_MASK).alias("global_pid"),
     )
-    return ops.join(r, on=["correlation", "global_pid"], how=how)
+    keys = _call_keys(ops, r)
+    if keys is None:
+        return ops.join(r, on=["correlation", "global_pid"], how=how)
+    # one integer key: a join on two columns costs 0.9 CPU s where this one costs 0.55 (dense_x25)
+    r = r.drop("correlation", "global_pid").with_columns(keys[1])
+    return ops.with_columns(keys[0]).join(r, on="_call", how=how, maintain_order="left").drop("_call")
+
+
+def _call_keys(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.Series, pl.Series] | None:
+    """`_call` of the ops and of the calls: one integer per (global_pid, correlation), the
+    process's place among both sides' processes above the correlation id's 40 bits; None where
+    a key is null or a correlation id does not fit."""
+    frames = (ops, calls)
+    if any(f[c].null_count() for f in frames for c in ("correlation", "global_pid")):
+        return None
+    ids = pl.concat([f["correlation"] for f in frames])
+    if ids.len() and (ids.min() < 0 or ids.max() >= 1 << 40):  # type: ignore[operator]
+        return None
+    pids = pl.concat([f["global_pid"] for f in frames]).unique().sort()
+    key, of_calls = (
+        pl.Series("_call", pids.search_sorted(f["global_pid"])).cast(pl.Int64) * (1 << 40) + f["correlation"]
+        for f in frames
+    )
+    return key, of_calls
 
 
 def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] = ()) -> None:
