@@ -120,6 +120,7 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
     assert by_row.height == by_pairs.height > 500
     assert by_row.sort(keys).equals(by_pairs.sort(keys))
     assert j["correlation"].is_duplicated().any() == (per_id > 1)  # the ids' own count taken
+    assert (rn._repeated(j["correlation"].to_numpy()) == j["correlation"].is_duplicated().to_numpy()).all()
 
 
 @pytest.mark.parametrize("how", ["left", "inner"])

@@ -120,6 +120,8 @@ def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] =
 
 def _calls(joined: pl.DataFrame) -> pl.DataFrame:
     """(call_id, global_tid, start, end) of the CPU call behind each row of `joined` that has one."""
+    if not joined["r_start"].null_count():  # every row (an inner join): no filtered copy
+        return joined.select("call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end"))
     return joined.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
@@ -467,7 +469,7 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
     np.maximum.at(hi, row, j["end"].to_numpy()[op])
     # distinct correlation ids: an op whose id no other op shares counts one wherever it is;
     # the ops that share theirs are counted from their own pairs
-    shared = j["correlation"].is_duplicated().to_numpy()[op]
+    shared = _repeated(j["correlation"].to_numpy())[op]
     counts = np.int32 if j.height < (1 << 31) else np.int64  # per range, at most every op
     count, alone = np.zeros(n, dtype=counts), np.zeros(n, dtype=counts)
     np.add.at(count, row, 1)
@@ -506,6 +508,17 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
             pl.Series("child_nb", children, dtype=pl.UInt32),
         ]
     )
+
+
+def _repeated(x: np.ndarray) -> np.ndarray:
+    """Whether each value of `x` occurs more than once: one stable sort, which runs through ids
+    that come nearly in order (0.22 -> 0.02 CPU s for polars' hash on 1.3M correlation ids)."""
+    order = np.argsort(x, kind="stable")
+    same = x[order[1:]] == x[order[:-1]]
+    out = np.zeros(len(x), dtype=bool)
+    out[order[1:][same]] = True
+    out[order[:-1][same]] = True
+    return out
 
 
 def nvtx_gpu_proj_sum(trace: Trace) -> Report:
