@@ -332,3 +332,21 @@ def test_op_fields_read_as_the_regexes_do():
         "[x]]",
         "[x], sizes = [y]",
     ]
+
+
+@pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
+def test_only_the_outermost_forward_ops_are_candidates_for_a_kernels_op(path):
+    """The op labels packed while the names go are the outermost forward ops (those a call can
+    end up with): fewer than the forward-op labels, and _Kinds' own answer for them."""
+    from kview.analysis import attribution, nvtx_ranges
+
+    t = open_trace(path, use_cache=False)
+    labels = attribution.op_labels(t)
+    rows, codes = attribution._op_candidates(t, labels)
+    forward = set(labels.filter("fwd_op")["name_code"].to_list())
+    assert set(codes.tolist()) < forward and len(codes) > 100
+    kinds = attribution._Kinds(t, labels)
+    assert np.array_equal(rows, kinds.rows["fop"])
+    nest = nvtx_ranges.projection_nesting(t)
+    names = nest.take(["name_code"])["name_code"].to_numpy()
+    assert set(names[rows[rows >= 0]].tolist()) == set(codes.tolist())

@@ -177,27 +177,26 @@ class _OpTexts:
     """The forward-op labels' text by name_code, for `op_fields` of the ops kernels end up with
     (known only once the nesting answered). Held as the labels while the trace keeps its names;
     where the command lets the names go during attribution (`Trace.ranges_only_for_attribution`)
-    and the text is large, packed: a chunk of labels at a time, its bytes lz4-compressed (on
-    dense_x25 0.52 GB of text held in 0.10 GB, offsets 0.04 GB), and only the labels asked for
-    taken out again."""
+    and the text is large, packed: the labels a call can end up with (`_op_candidates`, on
+    dense_x25 1.75M of 4.4M forward-op labels, 0.21 of 0.52 GB of text), a chunk at a time, its
+    bytes lz4-compressed, and only the labels asked for taken out again."""
 
-    ROWS = 1 << 18  # labels a chunk
+    ROWS = 1 << 16  # labels a chunk (each chunk's copies go before the next is cut)
     PACK_BYTES = 1 << 26  # less text than this is kept as it is (nothing to gain, pyarrow to load)
 
-    def __init__(self, labels: pl.DataFrame, pack: bool):
+    def __init__(self, labels: pl.DataFrame, candidates: np.ndarray | None):
+        """`candidates`: the name codes to pack, sorted (None: keep the labels)."""
         self.labels: pl.DataFrame | None = labels
         # (the chunk's name_codes, its labels' offsets, their bytes compressed, the bytes' size)
         self.packed: list[tuple[np.ndarray, np.ndarray, bytes, int]] = []
         forward = pl.col("fwd_op")
         size = pl.when(forward).then(pl.col("label").str.len_bytes()).sum()
-        if not pack or labels.select(size).item() < self.PACK_BYTES:
+        if candidates is None or labels.select(size).item() < self.PACK_BYTES:
             return
         import pyarrow as pa  # type: ignore[import-untyped]  # deferred: only a large trace packs
 
-        for at in range(0, labels.height, self.ROWS):
-            part = labels.slice(at, self.ROWS).filter(forward)
-            if part.height == 0:
-                continue
+        for at in range(0, len(candidates), self.ROWS):
+            part = _labels_of(labels, candidates[at : at + self.ROWS])
             # offsets and the rows' own bytes (the oldest layout): string views point into the
             # buffers of every name
             text = part["label"].to_arrow(compat_level=pl.CompatLevel.oldest())
@@ -241,6 +240,14 @@ class _OpTexts:
             label = pl.Series("label", text.take(pa.array(rows)))
             made.append(op_fields(pl.DataFrame([pl.Series("name_code", have[rows]), label])))
         return pl.concat(made) if made else op_fields(_NO_OPS)
+
+
+def _labels_of(labels: pl.DataFrame, codes: np.ndarray) -> pl.DataFrame:
+    """(name_code, label) of the labels of these name codes, in their order."""
+    if nv.codes_are_rows(labels):  # a gather, not a join
+        return labels.select("name_code", "label")[codes]
+    want = pl.DataFrame({"name_code": codes}, schema={"name_code": pl.Int64})
+    return want.join(labels.select("name_code", "label"), on="name_code", how="left", maintain_order="left")
 
 
 class _OpNames:
@@ -531,22 +538,23 @@ class _Kinds:
         ("opt", "optim_marker", False),
     )
 
-    def __init__(self, trace: Trace, labels: pl.DataFrame):
+    def __init__(self, trace: Trace, labels: pl.DataFrame, fop_rows: np.ndarray | None = None):
+        """`fop_rows`: the "fop" answer, where _op_candidates made it."""
         self.nest = nv.projection_nesting(trace)
         codes = self.nest.take(["name_code"])["name_code"].to_numpy()
-        size = int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
-        where = labels["name_code"].to_numpy()
+        size = _code_count(codes, labels)
         self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
         for key, flag, _ in self.KINDS:
-            by_code = np.zeros(size, dtype=bool)
-            values = labels[flag].fill_null(False).to_numpy()
-            by_code[where] = ~values if flag == "marker" else values
+            by_code = _by_code(labels, flag, size)
             if key == "fop":
                 self.fop_by_code = by_code
             self.masks[key] = by_code[codes]
-        found = self.nest.answers([(self.masks[key], outermost) for key, _, outermost in self.KINDS])
+        asks = [(key, outermost) for key, _, outermost in self.KINDS if key != "fop" or fop_rows is None]
+        found = self.nest.answers([(self.masks[key], outermost) for key, outermost in asks])
         # row numbers in 32 bits where they fit (Nesting's): half the memory
-        self.rows: dict[str, np.ndarray] = {key: f for (key, _, _), f in zip(self.KINDS, found)}
+        self.rows: dict[str, np.ndarray] = {key: f for (key, _), f in zip(asks, found)}
+        if fop_rows is not None:
+            self.rows["fop"] = fop_rows
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
         if labels.height == size and nv.codes_are_rows(labels):
             self.seq = labels["seq"]  # already in code order: the labels' own column, not a copy
@@ -805,6 +813,7 @@ class _Named(NamedTuple):
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts | _OpNames
+    fop_rows: np.ndarray | None  # _Kinds' "fop" answer, where made already (_op_candidates)
 
 
 def _range_names(trace: Trace, shapes: bool = True) -> _Named:
@@ -821,15 +830,57 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         nv.projection_ranges(trace)
     labels = op_labels(trace) if have_nvtx else _NO_OPS
     release = have_nvtx and trace.ranges_only_for_attribution
+    fop_rows = candidates = None
+    if release and shapes:
+        # from here on only op_labels' flags and text are read: the names' own column and the
+        # read's columns the ranges do not keep go before the nesting is made, which then fits
+        # in what they held (not so where a command made other tables of the names first: the
+        # Overview, whose attribution keeps only the ops' names)
+        labels = labels.drop("name")
+        trace.store.drop(nv.labelled_ranges, nv.labels)
+        fop_rows, candidates = _op_candidates(trace, labels)
     # a table without the ops' shapes keeps only each op label's op name where the names go
-    texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, pack=release)
+    texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, candidates)
+    del candidates
     if release:
-        labels = labels.drop("name", "label")
+        labels = labels.drop([c for c in ("name", "label") if c in labels.columns])
         trace.store.drop(nv.labelled_ranges, nv.labels)
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
-    return _Named(have_nvtx, release, paths, labels, texts)
+    return _Named(have_nvtx, release, paths, labels, texts, fop_rows)
+
+
+def _op_candidates(trace: Trace, labels: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(_Kinds' "fop" answer: the outermost forward op at or above each push/pop range; the name
+    codes, sorted, of the forward-op labels a call can end up with): an op_code is the outermost
+    forward op around a call, a push/pop range among those answers or a start/end range."""
+    nest = nv.projection_nesting(trace)
+    codes = nest.ranges["name_code"].to_numpy()  # in the ranges' order, not gathered into the tree's
+    fop = _by_code(labels, "fwd_op", _code_count(codes, labels))
+    at = fop[codes]
+    rows = nest.outermost(at if nest.order is None else at[nest.order])
+    del at
+    want = np.zeros(len(fop), dtype=bool)
+    # every answer is a range that answers for itself
+    want[codes[nest.rows(np.flatnonzero(rows == np.arange(len(rows), dtype=rows.dtype)))]] = True
+    loose = nv.projection_ranges(trace).filter(pl.col("style") != "PushPop")["name_code"].to_numpy()
+    want[loose[fop[loose]]] = True
+    return rows, np.flatnonzero(want)
+
+
+def _code_count(codes: np.ndarray, labels: pl.DataFrame) -> int:
+    """The length of an array indexed by the name codes of the ranges (`codes`) and of `labels`."""
+    return int(max(codes.max(initial=-1), labels["name_code"].max() or 0)) + 1
+
+
+def _by_code(labels: pl.DataFrame, flag: str, size: int) -> np.ndarray:
+    """Per name code (0..size-1): whether its label is of op_labels' kind `flag` ("marker": a
+    user range, no marker); False for a code of no label."""
+    by_code = np.zeros(size, dtype=bool)
+    values = labels[flag].fill_null(False).to_numpy()
+    by_code[labels["name_code"].to_numpy()] = ~values if flag == "marker" else values
+    return by_code
 
 
 def _call_columns(
@@ -839,10 +890,11 @@ def _call_columns(
     global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
     path_ and the integer keys behind them, in the order of `ids`; without `shapes`, Direction
     and op_ (and the keys) only."""
-    have_nvtx, release, paths, labels, texts = named
+    have_nvtx, release, paths, labels, texts, fop_rows = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
-        kinds = _Kinds(trace, labels)
+        kinds = _Kinds(trace, labels, fop_rows)
+        del fop_rows
         ctx = _contexts(trace, calls, kinds)
         back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds

@@ -591,19 +591,32 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     (end <= its start; for a zero-length range, end < its start), not counting zero-length
     ranges at its own start, which sort after it."""
     longer = end > start
-    key = np.where(longer, start, start - 1)
-    closed = np.searchsorted(np.sort(end, kind="stable"), key, side="right")  # timsort: ends come nearly sorted
+    every = bool(longer.all())  # the usual trace: no zero-length range, and no key array to make
+    key = start if every else np.where(longer, start, start - 1)
+    ends = np.sort(end, kind="stable")  # timsort: ends come nearly sorted
+    closed = np.searchsorted(ends, key, side="right")
+    del ends, key  # before the next array of a thread's rows is made: at most two at a time
     zero = end == start
-    if zero.any():
+    if not every and zero.any():
         zs = np.sort(start[zero])
         at_start = np.searchsorted(zs, start, side="right") - np.searchsorted(zs, start, side="left")
         closed = closed - np.where(longer, at_start, 0)
-    return np.arange(len(start), dtype=np.int64) - closed
+    # made in place: a second array of a thread's rows was the nesting's peak
+    np.subtract(np.arange(len(start), dtype=np.int64), closed, out=closed)
+    return closed
 
 
 # a thread of at least LEVEL_ROWS ranges nested less than LEVEL_PASSES deep finds its ranges'
 # parents level by level (_nest_thread); on a small one each level costs more in calls than rows
 LEVEL_PASSES, LEVEL_ROWS = 32, 1 << 12
+
+
+def _levels(depth: np.ndarray, top: int) -> list[np.ndarray]:
+    """The rows of each depth 0..top, in order: one pass over the depths a level, each level's
+    rows made as row numbers of the smallest type (a sort of every row by depth makes 64-bit
+    ones, the nesting's peak)."""
+    rows = _row_type(len(depth))
+    return [np.flatnonzero(depth == d).astype(rows, copy=False) for d in range(top + 1)]
 
 
 def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -616,12 +629,11 @@ def _nest_thread(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     depth = _depths_in_thread(start, end)
     top = int(depth.max(initial=0))
     if m >= LEVEL_ROWS and top < LEVEL_PASSES and depth.min(initial=0) >= 0:
-        # a shallow nesting (the usual trace): the rows of each depth in preorder (one stable
-        # radix sort), each row's parent the last row one level up before it, searched among
-        # that level's rows alone (a pass over every row per level costs 1.6x as much)
-        by_depth = np.argsort(depth.astype(np.int8), kind="stable")
-        levels = np.split(by_depth, np.searchsorted(depth[by_depth], np.arange(1, top + 1)))
-        parent = np.full(m, -1, dtype=np.int64)
+        # a shallow nesting (the usual trace): the rows of each depth in preorder, each row's
+        # parent the last row one level up before it, searched among that level's rows alone
+        # (a pass over every row per level to find the parents costs 1.6x as much)
+        levels = _levels(depth, top)
+        parent = np.full(m, -1, dtype=_row_type(m))
         for up, rows in zip(levels, levels[1:]):
             at = np.searchsorted(up, rows) - 1
             parent[rows] = np.where(at >= 0, up[np.maximum(at, 0)], -1) if up.size else -1
@@ -735,13 +747,17 @@ class Nesting:
         order, tid, start, end = _nest_sorted(ranges)
         n = len(order)
         rows = _row_type(n)  # row numbers and depths in 32 bits where they fit: half the memory
+        order = order.astype(rows, copy=False)
+        spans, threads = (list(_thread_spans(tid)) if n else []), _threads(tid)
+        del tid  # a thread's own arrays are made next: the threads of every row go first
         depth = np.zeros(n, dtype=rows)
         parent = np.full(n, -1, dtype=rows)
-        if n:
-            for lo, hi in _thread_spans(tid):
-                depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
-                parent[lo:hi] += np.where(parent[lo:hi] >= 0, lo, 0)
-        return cls(ranges, order.astype(rows, copy=False), parent, depth, start, end, _threads(tid))
+        for lo, hi in spans:
+            depth[lo:hi], parent[lo:hi] = _nest_thread(start[lo:hi], end[lo:hi])
+            if lo:
+                at = parent[lo:hi]
+                at[at >= 0] += lo
+        return cls(ranges, order, parent, depth, start, end, threads)
 
     def rows(self, tree_rows: np.ndarray) -> np.ndarray:
         """The rows of `ranges` of these tree rows."""
@@ -848,9 +864,7 @@ class Nesting:
         """Rows of each depth (0, 1, ...), or None when the nesting is deeper than LEVELS_TOP_DOWN."""
         if len(self.depth) == 0 or self.depth.max() >= self.LEVELS_TOP_DOWN or self.depth.min() < 0:
             return None
-        order = np.argsort(self.depth.astype(np.int8), kind="stable").astype(_row_type(len(self.depth)), copy=False)
-        cuts = np.searchsorted(self.depth[order], np.arange(1, int(self.depth.max()) + 1))
-        return np.split(order, cuts)
+        return _levels(self.depth, int(self.depth.max()))
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
