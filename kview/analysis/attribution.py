@@ -541,14 +541,21 @@ class _Kinds:
     def __init__(self, trace: Trace, labels: pl.DataFrame, fop_rows: np.ndarray | None = None):
         """`fop_rows`: the "fop" answer, where _op_candidates made it."""
         self.nest = nv.projection_nesting(trace)
-        codes = self.nest.take(["name_code"])["name_code"].to_numpy()
+        codes = self.nest.ranges["name_code"].to_numpy()  # in the ranges' order
         size = _code_count(codes, labels)
-        self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
-        for key, flag, _ in self.KINDS:
+        # each code's kinds as bits: one gather of the ranges' codes for the five kinds
+        bits_by_code = np.zeros(size, dtype=np.uint8)
+        for bit, (key, flag, _) in enumerate(self.KINDS):
             by_code = _by_code(labels, flag, size)
             if key == "fop":
                 self.fop_by_code = by_code
-            self.masks[key] = by_code[codes]
+            bits_by_code |= by_code.view(np.uint8) << bit
+        bits = self.nest.in_tree_order(bits_by_code[codes])
+        del bits_by_code
+        self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
+        for bit, (key, _, _) in enumerate(self.KINDS):
+            self.masks[key] = (bits & (1 << bit)).astype(bool)
+        del bits
         asks = [(key, outermost) for key, _, outermost in self.KINDS if key != "fop" or fop_rows is None]
         found = self.nest.answers([(self.masks[key], outermost) for key, outermost in asks])
         # row numbers in 32 bits where they fit (Nesting's): half the memory
@@ -596,7 +603,16 @@ class _Kinds:
         `hit`, whether there is one: a row per call in the calls' order."""
         at = self._rows_of(inner, key)
         hit = pl.Series("hit", at >= 0)
-        return self.nest.take(columns, _rows_or_null(at)).with_columns(hit) if columns else hit.to_frame()
+        if not columns:
+            return hit.to_frame()
+        ranges = self.nest.ranges
+        if len(self.nest.depth) and not any(ranges[c].null_count() for c in columns):
+            # gathered in numpy (a polars gather by a column with nulls costs several times as
+            # much), the calls without such a range then made null
+            rows = self.nest.rows(np.maximum(at, 0))
+            got = pl.DataFrame([pl.Series(c, ranges[c].to_numpy()[rows]) for c in columns])
+            return got.select(*(pl.when(hit).then(pl.col(c)).alias(c) for c in columns), hit)
+        return self.nest.take(columns, _rows_or_null(at)).with_columns(hit)
 
     def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one,
@@ -859,7 +875,7 @@ def _op_candidates(trace: Trace, labels: pl.DataFrame) -> tuple[np.ndarray, np.n
     codes = nest.ranges["name_code"].to_numpy()  # in the ranges' order, not gathered into the tree's
     fop = _by_code(labels, "fwd_op", _code_count(codes, labels))
     at = fop[codes]
-    rows = nest.outermost(at if nest.order is None else at[nest.order])
+    rows = nest.outermost(nest.in_tree_order(at))
     del at
     want = np.zeros(len(fop), dtype=bool)
     # every answer is a range that answers for itself

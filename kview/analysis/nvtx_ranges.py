@@ -763,6 +763,10 @@ class Nesting:
         """The rows of `ranges` of these tree rows."""
         return tree_rows if self.order is None else self.order[tree_rows]
 
+    def in_tree_order(self, values: np.ndarray) -> np.ndarray:
+        """Per-row `values` of `ranges` (in its order) in the tree's order."""
+        return values if self.order is None else values[self.order]
+
     def tree_rows(self, rows: np.ndarray) -> np.ndarray:
         """The tree rows of these rows of `ranges` (the inverse of `rows`)."""
         if self.order is None:
