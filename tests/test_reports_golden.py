@@ -201,3 +201,19 @@ def test_kern_sum_ranks_names_as_their_texts_sort():
     assert ranges.to_list() == [2, 2, None, 1, 3]
     first, second = (1, 2) if texts[0] < texts[1] else (2, 1)
     assert kernels.to_list() == [first, second, second, None, first]
+
+
+def test_texts_at_rows_gathered_chunk_by_chunk():
+    """nvtx_kern_sum's names at the codes present, gathered a chunk at a time from the names
+    table's column: the texts a gather from the whole column gives, nulls and empty chunks
+    included."""
+    import polars as pl
+
+    from kview.reports import nvtx as rn
+
+    parts = [[":a", ":bb", None], [":c"], [], [":d", ":e"]]
+    col = pl.concat([pl.Series("name", p, dtype=pl.String) for p in parts], rechunk=False)
+    assert col.n_chunks() >= 3
+    for rows in ([0, 2, 3, 5], [4], [], [0, 1, 2, 3, 4, 5]):
+        at = pl.Series(rows, dtype=pl.Int64)
+        assert rn._texts_at(col, at).to_list() == col.rechunk().gather(at).to_list()

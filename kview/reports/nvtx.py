@@ -278,10 +278,26 @@ def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[pl.Series, pl
     number of names), or None where the codes are not the names table's rows."""
     if not nv.codes_are_rows(names):
         return None
-    n, present = names.height, codes.drop_nulls().unique()
-    if present.len() and (present.min() < 0 or present.max() >= n):  # type: ignore[operator]
+    n, present = names.height, codes.drop_nulls().unique().sort()
+    if present.len() and (present.min() < 0 or present.max() >= n):
         return None
-    return present, pl.select(texts_in_row_order(pl.lit(names["name"].rechunk()).gather(present))).to_series(), n
+    return present, _texts_at(names["name"], present), n
+
+
+def _texts_at(texts: pl.Series, rows: pl.Series) -> pl.Series:
+    """`texts` at `rows` (ascending), their bytes copied side by side: gathered a chunk at a time,
+    where a gather across chunks looks up each row's chunk and a rechunk first copies every
+    text's view (dense_x25's 1.77M of 5.6M names in 46 chunks: 0.35-0.48 -> 0.21-0.33 CPU s)."""
+    at = rows.to_numpy()
+    ends = np.cumsum(texts.chunk_lengths())
+    cuts = np.searchsorted(at, ends)
+    parts, lo = [], 0
+    for chunk, end, hi in zip(texts.get_chunks(), ends, cuts):
+        if hi > lo:
+            parts.append(chunk.gather(pl.Series(at[lo:hi] - (end - chunk.len()))))
+        lo = hi
+    picked = pl.concat(parts) if parts else texts.clear()
+    return pl.select(texts_in_row_order(pl.lit(picked))).to_series()
 
 
 def _sorted_names(codes: pl.Series, present: pl.Series, texts: pl.Series, n: int) -> list[pl.Series]:
