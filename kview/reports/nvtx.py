@@ -47,7 +47,8 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
     _let_go(trace, nv.labelled_ranges)
     g = grouped_stats(r, ["name_code", "style"] if with_style else ["name_code"], "dur")
     del r
-    g = nv.with_names(trace, g, table=table)
+    # the code is in no column of the report: not gathered into its order
+    g = nv.with_names(trace, g, table=table).drop("name_code")
     del table
     keys = ["name", "style"] if with_style else ["name"]
     g = g.with_columns(percent_of_total().alias("Time (%)"))
