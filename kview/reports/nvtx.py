@@ -492,9 +492,9 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
     # the ops that share theirs are counted from their own pairs
     shared = _repeated(j["correlation"].to_numpy())[op]
     counts = np.int32 if j.height < (1 << 31) else np.int64  # per range, at most every op
-    count, alone = np.zeros(n, dtype=counts), np.zeros(n, dtype=counts)
-    np.add.at(count, row, 1)
-    np.add.at(alone, row[~shared], 1)
+    # by bins, not np.add.at: 0.19-0.26 -> 0.05 CPU s for 1.3M ops over 5.7M ranges
+    count = np.bincount(row, minlength=n).astype(counts, copy=False)
+    alone = np.bincount(row[~shared], minlength=n).astype(counts, copy=False)
     for value, fold in ((lo, np.minimum), (hi, np.maximum), (count, np.add), (alone, np.add)):
         nesting.fold_up(value, fold)
     tree_rows = np.flatnonzero(count > 0)
