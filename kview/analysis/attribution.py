@@ -22,6 +22,7 @@ from kview.analysis import nvtx_ranges as nv
 from kview.analysis.categories import name_categories
 from kview.derived import derived
 from kview.io.schema import PID_MASK
+from kview.io.sqlite_source import return_freed_memory
 from kview.trace import Trace
 
 PHASE_NAMES = ("warmup", "profiled_step", "forward_pass", "backward_pass", "optimizer_step")
@@ -579,6 +580,22 @@ class _Kinds:
         (bias-gradient sums, say) belongs to it. Made once for every _contexts of these kinds."""
         nodes = np.flatnonzero(self.masks["bwd"])
         up = self.nest.parent[nodes]
+        ranges = self.nest.ranges
+        if not any(ranges[c].null_count() for c in ("id", "start", "name_code")):
+            # a parent's node ranges are on its thread, so in the tree's order they come by
+            # start: its first node there is its first by start. Found and read in numpy (a
+            # parent of none is no eval_id a call can have)
+            nodes, up = nodes[up >= 0], up[up >= 0]
+            _, first = np.unique(up, return_index=True)
+            at, above = self.nest.rows(nodes[first]), self.nest.rows(up[first])
+            code = pl.Series("name_code", ranges["name_code"].to_numpy()[at])
+            return pl.DataFrame(
+                [
+                    pl.Series("eval_id", ranges["id"].to_numpy()[above]),
+                    self.seq.gather(code).alias("eseq"),
+                    pl.Series("estart", ranges["start"].to_numpy()[at]),
+                ]
+            )
         return (
             self.nest.take(["start", "name_code"], nodes)
             .with_columns(self.nest.take(["id"], _rows_or_null(up))["id"].alias("parent"))
@@ -829,7 +846,9 @@ class _Named(NamedTuple):
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts | _OpNames
-    fop_rows: np.ndarray | None  # _Kinds' "fop" answer, where made already (_op_candidates)
+    # _Kinds' "fop" answer where made already (_op_candidates): taken out by the _Kinds made of
+    # it, so that it goes with it rather than with the caller's hold on this tuple
+    fop_rows: list[np.ndarray]
 
 
 def _range_names(trace: Trace, shapes: bool = True) -> _Named:
@@ -864,7 +883,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
-    return _Named(have_nvtx, release, paths, labels, texts, fop_rows)
+    return _Named(have_nvtx, release, paths, labels, texts, [] if fop_rows is None else [fop_rows])
 
 
 def _op_candidates(trace: Trace, labels: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -909,11 +928,13 @@ def _call_columns(
     have_nvtx, release, paths, labels, texts, fop_rows = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
-        kinds = _Kinds(trace, labels, fop_rows)
-        del fop_rows
+        kinds = _Kinds(trace, labels, fop_rows.pop() if fop_rows else None)
         ctx = _contexts(trace, calls, kinds)
         back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds
+        # the kinds' arrays (numpy's, the C allocator's) handed back before the joins that follow:
+        # kept, they were this step's peak
+        return_freed_memory()
         ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
         # calls without a path of their own (no user range, or one user_paths does not know)
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
