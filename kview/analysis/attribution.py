@@ -347,37 +347,50 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
 _CORRELATION_BITS = 40
 
 
+def call_keys(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.Series, pl.Series] | None:
+    """`_call` of the GPU ops and of the runtime calls (each with `global_pid` and
+    `correlation`): one integer per (process, correlation id), the process's place among both
+    sides' processes above the id's _CORRELATION_BITS (the id alone where both sides are one
+    process), so matching a launch is one Int64 hash, not a two-column one (half the time at
+    2.4M calls); None where a key is null or an id does not fit."""
+    frames = (ops, calls)
+    if any(f[c].null_count() for f in frames for c in ("correlation", "global_pid")):
+        return None
+    if len({v for f in frames for v in (f["global_pid"].min(), f["global_pid"].max()) if v is not None}) == 1:
+        key, of_calls = (f["correlation"].cast(pl.Int64).alias("_call") for f in frames)
+        return key, of_calls
+    ids = pl.concat([f["correlation"] for f in frames])
+    if ids.len() and (ids.min() < 0 or ids.max() >= 1 << _CORRELATION_BITS):  # type: ignore[operator]
+        return None
+    pids = pl.concat([f["global_pid"] for f in frames]).unique().sort()
+    key, of_calls = (
+        (
+            pids.search_sorted(f["global_pid"]).cast(pl.Int64) * (1 << _CORRELATION_BITS)
+            + f["correlation"].cast(pl.Int64)
+        ).alias("_call")
+        for f in frames
+    )
+    return key, of_calls
+
+
 def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     """(r_start, r_end, global_tid) of each op's launch call, in the ops' order: the runtime
     call of the op's correlation id in its process (the first, should one repeat)."""
-    calls = runtime.select(pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid")
-    r_pid = runtime["global_tid"] & PID_MASK
-    corr = (ops["correlation"], runtime["correlation"])
-    pids = pl.concat([ops["global_pid"], r_pid]).unique().sort()
-    if (
-        any(c.null_count() for c in corr)
-        or pids.null_count()
-        or not all(
-            c.len() == 0 or (c.min() >= 0 and c.max() < (1 << _CORRELATION_BITS))  # type: ignore[operator]
-            for c in corr
-        )
-    ):
+    keys = call_keys(
+        ops.select("global_pid", "correlation"),
+        runtime.select((pl.col("global_tid") & PID_MASK).alias("global_pid"), "correlation"),
+    )
+    if keys is None:
         return _launch_joined(ops, runtime)
-
-    # (process, correlation) as one integer: the process's index (a few) above the id, so the
-    # matching is one Int64 hash instead of a two-column one (half the time at 2.4M calls)
-    def key(pid: pl.Series, c: pl.Series) -> pl.Series:
-        at = pids.search_sorted(pid).cast(pl.Int64)
-        return (at * (1 << _CORRELATION_BITS) + c.cast(pl.Int64)).alias("_k")
-
-    op_key = key(ops["global_pid"], corr[0])
+    op_key, call_key = keys
     # only the launches of GPU ops are made unique (most runtime calls launch nothing)
     r = (
-        calls.with_columns(key(r_pid, corr[1]))
-        .filter(pl.col("_k").is_in(op_key.implode()))
-        .unique("_k", keep="first", maintain_order=True)
+        runtime.select(pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid")
+        .with_columns(call_key)
+        .filter(pl.col("_call").is_in(op_key.implode()))
+        .unique("_call", keep="first", maintain_order=True)
     )
-    return op_key.to_frame().join(r, on="_k", how="left", maintain_order="left").drop("_k")
+    return op_key.to_frame().join(r, on="_call", how="left", maintain_order="left").drop("_call")
 
 
 def _launch_joined(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:

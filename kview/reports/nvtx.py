@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
+from kview.analysis.attribution import call_keys
 from kview.analysis.summary_stats import (
     grouped_stats,
     order_like_sqlite,
@@ -82,34 +83,12 @@ def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> p
         "correlation",
         (pl.col("global_tid") & PID_MASK).alias("global_pid"),
     )
-    keys = _call_keys(ops, r)
+    keys = call_keys(ops, r)
     if keys is None:
         return ops.join(r, on=["correlation", "global_pid"], how=how)
     # one integer key: a join on two columns costs 0.9 CPU s where this one costs 0.55 (dense_x25)
     r = r.drop("correlation", "global_pid").with_columns(keys[1])
     return ops.with_columns(keys[0]).join(r, on="_call", how=how, maintain_order="left").drop("_call")
-
-
-def _call_keys(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.Series, pl.Series] | None:
-    """`_call` of the ops and of the calls: one integer per (global_pid, correlation), the
-    process's place among both sides' processes above the correlation id's 40 bits (the id
-    alone where both sides are one process); None where a key is null or an id does not fit."""
-    frames = (ops, calls)
-    if any(f[c].null_count() for f in frames for c in ("correlation", "global_pid")):
-        return None
-    if len({v for f in frames for v in (f["global_pid"].min(), f["global_pid"].max()) if v is not None}) == 1:
-        # one process: its calls' ids are the key (no process places over 3.7M rows on dense_x25)
-        key, of_calls = (f["correlation"].alias("_call") for f in frames)
-        return key, of_calls
-    ids = pl.concat([f["correlation"] for f in frames])
-    if ids.len() and (ids.min() < 0 or ids.max() >= 1 << 40):  # type: ignore[operator]
-        return None
-    pids = pl.concat([f["global_pid"] for f in frames]).unique().sort()
-    key, of_calls = (
-        pl.Series("_call", pids.search_sorted(f["global_pid"])).cast(pl.Int64) * (1 << 40) + f["correlation"]
-        for f in frames
-    )
-    return key, of_calls
 
 
 def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] = ()) -> None:
