@@ -240,3 +240,22 @@ def test_text_bytes_finds_each_character_inline_or_in_a_buffer(table, monkeypatc
     # a small column is not read this way: "may hold"
     assert not text_bytes.lacks(pl.Series(["gemm"] * 9_999), IN_LINES_ASCII)
     assert text_bytes.scattered(plain) is False  # 1 MB of names: in cache whatever the order
+
+
+@pytest.mark.parametrize("width", [0, 80, 200])
+@pytest.mark.parametrize("frame_of", ["lm", "odd"])
+def test_a_large_table_laid_out_by_polars_is_the_small_paths_bytes(table, frame_of, width, monkeypatch):
+    """Past TABLE_ROWS a terminal table is laid out by polars a slice at a time: the same bytes
+    as table_text's, unfitted and fitted (names cut, columns left out and their note)."""
+    frame = table if frame_of == "lm" else ODD.with_columns(pl.col("Name").alias("NVTX Path"))
+    docs = {}
+    for rows in (0, frame.height):
+        monkeypatch.setattr(render, "TABLE_ROWS", rows)
+        monkeypatch.setattr(render, "BATCH_ROWS", 7)  # several slices
+        buf = io.BytesIO()
+        render.write(frame, "table", buf, width=width)
+        docs[rows] = buf.getvalue()
+    assert docs[0] == docs[frame.height]
+    assert docs[0] == render.to_table(frame, width=width).encode()
+    if width == 80 and frame_of == "lm":
+        assert b"more columns at a wider terminal" in docs[0] and "…".encode() in docs[0]

@@ -116,18 +116,43 @@ def table_text(
     rows = [[("" if v is None else (grouped(v) if numeric[i] else visible(v))) for i, v in enumerate(r)] for r in texts]
     columns = [visible(c) for c in columns]
     values = [max([0] + [len(r[i]) for r in rows]) for i in range(len(columns))]
-    if width:
-        kept, widths = _fit_widths(columns, numeric, values, width)
-    else:
-        kept, widths = list(range(len(columns))), [max(len(c), v) for c, v in zip(columns, values)]
+    kept, widths = layout(columns, numeric, values, width)
     cuts: dict[int, dict[str, str]] = {}
     for i, w in zip(kept, widths):
         if not numeric[i] and values[i] > w:
-            if columns[i] in NAME_COLUMNS:
-                cuts[i] = distinct_cuts([r[i] for r in rows], w)
-            else:
-                how = cut_how(columns[i])
-                cuts[i] = {v: cut(v, w, how) for v in {r[i] for r in rows}}
+            cuts[i] = text_cuts(columns[i], {r[i] for r in rows}, w)
+    lines = head_lines(columns, numeric, kept, widths)
+    for r in rows:
+        cells = []
+        for i, w in zip(kept, widths):
+            v = r[i]
+            if i in cuts:
+                v = cuts[i].get(v, v)
+            cells.append(v.rjust(w) if numeric[i] else v.ljust(w))
+        lines.append("  ".join(cells).rstrip())
+    lines += left_out_lines(columns, kept, width)
+    return "\n".join(lines) + "\n"
+
+
+def layout(columns: list[str], numeric: list[bool], values: list[int], width: int) -> tuple[list[int], list[int]]:
+    """(the columns kept, their widths) for cells at most `values` long: fitted to `width`, or
+    each as wide as its header and its widest cell (0)."""
+    if width:
+        return _fit_widths(columns, numeric, values, width)
+    return list(range(len(columns))), [max(len(c), v) for c, v in zip(columns, values)]
+
+
+def text_cuts(column: str, values: Iterable[str], width: int) -> dict[str, str]:
+    """Each distinct text of a column too wide for `width`, cut as the column is cut (names
+    told apart from each other, other text by its own end kept)."""
+    if column in NAME_COLUMNS:
+        return distinct_cuts(list(values), width)
+    how = cut_how(column)
+    return {v: cut(v, width, how) for v in set(values)}
+
+
+def head_lines(columns: list[str], numeric: list[bool], kept: list[int], widths: list[int]) -> list[str]:
+    """A table's header lines and its rule (the kept columns at their widths)."""
     heads = [header_lines(columns[i], w) for i, w in zip(kept, widths)]
     depth = max(len(h) for h in heads)
     lines = []
@@ -138,20 +163,17 @@ def table_text(
             cells.append(part.rjust(w) if numeric[i] else part.ljust(w))
         lines.append("  ".join(cells).rstrip())
     lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        cells = []
-        for i, w in zip(kept, widths):
-            v = r[i]
-            if i in cuts:
-                v = cuts[i].get(v, v)
-            cells.append(v.rjust(w) if numeric[i] else v.ljust(w))
-        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def left_out_lines(columns: list[str], kept: list[int], width: int) -> list[str]:
+    """The note naming the columns a fitted table left out (none: no lines)."""
     left_out = [c for i, c in enumerate(columns) if i not in kept]
-    if left_out:
-        # -f json holds every table of every command; csv/tsv one table (--table NAME where there are several)
-        note = f"({len(left_out)} more columns at a wider terminal or with -f json: {', '.join(left_out)})"
-        lines += wrap_text(note, width)
-    return "\n".join(lines) + "\n"
+    if not left_out:
+        return []
+    # -f json holds every table of every command; csv/tsv one table (--table NAME where there are several)
+    note = f"({len(left_out)} more columns at a wider terminal or with -f json: {', '.join(left_out)})"
+    return wrap_text(note, width)
 
 
 def wrap_text(text: str, width: int, indent: str = "") -> list[str]:
