@@ -601,7 +601,7 @@ def _depths_in_thread(start: np.ndarray, end: np.ndarray) -> np.ndarray:
         zs = np.sort(start[zero])
         at_start = np.searchsorted(zs, start, side="right") - np.searchsorted(zs, start, side="left")
         closed = closed - np.where(longer, at_start, 0)
-    # made in place: a second array of a thread's rows was the nesting's peak
+    # made in place: a second array of a thread's rows would be the nesting's peak
     np.subtract(np.arange(len(start), dtype=np.int64), closed, out=closed)
     return closed
 

@@ -513,7 +513,7 @@ def write_table(frame: pl.DataFrame, out: BinaryIO, decimals=None, width: int | 
     out.write(("\n".join(head_lines(columns, numeric, kept, widths)) + "\n").encode())
     # padded and joined a slice at a time: the lines never exist for every row at once
     # the last column is not padded at its end: the strip would take the padding off again (a
-    # name column thousands of characters wide at its widest, padded on every row, was most
+    # name column thousands of characters wide at its widest, padded on every row, would be most
     # of the time)
     cells = [
         pl.col(c).str.pad_start(w) if numeric[i] else pl.col(c).str.pad_end(w) if k < len(kept) - 1 else pl.col(c)
