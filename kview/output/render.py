@@ -31,7 +31,7 @@ from kview.output.table_text import (
 )
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
 from kview.output.text_bytes import lacks, repeats, scattered
-from kview.output.visible import IN_LINES, IN_LINES_ASCII, VisibleStream, json_visible, visible
+from kview.output.visible import ANY, ANY_ASCII, IN_LINES, IN_LINES_ASCII, VisibleStream, json_visible, visible
 
 if TYPE_CHECKING:
     from kview.documents import Document, Section
@@ -453,8 +453,6 @@ def to_table(frame: pl.DataFrame, decimals=None, width: int | None = None) -> st
 # bytes as table_text's); a smaller one is laid out in Python (as fast up to ~1,000 rows: 19 columns,
 # 5,000 rows 0.16 -> 0.08-0.11 CPU s, 80,000 rows 1.8-2.5 -> 0.65-0.86).
 TABLE_ROWS = 2_000
-_CONTROL = r"[\x00-\x1f\x7f-\x9f]"  # what visible() shows as \xNN
-_CONTROL_ASCII = "".join(map(chr, [*range(0x20), 0x7F]))
 
 
 def _grouped(e: pl.Expr) -> pl.Expr:
@@ -473,9 +471,9 @@ def _grouped(e: pl.Expr) -> pl.Expr:
 
 def _visible(s: pl.Series) -> pl.Series:
     """visible() of every value, called once per distinct value that holds a control character."""
-    if lacks(s, _CONTROL_ASCII, c1=True):
+    if lacks(s, ANY_ASCII, c1=True):
         return s
-    odd = s.filter(s.str.contains(_CONTROL)).unique()
+    odd = s.filter(s.str.contains(ANY)).unique()
     if odd.len() == 0:
         return s
     return s.replace(odd, pl.Series([visible(v) for v in odd.to_list()], dtype=pl.String))

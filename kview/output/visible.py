@@ -13,7 +13,12 @@ from __future__ import annotations
 import re
 from typing import BinaryIO
 
-_ANY = re.compile("[\x00-\x1f\x7f-\x9f]")
+# what one value may not hold as itself: every control character (C0, DEL, C1), line breaks
+# and tabs too (also polars' regex syntax, for a column test)
+ANY = r"[\x00-\x1f\x7f-\x9f]"
+_ANY = re.compile(ANY)
+# the same characters' ASCII part (C1 besides: text_bytes.lacks(..., c1=True))
+ANY_ASCII = "".join(map(chr, [*range(0x20), 0x7F]))
 # what a document may not hold as itself: C0 but tab and line feed, DEL, C1 (also polars' regex
 # syntax, for a column test that spares the writers' output a scan)
 IN_LINES = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
