@@ -216,7 +216,7 @@ def test_start_end_ranges_attribute_as_the_same_push_pop_ranges(tables, tmp_path
 def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     """The launch call of every kernel (matched on one packed integer of process and correlation
     id) is the one SQLite's own join finds, and the two-column join kview falls back to agrees."""
-    from kview.analysis.attribution import _launch_joined, _launch_of, gpu_ops, launched_ops
+    from kview.analysis.attribution import _launch_joined, _launch_of, gpu_ops, launch_calls, launched_ops
 
     t = open_trace(path, use_cache=False)
     ops = launched_ops(t)
@@ -230,7 +230,7 @@ def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     assert sorted(got.rows()) == sorted(want)
     assert sum(r[2] is not None for r in want) > 1000
     runtime = t.columns("runtime", ["start", "end", "global_tid", "correlation"])
-    assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), runtime))
+    assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), launch_calls(runtime)))
 
 
 @pytest.mark.parametrize("pack_bytes", [0, None], ids=["packed", "kept"])

@@ -131,19 +131,12 @@ def test_calls_joined_on_one_key_equal_the_join_on_two(how, processes):
     order; a null key takes the join on both."""
     import polars as pl
 
-    from kview.analysis.attribution import call_keys
-    from kview.io.schema import PID_MASK
+    from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
     from kview.reports import nvtx as rn
 
     path = next(p for p in PUBLIC_TRACES if "2gpu_fsdp_before" in p.name) if processes == 2 else LM_TRACES[0]
     trace = open_trace(path, use_cache=False)
-    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
-        pl.col("start").alias("r_start"),
-        pl.col("end").alias("r_end"),
-        "global_tid",
-        "correlation",
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
-    )
+    r = launch_calls(trace.columns("runtime", LAUNCH_COLUMNS))
     k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"])
     nulls = k.with_columns(
         pl.when(pl.int_range(pl.len()) % 5 == 0).then(None).otherwise("correlation").alias("correlation")

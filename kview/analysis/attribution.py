@@ -332,6 +332,9 @@ def _has_gpu_ops(trace: Trace) -> bool:
     return gpu_op_count(trace) > 0
 
 
+LAUNCH_COLUMNS = ["start", "end", "global_tid", "correlation"]  # the runtime calls' columns launch_calls reads
+
+
 @derived
 def launched_ops(trace: Trace) -> pl.DataFrame:
     """gpu_ops with the launch call of each (r_start, r_end, global_tid; null when the call
@@ -339,7 +342,7 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
     ops = gpu_ops(trace)
     if ops.height == 0:
         return ops
-    runtime = trace.columns("runtime", ["start", "end", "global_tid", "correlation"])
+    runtime = trace.columns("runtime", LAUNCH_COLUMNS)
     launch = _launch_of(ops, runtime)
     return ops.with_columns(launch.select("r_start", "r_end", "global_tid"))
 
@@ -373,19 +376,29 @@ def call_keys(ops: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.Series, pl.Ser
     return key, of_calls
 
 
+def launch_calls(runtime: pl.DataFrame) -> pl.DataFrame:
+    """Runtime calls (start, end, global_tid, correlation) as a GPU op's launch is matched and
+    shown: r_start, r_end, global_tid, correlation and global_pid (the thread's process)."""
+    return runtime.select(
+        pl.col("start").alias("r_start"),
+        pl.col("end").alias("r_end"),
+        "global_tid",
+        "correlation",
+        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
+    )
+
+
 def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     """(r_start, r_end, global_tid) of each op's launch call, in the ops' order: the runtime
     call of the op's correlation id in its process (the first, should one repeat)."""
-    keys = call_keys(
-        ops.select("global_pid", "correlation"),
-        runtime.select((pl.col("global_tid") & PID_MASK).alias("global_pid"), "correlation"),
-    )
+    calls = launch_calls(runtime)
+    keys = call_keys(ops, calls)
     if keys is None:
-        return _launch_joined(ops, runtime)
+        return _launch_joined(ops, calls)
     op_key, call_key = keys
     # only the launches of GPU ops are made unique (most runtime calls launch nothing)
     r = (
-        runtime.select(pl.col("start").alias("r_start"), pl.col("end").alias("r_end"), "global_tid")
+        calls.select("r_start", "r_end", "global_tid")
         .with_columns(call_key)
         .filter(pl.col("_call").is_in(op_key.implode()))
         .unique("_call", keep="first", maintain_order=True)
@@ -393,19 +406,13 @@ def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     return op_key.to_frame().join(r, on="_call", how="left", maintain_order="left").drop("_call")
 
 
-def _launch_joined(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
-    """_launch_of by a join on the two columns (nulls, or ids past _CORRELATION_BITS)."""
-    r = runtime.select(
-        pl.col("start").alias("r_start"),
-        pl.col("end").alias("r_end"),
-        "global_tid",
-        "correlation",
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
-    )
+def _launch_joined(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """_launch_of by a join on the two columns (nulls, or ids past _CORRELATION_BITS) of
+    `calls` (launch_calls)."""
     # one launch per op: a correlation id is unique per process. Only the launches of GPU ops are
     # made unique (most runtime calls launch nothing)
     key = ["correlation", "global_pid"]
-    r = r.join(ops.select(key), on=key, how="semi", maintain_order="left").unique(
+    r = calls.join(ops.select(key), on=key, how="semi", maintain_order="left").unique(
         key, keep="first", maintain_order=True
     )
     return ops.select(key).join(r, on=key, how="left", maintain_order="left").select("r_start", "r_end", "global_tid")

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import call_keys
+from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
 from kview.analysis.summary_stats import (
     grouped_stats,
     order_like_sqlite,
@@ -17,7 +17,7 @@ from kview.analysis.summary_stats import (
     sqlite_round,
     texts_in_row_order,
 )
-from kview.io.schema import PID_MASK, pid_of, tid_of
+from kview.io.schema import pid_of, tid_of
 from kview.io.sqlite_source import return_freed_memory
 from kview.reports.base import Report, empty
 from kview.trace import Trace
@@ -76,13 +76,7 @@ def nvtx_startend_sum(trace: Trace) -> Report:
 
 def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> pl.DataFrame:
     """Join GPU ops to the runtime call that launched them (same correlation id and process)."""
-    r = trace.columns("runtime", ["start", "end", "global_tid", "correlation"]).select(
-        pl.col("start").alias("r_start"),
-        pl.col("end").alias("r_end"),
-        "global_tid",
-        "correlation",
-        (pl.col("global_tid") & PID_MASK).alias("global_pid"),
-    )
+    r = launch_calls(trace.columns("runtime", LAUNCH_COLUMNS))
     keys = call_keys(ops, r)
     if keys is None:
         return ops.join(r, on=["correlation", "global_pid"], how=how)
