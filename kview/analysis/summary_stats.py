@@ -121,7 +121,7 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     scale = 10**digits
     out = []
     # the scratch columns made once for every column: a fresh array of a large frame's rows is
-    # fresh pages from the system, each page a fault (the most of this step's time)
+    # fresh pages from the system, each page a fault (most of this step's time)
     y, frac = np.empty(df.height), np.empty(df.height)
     for c in cols:
         col = df[c].cast(pl.Float64)
