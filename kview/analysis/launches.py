@@ -155,19 +155,18 @@ def queue_series(trace: Trace) -> pl.DataFrame:
     """Queue length of each stream over time: device, stream, t (ns from the trace's start),
     queue (ops launched onto the stream, not started yet, after every change at t)."""
     lt = launches(trace).filter(pl.col("r_start").is_not_null())
+    on = ("device", "stream")
     ev = pl.concat(
         [
-            lt.select("device", "stream", pl.col("r_start").alias("t"), pl.lit(1, dtype=pl.Int64).alias("d")),
-            lt.select("device", "stream", pl.col("start").alias("t"), pl.lit(-1, dtype=pl.Int64).alias("d")),
+            lt.select(*on, pl.col("r_start").alias("t"), pl.lit(1, dtype=pl.Int64).alias("d")),
+            lt.select(*on, pl.col("start").alias("t"), pl.lit(-1, dtype=pl.Int64).alias("d")),
         ]
-    )
-    return (
-        ev.group_by("device", "stream", "t")
-        .agg(pl.col("d").sum())
-        .sort("device", "stream", "t")
-        .with_columns(pl.col("d").cum_sum().over("device", "stream").alias("queue"))
-        .select("device", "stream", "t", "queue")
-    )
+    ).sort(*on, "t")
+    # each launch adds one at its call and takes it away at its start, on one stream: every stream's
+    # changes sum to zero, so one running sum over the sorted rows is each stream's own, and the
+    # last row of each (device, stream, t) holds the queue after every change at t
+    last = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(-1)) for c in (*on, "t"))
+    return ev.with_columns(pl.col("d").cum_sum().alias("queue")).filter(last).select(*on, "t", "queue")
 
 
 def queue_summary(trace: Trace) -> pl.DataFrame:
