@@ -43,57 +43,59 @@ SCHEMA = {
 WINDOWS = pl.Schema({"path_id": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
-SMALL_LEVEL = 2_000  # levels with fewer ranges are numbered in Python, without a polars call each
+def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The row of each of `wanted` in `ids` (distinct integers), -1 where it is not there."""
+    if ids.size == 0:
+        return np.full(wanted.size, -1, dtype=np.int64)
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo >= 0 and hi < 4 * ids.size + 1024:  # ids about as many as the rows: a table indexed by id
+        row = np.full(hi + 1, -1, dtype=np.int64)
+        row[ids] = np.arange(ids.size, dtype=np.int64)
+        inside = (wanted >= 0) & (wanted <= hi)
+        return np.where(inside, row[np.where(inside, wanted, 0)], -1)
+    order = np.argsort(ids, kind="stable")
+    at = np.minimum(np.searchsorted(ids, wanted, sorter=order), ids.size - 1)
+    found = order[at]
+    return np.where(ids[found] == wanted, found, -1)
 
 
-def _path_ids(r: pl.DataFrame) -> pl.DataFrame:
-    """(id, pid, parent_pid) for every range (id, parent, depth, lc): an integer per distinct path
-    of labels from the root, numbered level by level in the order (parent's path, label).
+def _path_ids(r: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """(pid, parent_pid) of every range of `r` (id, parent, depth, lc), in its rows' order: an
+    integer per distinct path of labels from the root, numbered level by level (ascending
+    depth) in the order (parent's path, label), nulls first. A parent counts where it is in the
+    level before; elsewhere (or absent) the range starts a path as a root does.
 
-    Every range is handled once: the levels of many ranges by polars joins, the levels of a few
-    ranges (the thousands of levels of a push never popped inside a loop) by dictionaries, so the
-    cost follows the number of ranges, not ranges times depth."""
-    ids, pids, parent_pids = [], [], []
-    frames = []
-    prev_df: pl.DataFrame | None = None  # the previous level's (id, pid), whichever form is at hand
-    prev_map: dict[int, int] | None = {}
+    Every range is handled once, by row: the levels are slices of one stable sort by depth, and
+    a level's paths are the distinct (parent's path, label) keys of one integer, so the cost
+    follows the number of ranges, not ranges times depth, and no frame is joined on ids."""
+    n = r.height
+    depth = r["depth"].to_numpy()
+    lc = r["lc"].fill_null(-1).to_numpy()
+    up = _rows_of(r["id"].to_numpy(), r["parent"].fill_null(-1).to_numpy())
+    pid = np.full(n, -1, dtype=np.int64)
+    parent_pid = np.full(n, -1, dtype=np.int64)
+    by_depth = np.argsort(depth, kind="stable")
+    d = depth[by_depth]
+    cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
+    labels = int(lc.max()) + 2 if n else 1  # lc + 1 in 0 .. labels - 1: one key (parent path, label)
     next_id = 0
-    for _depth, level in sorted(r.partition_by("depth", as_dict=True).items(), key=lambda kv: kv[0]):
-        if level.height >= SMALL_LEVEL:
-            if prev_df is None:
-                assert prev_map is not None  # one of the two forms is always at hand
-                prev_df = pl.DataFrame(
-                    {"id": list(prev_map), "pid": list(prev_map.values())}, schema={"id": pl.Int64, "pid": pl.Int64}
-                )
-            level = level.join(prev_df.rename({"id": "parent", "pid": "parent_pid"}), on="parent", how="left")
-            keys = level.select("parent_pid", "lc").unique().sort(["parent_pid", "lc"], nulls_last=False)
-            keys = keys.with_row_index("pid", offset=next_id).with_columns(pl.col("pid").cast(pl.Int64))
-            next_id += keys.height
-            level = level.join(keys, on=["parent_pid", "lc"], how="left", nulls_equal=True)
-            frames.append(level.select("id", "pid", "parent_pid"))
-            prev_df, prev_map = level.select("id", "pid"), None
+    prev_depth = None
+    for rows in np.split(by_depth, cuts) if n else ():
+        if prev_depth is None:
+            ppid = np.full(rows.size, -1, dtype=np.int64)
         else:
-            if prev_map is None:
-                assert prev_df is not None
-                needed = level["parent"].drop_nulls().unique()
-                prev_map = dict(prev_df.filter(pl.col("id").is_in(needed.implode())).iter_rows())
-            lid, par, lc = level["id"].to_list(), level["parent"].to_list(), level["lc"].to_list()
-            ppid = [prev_map.get(p) for p in par]
-            seen = sorted(set(zip(ppid, lc)), key=lambda k: (k[0] is not None, k[0] or 0, k[1] is not None, k[1] or 0))
-            number = {k: next_id + i for i, k in enumerate(seen)}
-            next_id += len(seen)
-            pid = [number[k] for k in zip(ppid, lc)]
-            ids += lid
-            pids += pid
-            parent_pids += ppid
-            prev_df, prev_map = None, dict(zip(lid, pid))
-    frames.append(
-        pl.DataFrame(
-            {"id": ids, "pid": pids, "parent_pid": parent_pids},
-            schema={"id": pl.Int64, "pid": pl.Int64, "parent_pid": pl.Int64},
-        )
+            p = up[rows]
+            safe = np.maximum(p, 0)
+            ppid = np.where((p >= 0) & (depth[safe] == prev_depth), pid[safe], -1)
+        keys, number = np.unique((ppid + 1) * labels + lc[rows] + 1, return_inverse=True)
+        pid[rows] = number.reshape(-1) + next_id
+        parent_pid[rows] = ppid
+        next_id += keys.size
+        prev_depth = depth[rows[0]]
+    return (
+        pl.Series("pid", pid, dtype=pl.Int64),
+        pl.Series("parent_pid", parent_pid, dtype=pl.Int64).set(pl.Series(parent_pid < 0), None),
     )
-    return pl.concat(frames)
 
 
 def _path_text(head: tuple, tail: tuple, n: int) -> str:
@@ -310,7 +312,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     lc = pl.lit(pl.Series(short_of, dtype=pl.Int64)).gather(pl.when(code.is_between(0, len(short_of) - 1)).then(code))
     r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", lc.alias("lc"))
     del tree
-    r = _joined_by_id(r, _path_ids(r.select("id", "parent", "depth", "lc")))
+    r = r.with_columns(*_path_ids(r))
     # a path's GPU time counts each op launched inside any of its instances once: the instances'
     # windows merged first (a range re-entered while open, or open on two threads at once)
     windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
