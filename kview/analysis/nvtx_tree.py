@@ -255,15 +255,19 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     (in the same process) when their top-level range began; depths follow."""
     users = tree.join(nv.user_codes(trace), on="name_code", how="semi")
     user_threads = users["global_tid"].unique().implode()
-    other = tree.filter(~pl.col("global_tid").is_in(user_threads))
+    other = tree.with_row_index("pos").filter(~pl.col("global_tid").is_in(user_threads))
     roots = other.filter(pl.col("parent").is_null())
     if users.height == 0 or roots.height == 0:
         return tree
     found = nv.user_range_open_at(
         users, roots.select(pl.col("id").alias("call_id"), "global_tid", pl.col("start").alias("t"))
     )
-    found = found.join(tree.select("id", pl.col("depth").alias("pdepth")), on="id", how="left").select(
-        pl.col("call_id").alias("root"), pl.col("id").alias("new_parent"), "pdepth"
+    depth = tree["depth"]
+    at = _rows_of(tree["id"].to_numpy(), found["id"].to_numpy())
+    found = found.select(
+        pl.col("call_id").alias("root"),
+        pl.col("id").alias("new_parent"),
+        pl.Series("pdepth", depth.to_numpy()[np.maximum(at, 0)], dtype=depth.dtype).set(pl.Series(at < 0), None),
     )
     # every range of those threads belongs to the top-level range open at its start (they nest)
     tops = roots.select("global_tid", pl.col("start").alias("tstart"), pl.col("id").alias("root")).sort("tstart")
@@ -274,24 +278,33 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
         )
         .join(found, on="root", how="inner")
         .select(
-            "id",
+            "pos",
             (pl.col("depth") + pl.col("pdepth") + 1).alias("new_depth"),
             pl.when(pl.col("id") == pl.col("root"))
             .then(pl.col("new_parent"))
             .otherwise(pl.col("parent"))
             .alias("new_parent"),
         )
+        .drop_nulls("new_depth")
     )
-    return (
-        _joined_by_id(tree, moved)
-        .with_columns(
-            pl.coalesce("new_depth", "depth").alias("depth"),
-            pl.when(pl.col("new_depth").is_not_null())
-            .then(pl.col("new_parent"))
-            .otherwise(pl.col("parent"))
-            .alias("parent"),
+    pos = moved["pos"].to_numpy()
+    if pos.size and np.bincount(pos, minlength=tree.height).max() > 1:  # a range under two user ranges: its rows repeat
+        twice = tree.select("id").gather(moved["pos"]).hstack(moved.drop("pos"))
+        return (
+            tree.join(twice, on="id", how="left", maintain_order="left")
+            .with_columns(
+                pl.coalesce("new_depth", "depth").alias("depth"),
+                pl.when(pl.col("new_depth").is_not_null())
+                .then(pl.col("new_parent"))
+                .otherwise(pl.col("parent"))
+                .alias("parent"),
+            )
+            .drop("new_depth", "new_parent")
         )
-        .drop("new_depth", "new_parent")
+    # the moved rows' depths and parents written in place of theirs, by row (no join on ids)
+    return tree.with_columns(
+        depth.scatter(moved["pos"], moved["new_depth"]),
+        tree["parent"].scatter(moved["pos"], moved["new_parent"]),
     )
 
 
