@@ -98,7 +98,16 @@ def kernel_layers(trace: Trace, pattern: str | None = None) -> pl.DataFrame:
     module path component matching `pattern`, detected when None) and `Sublayer` (the next one,
     without its layer's name: `model.layers.3.mlp` -> `mlp`). Empty when no layer repeats.
     Layers, compare --by layer and the TUI count the same kernels in the same layer."""
-    pattern = pattern or detect_layer_pattern(trace)
+    return detected_layers(trace) if not pattern else _kernel_layers(trace, pattern)
+
+
+@derived  # the Layers document reads it three times, efficiency and the gate once more each
+def detected_layers(trace: Trace) -> pl.DataFrame:
+    """kernel_layers with the detected pattern."""
+    return _kernel_layers(trace, detect_layer_pattern(trace))
+
+
+def _kernel_layers(trace: Trace, pattern: str | None) -> pl.DataFrame:
     schema = {"Idx": pl.Int64, "Direction": pl.String, "Duration (ns)": pl.Int64, "Layer": pl.String}
     if pattern is None:
         return pl.DataFrame(schema={**schema, "Sublayer": pl.String})
