@@ -6,11 +6,12 @@ import sqlite3
 from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kview.analysis.summary_stats as summary_stats
-from kview.analysis.summary_stats import grouped_stats, order_like_sqlite, sqlite_round, stats_aggs
+from kview.analysis.summary_stats import grouped_stats, order_like_sqlite, percent_of_total, sqlite_round, stats_aggs
 
 from conftest import ROOT
 
@@ -97,6 +98,28 @@ def test_grouped_stats_on_the_nvtx_ranges_of_a_real_trace():
     want = r.group_by(["name_code", "style"]).agg(stats_aggs("dur"))
     assert (want["num"] == 1).sum() > 10_000 and (want["num"] > 1).sum() >= 10  # both kinds of group
     _same_groups(grouped_stats(r, ["name_code", "style"], "dur"), want, ["name_code", "style"])
+
+
+@pytest.mark.parametrize("shift", [0, 2**48])
+def test_range_statistics_made_in_order_equal_the_rounded_group_by(shift):
+    # nvtx_sum's groups of one range take their statistics from their total once in order: the
+    # same values as grouped_stats' rounded, as read and with durations past the whole-number
+    # rounding's bound (2**48 ns), where every value is rounded again
+    from kview.analysis import nvtx_ranges as nv
+    from kview.reports.nvtx import _groups, _with_stats
+    from kview.trace import open_trace
+
+    trace = open_trace(ROOT / "sample_traces" / "lm-small_ctx256_train_torch.sqlite", use_cache=False)
+    keys = ["name_code", "style"]
+    r = nv.labelled(trace).select(*keys, (pl.col("end") - pl.col("start") + shift).alias("dur"))
+    stats = ["Time (%)", "avg", "med", "stddev"]
+    want = sqlite_round(grouped_stats(r, keys, "dur").with_columns(percent_of_total().alias("Time (%)")), stats)
+    groups, several = _groups(r, keys)
+    assert groups["several"].null_count() > 10_000 and several.height >= 10  # both kinds of group
+    got = _with_stats(groups, several)
+    _same_groups(got.select(want.columns), want, keys)
+    if shift:
+        assert int(got["total"].max()) >= 2**48  # type: ignore[arg-type]
 
 
 _TEXTS = st.one_of(st.none(), st.text(alphabet="ab\x00\u00e9", max_size=4))

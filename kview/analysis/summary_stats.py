@@ -47,9 +47,38 @@ def grouped_stats(
     Keys must be integers or enums (their codes); other keys take the plain group-by.
     """
     extra = extra or {}
+    several, ones = grouped_apart(frame, keys, value, prefix, extra)
+    if ones is None:
+        return several
+    v = pl.col(value)
+    ones = ones.select(
+        *keys,
+        *(one.alias(c) for c, (_, one) in extra.items()),
+        v.alias(f"{prefix}total"),
+        pl.lit(1).alias(f"{prefix}num"),
+        v.cast(pl.Float64).alias(f"{prefix}avg"),
+        v.cast(pl.Float64).alias(f"{prefix}med"),
+        v.alias(f"{prefix}min"),
+        v.alias(f"{prefix}max"),
+        pl.lit(0.0).alias(f"{prefix}stddev"),
+    )
+    return pl.concat([several, ones.cast(several.schema)])
+
+
+def grouped_apart(
+    frame: pl.DataFrame,
+    keys: list[str],
+    value: str,
+    prefix: str = "",
+    extra: dict[str, tuple[pl.Expr, pl.Expr]] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(several, ones): `grouped_stats`'s groups of several rows aggregated, and its groups of
+    one row as they are, `frame`'s rows (no column NULL), their value each of their statistics;
+    ones is None where every group was aggregated (keys not integers or too wide to combine)."""
+    extra = extra or {}
     aggs = [*(a.alias(c) for c, (a, _) in extra.items()), *stats_aggs(value, prefix)]
     if not all(frame[k].dtype.is_integer() or isinstance(frame[k].dtype, pl.Enum) for k in keys):
-        return frame.group_by(keys).agg(aggs)
+        return frame.group_by(keys).agg(aggs), None
     import numpy as np  # deferred with sqlite_round's: the small kernel summary never needs it
 
     # one integer per key tuple, each key's codes shifted into its own bits
@@ -65,7 +94,7 @@ def grouped_stats(
         span = int(hi) - int(lo)  # type: ignore[arg-type]
         bits = max(span.bit_length(), 1)
         if shift + bits > 63 or int(hi) >= 2**63:  # type: ignore[arg-type]
-            return frame.group_by(keys).agg(aggs)
+            return frame.group_by(keys).agg(aggs), None
         combined |= (x.to_numpy().astype(np.int64) - int(lo)).astype(np.uint64) << np.uint64(shift)  # type: ignore[arg-type]
         shift += bits
     if frame.height and int(combined.max()) < 4 * frame.height:  # dense codes: count by bins
@@ -87,19 +116,7 @@ def grouped_stats(
         .drop(key)
     )
     del combined
-    v = pl.col(value)
-    ones = frame.filter(alone).select(
-        *keys,
-        *(one.alias(c) for c, (_, one) in extra.items()),
-        v.alias(f"{prefix}total"),
-        pl.lit(1).alias(f"{prefix}num"),
-        v.cast(pl.Float64).alias(f"{prefix}avg"),
-        v.cast(pl.Float64).alias(f"{prefix}med"),
-        v.alias(f"{prefix}min"),
-        v.alias(f"{prefix}max"),
-        pl.lit(0.0).alias(f"{prefix}stddev"),
-    )
-    return pl.concat([several, ones.cast(several.schema)])
+    return several, frame.filter(alone)
 
 
 def _exact_round(x: float, digits: int) -> float:
@@ -160,7 +177,7 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
 
     That is one order on `by`, then the group keys not in it (ascending, NULL first): the keys
     are unique per row, so a total order. Found from the key columns alone; the frame is
-    gathered once, a column at a time (`_gathered`).
+    gathered once, a column at a time (`gathered`).
 
     Text compared row against row is the cost (a dense trace's 5.6M distinct range names: their
     bytes lie in the order the names were made, so each comparison reads memory far from the
@@ -170,6 +187,11 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
     Otherwise the texts are sorted alone first (one sort of a text column reads less than a
     sort comparing it only after other keys) and `by` sorted stably after.
     """
+    return gathered(df, sqlite_order(df, group_keys, by, descending))
+
+
+def sqlite_order(df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool]) -> pl.Series:
+    """The rows of `df` in `order_like_sqlite`'s order (their numbers), the frame not gathered."""
     rest = [k for k in group_keys if k not in by]
     keys = [*by, *rest]
     # SQLite puts NULL first in ascending and last in descending order.
@@ -177,16 +199,16 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
     texts = [k for k in keys if df.schema[k] == pl.String]
     lead = next((i for i, k in enumerate(keys) if k in texts), len(keys))
     if not texts or df.height < 2:
-        return _gathered(df, df.select(pl.arg_sort_by(keys, descending=desc, nulls_last=desc, maintain_order=True)))
+        return df.select(pl.arg_sort_by(keys, descending=desc, nulls_last=desc, maintain_order=True)).to_series()
     if lead > 0:
-        return _gathered(df, _by_ties(df.select(keys), keys, desc, lead, texts))
+        return _by_ties(df.select(keys), keys, desc, lead, texts)
     k = df.select(keys)
     if rest:  # the keys are unique per row: a total order
         first = k.select(pl.arg_sort_by(rest, nulls_last=False)).to_series()
-        k = _gathered(k.select(by), first).with_columns(first.alias("_row"))
+        k = gathered(k.select(by), first).with_columns(first.alias("_row"))
     else:
         k = k.select(by).with_row_index("_row")
-    return _gathered(df, k.sort(by, descending=descending, nulls_last=descending, maintain_order=True)["_row"])
+    return k.sort(by, descending=descending, nulls_last=descending, maintain_order=True)["_row"]
 
 
 SLICE_ROWS = 1 << 18  # rows sorted at a time with their texts side by side
@@ -204,7 +226,7 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
         first = keys.select(
             pl.arg_sort_by(names[:lead], descending=desc[:lead], nulls_last=desc[:lead], maintain_order=True)
         ).to_series()
-        leading = _gathered(keys.select(names[:lead]), first)
+        leading = gathered(keys.select(names[:lead]), first)
     # where a tie of the leading columns starts: a slice ends only there
     starts = leading.select(
         pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in names[:lead]).arg_true()
@@ -294,7 +316,7 @@ def _arrow_order(part: pl.DataFrame, names: list[str], desc: list[bool], texts: 
     return pl.Series(pc.sort_indices(pa.table(columns), sort_keys=keys)).cast(pl.UInt32)
 
 
-def _gathered(frame: pl.DataFrame, rows: pl.DataFrame | pl.Series) -> pl.DataFrame:
+def gathered(frame: pl.DataFrame, rows: pl.DataFrame | pl.Series) -> pl.DataFrame:
     """`frame`'s rows in the order `rows` gives, a column at a time, each made one chunk first: a
     gather across chunks looks up each row's chunk (8x slower over the 48 chunks a group-by
     leaves), and one column at a time is the only copy held at once."""

@@ -11,9 +11,12 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
 from kview.analysis.summary_stats import (
+    gathered,
+    grouped_apart,
     grouped_stats,
     order_like_sqlite,
     percent_of_total,
+    sqlite_order,
     sqlite_round,
     texts_in_row_order,
 )
@@ -44,22 +47,61 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
         "name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur")
     )
     table = nv.names(trace)
-    # the ranges' other columns go before the sort, which holds the names twice (`order_like_sqlite`)
+    # the ranges' other columns go before the sort, which holds the names twice (`sqlite_order`)
     _let_go(trace, nv.labelled_ranges)
-    g = grouped_stats(r, ["name_code", "style"] if with_style else ["name_code"], "dur")
+    g, several = _groups(r, ["name_code", "style"] if with_style else ["name_code"])
     del r
     # the code is in no column of the report: not gathered into its order
     g = nv.with_names(trace, g, table=table).drop("name_code")
     del table
     keys = ["name", "style"] if with_style else ["name"]
-    g = g.with_columns(percent_of_total().alias("Time (%)"))
-    g = sqlite_round(g, ["Time (%)", "avg", "med", "stddev"])
-    g = order_like_sqlite(g, keys, ["total"], [True])
+    g = gathered(g, sqlite_order(g, keys, ["total"], [True]))
     cols = [pl.col("Time (%)"), *[pl.col(k).alias(v) for k, v in HEADERS.items()]]
     if with_style:
         cols.append(pl.col("style").alias("Style"))
     cols.append(pl.col("name").alias("Range"))
-    return Report(name, title, g.select(cols))
+    return Report(name, title, _with_stats(g, several).select(cols))
+
+
+def _groups(r: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(groups, several) of the ranges `r` (`keys`, dur): one row per group, its keys, total and
+    its row of `several` (the statistics of the groups of several ranges); NULL for a group of one
+    range, whose every statistic is its duration, made once the rows are in order (`_with_stats`)
+    instead of a column of millions per statistic gathered into it."""
+    several, ones = grouped_apart(r, keys, "dur")
+    groups = several.select(*keys, "total", pl.int_range(pl.len(), dtype=pl.UInt32).alias("several"))
+    if ones is not None:
+        one = ones.select(*keys, pl.col("dur").alias("total"), pl.lit(None, pl.UInt32).alias("several"))
+        groups = pl.concat([groups, one])
+    return groups, several
+
+
+def _with_stats(g: pl.DataFrame, several: pl.DataFrame) -> pl.DataFrame:
+    """`g` (keys, total, its row of `several` or none) with Time (%) and the statistics, rounded
+    as nsys rounds them. A group of one range has its duration as avg, med, min and max, and
+    0 as stddev; rounding such a whole number to a tenth gives the number itself (below 2**48),
+    so then only Time (%) and the few aggregated groups are rounded."""
+    stats = ["avg", "med", "stddev"]
+    top = g["total"].abs().max()
+    if top is not None and int(top) < 2**48:  # type: ignore[arg-type]
+        several, stats = sqlite_round(several, stats), []
+    row, total = pl.col("several"), pl.col("total")
+
+    def stat(c: str, one: pl.Expr) -> pl.Expr:
+        return pl.when(row.is_null()).then(one).otherwise(pl.lit(several[c]).gather(row)).alias(c)
+
+    g = g.select(
+        percent_of_total().alias("Time (%)"),
+        total,
+        stat("num", pl.lit(1, several.schema["num"])),
+        stat("avg", total.cast(pl.Float64)),
+        stat("med", total.cast(pl.Float64)),
+        stat("min", total),
+        stat("max", total),
+        stat("stddev", pl.lit(0.0)),
+        *[c for c in g.columns if c not in ("total", "several")],
+    )
+    return sqlite_round(g, ["Time (%)", *stats])
 
 
 def nvtx_sum(trace: Trace) -> Report:
