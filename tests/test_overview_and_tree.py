@@ -115,6 +115,7 @@ def test_overview_whose_attribution_lets_the_names_go_is_the_same_and_reads_the_
         "launches.launches",
         "launches.idle_gaps",
         "critical_path.path_nodes",
+        "critical_path.path_walk",
     }
     assert not trace.store.held() & per_op
     assert (let_go.facts, let_go.findings) == (kept.facts, kept.findings)

@@ -97,6 +97,24 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(nodes, steps): every GPU op of a step with its predecessor and what it adds to a path
     (gpu, cpu, launch ns), `on_path` marking the ops on its step's critical path; and per step
     its end node and the CPU time after it (tail)."""
+    nodes, steps = path_walk(trace)
+    names = launches(trace).select("Idx", "Kernel", "Op")
+    nodes = nodes.join(names, on="Idx", how="left", maintain_order="left").select(NODE_COLUMNS)
+    # the walk's columns are held here now: a table made later of the walk alone reads these
+    trace.store.drop(path_walk)
+    return nodes, steps
+
+
+def _walked(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """path_nodes where made, else path_walk: the nodes without their names."""
+    made = trace.store.peek(path_nodes)
+    return made if made is not None else path_walk(trace)
+
+
+@derived
+def path_walk(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """path_nodes without the ops' Kernel and Op: what the steps' figures read (step_table),
+    made without joining a million ops' names."""
     w = _windows(trace)
     # the columns the walk reads only: each sort and join below copies every column it carries
     # (the kernel and op names are added to the nodes at the end, by Idx)
@@ -184,9 +202,7 @@ def path_nodes(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     ).sort("node")
     del ops
     steps = _ends(w, nodes, blocked)
-    names = launches(trace).select("Idx", "Kernel", "Op")
-    nodes = _mark(nodes, steps).join(names, on="Idx", how="left", maintain_order="left")
-    return nodes.select(NODE_COLUMNS), steps
+    return _mark(nodes, steps), steps
 
 
 def _blocking_syncs(trace: Trace, ops: pl.DataFrame) -> pl.DataFrame:
@@ -259,7 +275,7 @@ def _mark(nodes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def step_table(trace: Trace) -> pl.DataFrame:
     """Per step: its critical path's length, GPU, CPU and launch time on it, the CPU share and
     the verdict, and how many GPU ops lie on it."""
-    nodes, steps = path_nodes(trace)
+    nodes, steps = _walked(trace)
     if steps.height == 0:
         return pl.DataFrame(schema=STEP_COLUMNS)
     on = (
@@ -321,7 +337,7 @@ def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
 
 def step_verdicts(trace: Trace) -> pl.DataFrame:
     """pid, label, w_start, CPU share (%) and Bound by of each step, for the iteration table."""
-    _, steps = path_nodes(trace)
+    _, steps = _walked(trace)
     w = _windows(trace).select("step", "pid")
     t = step_table(trace).select("CPU share (%)", "Bound by")
     return pl.concat([steps.select("step", "label", "w_start"), t], how="horizontal").join(w, on="step").drop("step")

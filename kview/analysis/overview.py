@@ -13,7 +13,7 @@ from kview.analysis import nvtx_ranges
 from kview.analysis.attribution import attribute, categorized, gpu_ops
 from kview.analysis.collectives import stragglers
 from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
-from kview.analysis.critical_path import path_nodes, step_table
+from kview.analysis.critical_path import path_walk, step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
 from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_gaps, idle_totals, launches, sync_calls
@@ -221,7 +221,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
             trace.store.drop(idle_gaps)
         steps, line = critical_path_section(trace)
         if trace.one_command:
-            trace.store.drop(path_nodes, launches)
+            trace.store.drop(path_walk, launches)
         findings += [line] if line else []
     least = busy.select(pl.col("Busy (%)").min()).item() if busy.height else None
     if least is not None and least < 50:
