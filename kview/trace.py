@@ -56,6 +56,9 @@ class Trace:
         # the command asks nothing of the trace but the attributed table (`kview kernels`):
         # attribute() lets the GPU ops' and their launches' columns go once it has joined them
         self.only_attribution = False
+        # the command never shows the kernels' launch dimensions (`kview overview`): gpu_ops
+        # leaves them null rather than holding six columns of a million rows through attribution
+        self.launch_dims = True
 
     # -- facts -------------------------------------------------------------
     @cached_property

@@ -291,7 +291,8 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
     cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
     parts = []
     if trace.has(GPU_OP_TABLES["kernels"]):
-        k = trace.columns("kernels", cols + ["name_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+        dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
+        k = trace.columns("kernels", cols + ["name_id", *dims])
         k = trace.with_strings(k, "name_id", "Kernel").drop("name_id")
         parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
     if trace.has(GPU_OP_TABLES["memcpy"]):

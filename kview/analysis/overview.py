@@ -108,6 +108,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
         # at its peak on a dense trace): the rest reads the GPU ops, and the runtime calls'
         # synchronizations again
         trace.only_attribution = True
+        trace.launch_dims = False
     # a trace opened for the Overview alone never makes the whole attributed table: its
     # shapes, paths and launch dimensions are nowhere in it
     a = categorized(trace) if trace.one_command else attribute(trace)
