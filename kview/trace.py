@@ -53,6 +53,10 @@ class Trace:
         # the command asks nothing of the NVTX ranges but the attributed table (`kview kernels`):
         # attribute() lets the ranges and their names go as soon as it has what it needs of them
         self.ranges_only_for_attribution = False
+        # the ranges' names are asked of nothing after the attribution, their ranges and nesting
+        # are (the explorer's worker, which makes its tables of the names first): attribute()
+        # lets the names go and keeps the ranges
+        self.names_only_for_attribution = False
         # the command asks nothing of the trace but the attributed table (`kview kernels`):
         # attribute() lets the GPU ops' and their launches' columns go once it has joined them
         self.only_attribution = False
@@ -324,6 +328,7 @@ def make_tables(
     batches: tuple[int, ...] = (),
     said: Any = None,
     between: Callable[[Trace, str], None] | None = None,
+    first: Callable[[Trace], None] | None = None,
 ) -> None:
     """In a worker process: the tables `keys` of the trace at `path`, made by their keys (in
     that order) into the frame cache (with `use_cache`) and, with `out`, written into that
@@ -332,12 +337,14 @@ def make_tables(
     explorer owns it). `batches`: the sizes of the first batches `keys` are made in (the rest
     one more); after batch i is written, i is sent on `said` (a pipe's sending end: the asking
     process reads a batch while the next are made); after each table is written,
-    `between(trace, key)` lets go what the next do not need."""
+    `between(trace, key)` lets go what the next do not need; `first(trace)` runs before the first."""
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key
     try:
         trace = open_trace(path, use_cache=use_cache)  # held: its store knows it weakly
+        if first is not None:
+            first(trace)
         cuts = [0, *itertools.accumulate(batches), len(keys)]
         for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
             for at in range(lo, hi):

@@ -177,8 +177,8 @@ def _op_name(head: pl.Expr) -> pl.Expr:
 class _OpTexts:
     """The forward-op labels' text by name_code, for `op_fields` of the ops kernels end up with
     (known only once the nesting answered). Held as the labels while the trace keeps its names;
-    where the command lets the names go during attribution (`Trace.ranges_only_for_attribution`)
-    and the text is large, packed: the labels a call can end up with (`_op_candidates`, on
+    where the command lets the names go during attribution (`Trace.ranges_only_for_attribution`,
+    `names_only_for_attribution`) and the text is large, packed: the labels a call can end up with (`_op_candidates`, on
     dense_x25 1.75M of 4.4M forward-op labels, 0.21 of 0.52 GB of text), a chunk at a time, its
     bytes lz4-compressed, and only the labels asked for taken out again."""
 
@@ -863,7 +863,7 @@ class _Named(NamedTuple):
     """What attribution takes from the ranges' names (`_range_names`)."""
 
     have: bool  # the trace has labelled ranges
-    release: bool  # the ranges go once attribution has what it needs of them
+    release: bool  # the names go once attribution has what it needs of them
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts | _OpNames
@@ -874,8 +874,9 @@ class _Named(NamedTuple):
 
 def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     """user_paths, op_labels and the forward ops' text. A command that asks nothing else of the
-    ranges (`Trace.ranges_only_for_attribution`) lets the names go once these are made (0.7 GB
-    on a dense trace): from here on only the ops kernels end up with have their text read."""
+    ranges (`Trace.ranges_only_for_attribution`) or of their names (`names_only_for_attribution`)
+    lets the names go once these are made (0.7 GB on a dense trace): from here on only the ops
+    kernels end up with have their text read."""
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     # Ranges are carried as integer keys (uid: a user range of user_paths; fop_code: an op
     # marker's name_code) until the end; the strings come from small tables by joins, which
@@ -885,7 +886,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         user_labels(trace)
         nv.projection_ranges(trace)
     labels = op_labels(trace) if have_nvtx else _NO_OPS
-    release = have_nvtx and trace.ranges_only_for_attribution
+    release = have_nvtx and (trace.ranges_only_for_attribution or trace.names_only_for_attribution)
     fop_rows = candidates = None
     if release and shapes:
         # from here on only op_labels' flags and text are read: the names' own column and the
@@ -961,7 +962,7 @@ def _call_columns(
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
         orphan = calls.join(ctx.filter(pathless).select("call_id"), on="call_id", how="inner")
         ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
-        if release:  # every call placed: the ranges and their nesting go too
+        if release and trace.ranges_only_for_attribution:  # every call placed: the ranges and their nesting go too
             nv.release(trace)
         w = w.join(ctx, on="call_id", how="left", maintain_order="left")
     else:
