@@ -256,9 +256,9 @@ def _by_ties(keys: pl.DataFrame, names: list[str], desc: list[bool], lead: int, 
 
 def _packed_order(col: pl.Series, descending: bool) -> tuple[pl.Series, pl.Series] | None:
     """(rows, values): the stable order of an integer column without NULLs and its values in
-    that order, by one sort of the values with each row's number in their low bits (a sort of
-    values is a third of the CPU of polars' sort of rows by them: nvtx_sum's 5.6M totals, 0.7 ->
-    0.2 s); None where value and row number do not fit 64 bits."""
+    that order, by one sort of the values with each row's number in their low bits (nvtx_sum's
+    5.6M totals: 0.15 CPU s, polars' sort of the rows by them 0.7 s); None where value and row
+    number do not fit 64 bits."""
     n = col.len()
     if not col.dtype.is_integer() or col.dtype == pl.UInt64 or col.null_count() or not 2 <= n <= 2**32:
         return None
@@ -275,12 +275,13 @@ def _packed_order(col: pl.Series, descending: bool) -> tuple[pl.Series, pl.Serie
     key = (np.subtract(hi, x) if descending else np.subtract(x, lo)).view(np.uint64)
     key <<= np.uint64(shift)
     key |= np.arange(n, dtype=np.uint64)
-    packed = pl.Series(key).sort().to_numpy()
-    del key
-    rows = packed.astype(np.uint32)  # the low 32 bits: a row number and the value's lowest bits
+    # numpy's sort of machine integers (vectorized) takes a quarter of the CPU of polars' (5.6M
+    # keys: 0.3 -> 0.08 s), in place; the keys unique, any sort is stable
+    key.sort()
+    rows = key.astype(np.uint32)  # the low 32 bits: a row number and the value's lowest bits
     rows &= np.uint32((1 << shift) - 1)
-    values = (packed >> np.uint64(shift)).view(np.int64)
-    del packed
+    key >>= np.uint64(shift)
+    values = key.view(np.int64)
     if descending:
         np.subtract(hi, values, out=values)
     else:
