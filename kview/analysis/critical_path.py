@@ -139,10 +139,13 @@ def path_walk(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         .with_row_index("node")
         .with_columns(pl.col("node").cast(pl.Int64))
     )
-    # the op before on the same stream, in the same step
+    # the op before on the same stream, in the same step: sorted so, each (step, device, stream)
+    # is a run of rows, and the row before is in it unless the run starts there (shifts over the
+    # whole column, not a window per stream)
+    same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in ("step", "device", "stream"))
     ops = ops.with_columns(
-        pl.col("node").shift(1).over("step", "device", "stream").alias("p_node"),
-        pl.col("end").shift(1).over("step", "device", "stream").alias("p_end"),
+        pl.when(same).then(pl.col("node").shift(1)).alias("p_node"),
+        pl.when(same).then(pl.col("end").shift(1)).alias("p_end"),
     )
     # the op of the step and device that ended last at or before this op's start (another
     # stream's when it ended after the op before on this stream)
@@ -260,13 +263,16 @@ def _ends(w: pl.DataFrame, nodes: pl.DataFrame, blocked: pl.DataFrame) -> pl.Dat
 
 def _mark(nodes: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """`on_path`: the nodes reachable from each step's end node through `pred` (pointer
-    doubling: after round r every node up to 2^(r+1) - 1 links back is marked)."""
+    doubling: after round r every node up to 2^(r+1) - 1 links back is marked). A chain stays
+    in its step (every predecessor is an op of the same step), so it is no longer than the
+    largest step's nodes: that many rounds, not the whole trace's."""
     n = nodes.height
     jump = nodes["pred"].fill_null(n).to_numpy().astype(np.int64)
     jump = np.append(jump, n)  # node n: the root every chain ends in
     on = np.zeros(n + 1, dtype=bool)
     on[steps["end_node"].drop_nulls().to_numpy().astype(np.int64)] = True
-    for _ in range(max(1, int(np.ceil(np.log2(n + 2))))):
+    longest = int(np.bincount(nodes["step"].to_numpy()).max(initial=0)) if n else 0  # steps number from 0
+    for _ in range(max(1, int(np.ceil(np.log2(longest + 2))))):
         on[jump[on]] = True
         jump = jump[jump]
     return nodes.with_columns(pl.Series("on_path", on[:n]))
