@@ -334,6 +334,60 @@ def test_op_fields_read_as_the_regexes_do():
     ]
 
 
+def test_op_labels_kinds_from_the_head_are_the_regexes_on_the_label():
+    """op_labels tests each label's kinds on its head (the text before its first comma), once per
+    distinct head: the same answers as the anchored regexes on every whole label, on a capture's
+    labels and on labels whose head is odd (no comma, non-ASCII, a line break, empty, null)."""
+    from kview.analysis import attribution, nvtx_ranges
+
+    lab = pl.col("label")
+
+    def by_regex(labels: pl.DataFrame) -> pl.DataFrame:
+        return labels.with_columns(
+            lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
+            lab.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
+            lab.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
+            lab.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
+        ).with_columns(
+            (
+                pl.col("marker")
+                & ~pl.col("bwd_node")
+                & ~pl.col("bwd_eval")
+                & ~pl.col("optim_marker")
+                & ~lab.str.starts_with("autograd::")
+                & lab.str.contains(r"^[\w:.<>]+(,|$)")
+            ).alias("fwd_op")
+        )
+
+    labels = nvtx_ranges.labels(open_trace(LM, use_cache=False)).select("name_code", "label", "marker")
+    odd = [
+        "MulBackward0",
+        "MulBackward0, seq = 5",
+        "MulBackward0x, seq = 5",
+        "aten::é, seq = 7, sizes = [[1]]",
+        "é Backward1, seq = 2",
+        "aten::mm\n, seq = 3",
+        "aten::mm",
+        ", seq = 4",
+        "",
+        None,
+        "autograd::engine::evaluate_function: MulBackward0, seq = 9",
+        "autograd::x, seq = 1",
+        "Optimizer.step#AdamW.step",
+        "Optimizer.zero_grad#SGD.zero_grad, seq = 8",
+        "a<b>.c::d, seq = 6, x, seq = 7",
+    ]
+    edge = pl.DataFrame(
+        {"name_code": range(len(odd)), "label": odd, "marker": [i % 3 != 2 for i in range(len(odd))]},
+        schema={"name_code": pl.Int64, "label": pl.String, "marker": pl.Boolean},
+    )
+    for frame in (labels, edge):
+        got = attribution._flagged(frame)
+        assert got.drop("head").equals(by_regex(frame))
+        assert got["head"].cast(pl.String).equals(frame["label"].str.extract(r"^([^,]*)", 1), check_names=False)
+    assert labels.height > 1000 and attribution._flagged(labels)["fwd_op"].sum() > 500
+
+
 @pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
 def test_only_the_outermost_forward_ops_are_candidates_for_a_kernels_op(path):
     """The op labels packed while the names go are the outermost forward ops (those a call can

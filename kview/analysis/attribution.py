@@ -88,42 +88,68 @@ def _is_phase(label: pl.Expr) -> pl.Expr:
     return label.is_in(list(PHASE_NAMES)) | label.str.contains(STEP_RANGE_RE)
 
 
-_LABEL_ROWS = 1 << 20
+_LABEL_ROWS = 1 << 18
 
 
 def op_labels(trace: Trace) -> pl.DataFrame:
     """Per distinct range label: what kind of range it is and its autograd `seq` (made where
-    attribution needs them, not kept). Each test is an anchored match on the label (the op's
-    name is the text before the first comma), so no column of op names is built for millions
-    of op labels: `op_fields` parses the few that kernels end up with."""
-    lab = pl.col("label")
-
-    def flagged(part: pl.DataFrame) -> pl.DataFrame:
-        return part.with_columns(
-            lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"),
-            lab.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
-            lab.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
-            lab.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
-        ).with_columns(
-            (
-                pl.col("marker")
-                & ~pl.col("bwd_node")
-                & ~pl.col("bwd_eval")
-                & ~pl.col("optim_marker")
-                & ~lab.str.starts_with("autograd::")
-                & lab.str.contains(r"^[\w:.<>]+(,|$)")
-            ).alias("fwd_op"),
-        )
-
+    attribution needs them, not kept), and its `head`, the text before its first comma, as a
+    Categorical. Each kind but `seq` is a test of the head alone (the op's name), so the tests
+    run on the few hundred distinct heads, not on millions of op labels, and no column of op
+    names is built but the heads' codes: `op_fields` parses the few labels kernels end up with."""
     labels = nv.labels(trace)
     if labels.height <= _LABEL_ROWS:
-        return flagged(labels)
-    # a million labels at a time: the seq texts extracted from all at once were this step's
-    # peak over the names on a dense trace. Only the new columns are made in parts (and put
+        return _flagged(labels)
+    # a quarter million labels at a time: the seq texts and heads cut from all at once were this
+    # step's peak over the names on a dense trace. Only the new columns are made in parts (and put
     # together): the labels' own stay as they are
-    new = [c for c in flagged(labels.clear()).columns if c not in labels.columns]
-    parts = [flagged(part).select(new) for part in labels.iter_slices(_LABEL_ROWS)]
+    new = [c for c in _flagged(labels.clear()).columns if c not in labels.columns]
+    parts = [_flagged(part).select(new) for part in labels.iter_slices(_LABEL_ROWS)]
     return labels.hstack(pl.concat(parts, rechunk=True))
+
+
+def _flagged(labels: pl.DataFrame) -> pl.DataFrame:
+    """op_labels' columns added to labels (name_code, label, marker)."""
+    lab = pl.col("label")
+    comma = lab.str.find(",", literal=True)  # a byte offset: the head is cut from the bytes
+    head = lab.cast(pl.Binary).bin.head(comma.fill_null(_WHOLE)).cast(pl.String).cast(pl.Categorical)
+    labels = labels.with_columns(lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"), head.alias("head"))
+    kinds = _head_kinds(labels["head"])
+    return labels.hstack(kinds.drop("_op")).with_columns((pl.col("marker") & kinds["_op"]).alias("fwd_op"))
+
+
+_WHOLE = (1 << 32) - 1  # bytes of a label without a comma taken as its head: all of them
+
+
+def _head_kinds(heads: pl.Series) -> pl.DataFrame:
+    """Per label, from its head (a Categorical): bwd_node, bwd_eval, optim_marker and `_op`,
+    whether a marker with this head is a forward op, each as its anchored match on the whole
+    label would find it (none reads past the first comma); tested once per distinct head and
+    gathered by the heads' codes."""
+    text = pl.col("head")
+    distinct = heads.unique().drop_nulls()
+    kinds = (
+        distinct.cast(pl.String)
+        .to_frame("head")
+        .select(
+            text.str.contains(r"^[^,]*Backward\d*(,|$)").alias("bwd_node"),
+            text.str.starts_with("autograd::engine::evaluate_function").alias("bwd_eval"),
+            text.str.contains(r"^Optimizer\.(step|zero_grad)#").alias("optim_marker"),
+            (~text.str.starts_with("autograd::") & text.str.contains(r"^[\w:.<>]+(,|$)")).alias("_name"),
+        )
+        .with_columns(
+            (~pl.col("bwd_node") & ~pl.col("bwd_eval") & ~pl.col("optim_marker") & pl.col("_name")).alias("_op")
+        )
+    )
+    codes = distinct.to_physical()
+    size = int(codes.cast(pl.Int64).to_numpy().max(initial=-1)) + 1
+    at = heads.to_physical()
+    return pl.DataFrame(
+        [
+            pl.Series(c, [None] * size, dtype=pl.Boolean).scatter(codes, kinds[c]).gather(at)
+            for c in ("bwd_node", "bwd_eval", "optim_marker", "_op")
+        ]
+    )
 
 
 def op_fields(labels: pl.DataFrame, sizes: bool = True) -> pl.DataFrame:
@@ -253,25 +279,19 @@ def _labels_of(labels: pl.DataFrame, codes: np.ndarray) -> pl.DataFrame:
 
 class _OpNames:
     """The forward-op labels' op names by name_code, for a table that shows the op but not its
-    shapes (`categorized`) where the command lets the names go during attribution: each label's
-    text before its first comma (op_fields' `head`) as a Categorical, four bytes a label and a
-    few hundred distinct texts, instead of its whole text packed."""
-
-    ROWS = 1 << 18  # labels a chunk
+    shapes (`categorized`) where the command lets the names go during attribution: each
+    forward-op label's head (op_labels', op_fields' `head`), a Categorical, four bytes a label
+    and a few hundred distinct texts, instead of its whole text packed."""
 
     def __init__(self, labels: pl.DataFrame):
-        # a chunk of labels at a time: its copies and heads' text go before the next is cut
-        # (all at once, 0.25 GB over the names on a dense trace, attribution's peak then)
-        parts = []
-        for at in range(0, max(labels.height, 1), self.ROWS):
-            part = labels.slice(at, self.ROWS).filter("fwd_op").select("name_code", "label")
-            heads = op_fields(part, sizes=False)
-            parts.append(heads.select("name_code", pl.col("head").cast(pl.Categorical)))
-        self.heads = pl.concat(parts)
+        self.heads = labels.select("name_code", pl.when("fwd_op").then(pl.col("head")).alias("head"))
 
     def fields(self, codes: pl.Series, sizes: bool = True) -> pl.DataFrame:
         """op_fields of the forward-op labels `codes` (name_codes, no nulls), `sizes` null."""
-        got = codes.alias("name_code").to_frame().join(self.heads, on="name_code", how="left")
+        if nv.codes_are_rows(self.heads):  # a gather, not a join of millions of labels
+            got = pl.DataFrame([codes.alias("name_code"), self.heads["head"].gather(codes)])
+        else:
+            got = codes.alias("name_code").to_frame().join(self.heads, on="name_code", how="left")
         return got.select(
             "name_code", _op_name(pl.col("head").cast(pl.String)), pl.lit(None, dtype=pl.String).alias("sizes")
         )
@@ -893,12 +913,13 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         # read's columns the ranges do not keep go before the nesting is made, which then fits
         # in what they held (not so where a command made other tables of the names first: the
         # Overview, whose attribution keeps only the ops' names)
-        labels = labels.drop("name")
+        labels = labels.drop("name", "head")
         trace.store.drop(nv.labelled_ranges, nv.labels)
         fop_rows, candidates = _op_candidates(trace, labels)
     # a table without the ops' shapes keeps only each op label's op name where the names go
     texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, candidates)
     del candidates
+    labels = labels.drop("head", strict=False)  # read by _OpNames alone
     if release:
         labels = labels.drop([c for c in ("name", "label") if c in labels.columns])
         trace.store.drop(nv.labelled_ranges, nv.labels)
