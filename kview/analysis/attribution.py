@@ -955,9 +955,13 @@ def _code_count(codes: np.ndarray, labels: pl.DataFrame) -> int:
 def _by_code(labels: pl.DataFrame, flag: str, size: int) -> np.ndarray:
     """Per name code (0..size-1): whether its label is of op_labels' kind `flag` ("marker": a
     user range, no marker); False for a code of no label."""
-    by_code = np.zeros(size, dtype=bool)
     values = labels[flag].fill_null(False).to_numpy()
-    by_code[labels["name_code"].to_numpy()] = ~values if flag == "marker" else values
+    if flag == "marker":
+        values = ~values
+    if labels.height == size and nv.codes_are_rows(labels):  # in code order already: no scatter
+        return values
+    by_code = np.zeros(size, dtype=bool)
+    by_code[labels["name_code"].to_numpy()] = values
     return by_code
 
 
