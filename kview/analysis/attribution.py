@@ -91,31 +91,32 @@ def _is_phase(label: pl.Expr) -> pl.Expr:
 _LABEL_ROWS = 1 << 18
 
 
-def op_labels(trace: Trace) -> pl.DataFrame:
+def op_labels(trace: Trace, heads: bool = True) -> pl.DataFrame:
     """Per distinct range label: what kind of range it is and its autograd `seq` (made where
-    attribution needs them, not kept), and its `head`, the text before its first comma, as a
-    Categorical. Each kind but `seq` is a test of the head alone (the op's name), so the tests
+    attribution needs them, not kept), and with `heads` its `head`, the text before its first
+    comma, as a Categorical. Each kind but `seq` is a test of the head alone (the op's name), so the tests
     run on the few hundred distinct heads, not on millions of op labels, and no column of op
     names is built but the heads' codes: `op_fields` parses the few labels kernels end up with."""
     labels = nv.labels(trace)
     if labels.height <= _LABEL_ROWS:
-        return _flagged(labels)
+        return _flagged(labels, heads)
     # a quarter million labels at a time: the seq texts and heads cut from all at once were this
     # step's peak over the names on a dense trace. Only the new columns are made in parts (and put
     # together): the labels' own stay as they are
-    new = [c for c in _flagged(labels.clear()).columns if c not in labels.columns]
-    parts = [_flagged(part).select(new) for part in labels.iter_slices(_LABEL_ROWS)]
+    new = [c for c in _flagged(labels.clear(), heads).columns if c not in labels.columns]
+    parts = [_flagged(part, heads).select(new) for part in labels.iter_slices(_LABEL_ROWS)]
     return labels.hstack(pl.concat(parts, rechunk=True))
 
 
-def _flagged(labels: pl.DataFrame) -> pl.DataFrame:
-    """op_labels' columns added to labels (name_code, label, marker)."""
+def _flagged(labels: pl.DataFrame, heads: bool = True) -> pl.DataFrame:
+    """op_labels' columns added to labels (name_code, label, marker); `head` only with `heads`."""
     lab = pl.col("label")
     comma = lab.str.find(",", literal=True)  # a byte offset: the head is cut from the bytes
     head = lab.cast(pl.Binary).bin.head(comma.fill_null(_WHOLE)).cast(pl.String).cast(pl.Categorical)
     labels = labels.with_columns(lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"), head.alias("head"))
     kinds = _head_kinds(labels["head"])
-    return labels.hstack(kinds.drop("_op")).with_columns((pl.col("marker") & kinds["_op"]).alias("fwd_op"))
+    flagged = labels.hstack(kinds.drop("_op")).with_columns((pl.col("marker") & kinds["_op"]).alias("fwd_op"))
+    return flagged if heads else flagged.drop("head")
 
 
 _WHOLE = (1 << 32) - 1  # bytes of a label without a comma taken as its head: all of them
@@ -906,15 +907,17 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     if have_nvtx:  # what user_paths reads of the names and ranges, taken before the names go
         user_labels(trace)
         nv.projection_ranges(trace)
-    labels = op_labels(trace) if have_nvtx else _NO_OPS
     release = have_nvtx and (trace.ranges_only_for_attribution or trace.names_only_for_attribution)
+    # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes freed
+    # just before the nesting, whose arrays then do not reuse its pages)
+    labels = op_labels(trace, heads=release and not shapes) if have_nvtx else _NO_OPS
     fop_rows = candidates = None
     if release and shapes:
         # from here on only op_labels' flags and text are read: the names' own column and the
         # read's columns the ranges do not keep go before the nesting is made, which then fits
         # in what they held (not so where a command made other tables of the names first: the
         # Overview, whose attribution keeps only the ops' names)
-        labels = labels.drop("name", "head")
+        labels = labels.drop("name")
         trace.store.drop(nv.labelled_ranges, nv.labels)
         fop_rows, candidates = _op_candidates(trace, labels)
     # a table without the ops' shapes keeps only each op label's op name where the names go
