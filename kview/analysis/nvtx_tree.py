@@ -240,16 +240,6 @@ def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"path_id": path[first], "start": starts[first], "end": ends[last]}, schema=WINDOWS)
 
 
-def _joined_by_id(frame: pl.DataFrame, extra: pl.DataFrame) -> pl.DataFrame:
-    """`frame` left-joined with `extra` on `id`, in `frame`'s order: the join made on the ids
-    alone and its columns added, so the frame's columns (five million rows each) are not
-    copied; an id `extra` holds twice repeats its rows, as the join does."""
-    found = frame.select("id").join(extra, on="id", how="left", maintain_order="left")
-    if found.height != frame.height:
-        return frame.join(extra, on="id", how="left", maintain_order="left")
-    return frame.hstack(found.drop("id"))
-
-
 def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow."""
