@@ -73,8 +73,9 @@ def worth_it(trace: Trace, use_cache: bool) -> bool:
 OF_LABELS = (nvtx_ranges.short_labels, nvtx_ranges.range_kinds, nvtx_ranges.user_codes)
 
 
-# the range tables that read the ranges' labels, besides the attribution and OF_LABELS
-OF_NAMES = ("layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps")
+# the range tables that read the ranges' labels, besides the attribution and OF_LABELS: the
+# range batch's up to the steps (after which _let_go lets the labels go)
+OF_NAMES = BATCHES["ranges"][: BATCHES["ranges"].index("steps") + 1]
 
 
 def _before_attribution(trace: Trace) -> None:
