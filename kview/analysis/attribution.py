@@ -925,7 +925,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     del candidates
     labels = labels.drop("head", strict=False)  # read by _OpNames alone
     if release:
-        labels = labels.drop([c for c in ("name", "label") if c in labels.columns])
+        labels = labels.drop("name", "label", strict=False)
         trace.store.drop(nv.labelled_ranges, nv.labels)
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
