@@ -30,6 +30,20 @@ def stats_aggs(value: str, prefix: str = "") -> list[pl.Expr]:
     ]
 
 
+def one_row_stats(v: pl.Expr, prefix: str = "") -> list[pl.Expr]:
+    """stats_aggs of a group of one row whose value is `v` (not null): that value as total,
+    avg, med, min and max, num 1, stddev 0."""
+    return [
+        v.alias(f"{prefix}total"),
+        pl.lit(1).alias(f"{prefix}num"),
+        v.cast(pl.Float64).alias(f"{prefix}avg"),
+        v.cast(pl.Float64).alias(f"{prefix}med"),
+        v.alias(f"{prefix}min"),
+        v.alias(f"{prefix}max"),
+        pl.lit(0.0).alias(f"{prefix}stddev"),
+    ]
+
+
 def grouped_stats(
     frame: pl.DataFrame,
     keys: list[str],
@@ -50,18 +64,7 @@ def grouped_stats(
     several, ones = grouped_apart(frame, keys, value, prefix, extra)
     if ones is None:
         return several
-    v = pl.col(value)
-    ones = ones.select(
-        *keys,
-        *(one.alias(c) for c, (_, one) in extra.items()),
-        v.alias(f"{prefix}total"),
-        pl.lit(1).alias(f"{prefix}num"),
-        v.cast(pl.Float64).alias(f"{prefix}avg"),
-        v.cast(pl.Float64).alias(f"{prefix}med"),
-        v.alias(f"{prefix}min"),
-        v.alias(f"{prefix}max"),
-        pl.lit(0.0).alias(f"{prefix}stddev"),
-    )
+    ones = ones.select(*keys, *(one.alias(c) for c, (_, one) in extra.items()), *one_row_stats(pl.col(value), prefix))
     return pl.concat([several, ones.cast(several.schema)])
 
 

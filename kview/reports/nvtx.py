@@ -14,6 +14,7 @@ from kview.analysis.summary_stats import (
     gathered,
     grouped_apart,
     grouped_stats,
+    one_row_stats,
     order_like_sqlite,
     percent_of_total,
     sqlite_order,
@@ -88,22 +89,19 @@ def _with_stats(g: pl.DataFrame, several: pl.DataFrame) -> pl.DataFrame:
     at = g["several"]
     mine = at.is_not_null().arg_true()  # the rows of aggregated groups, and theirs in `several`
     theirs = at.gather(mine)
-    total, n = g["total"], g.height
+    # every group's statistics as a group of one range's, in several's types
+    one = g.select(one_row_stats(pl.col("total"))).drop("total")
+    one = one.cast({c: several.schema[c] for c in one.columns})
 
-    def stat(c: str, one: pl.Series) -> pl.Series:
+    def stat(c: str) -> pl.Series:
         # a column of the one-range value with the few aggregated values written in: one pass
         # over the rows, where a when/then over a gather of `several` was three
-        return one.alias(c).scatter(mine, several[c].gather(theirs)) if mine.len() else one.alias(c)
+        return one[c].scatter(mine, several[c].gather(theirs)) if mine.len() else one[c]
 
     g = g.select(
         percent_of_total().alias("Time (%)"),
         "total",
-        stat("num", pl.repeat(1, n, dtype=several.schema["num"], eager=True)),
-        stat("avg", total.cast(pl.Float64)),
-        stat("med", total.cast(pl.Float64)),
-        stat("min", total.clone()),
-        stat("max", total.clone()),
-        stat("stddev", pl.repeat(0.0, n, eager=True)),
+        *(stat(c) for c in one.columns),
         *[c for c in g.columns if c not in ("total", "several")],
     )
     return sqlite_round(g, ["Time (%)", *stats])
