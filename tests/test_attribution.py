@@ -231,6 +231,21 @@ def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     assert sum(r[2] is not None for r in want) > 1000
     runtime = t.columns("runtime", ["start", "end", "global_tid", "correlation"])
     assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), launch_calls(runtime)))
+    # calls out of the keys' order, one call of each ten repeated later with another time (the
+    # first is the launch), a tenth of the launches missing: still the join's answer
+    moved = pl.concat(
+        [
+            runtime.filter(pl.int_range(pl.len()) % 10 != 3).reverse(),
+            runtime.gather_every(10).with_columns(pl.col("start") + 1, pl.col("end") + 1),
+        ]
+    )
+    got = _launch_of(gpu_ops(t), moved)
+    assert got.equals(_launch_joined(gpu_ops(t), launch_calls(moved)))
+    assert got["r_start"].null_count() > 0 and got.schema == {
+        "r_start": runtime.schema["start"],
+        "r_end": runtime.schema["end"],
+        "global_tid": runtime.schema["global_tid"],
+    }
 
 
 @pytest.mark.parametrize("pack_bytes", [0, None], ids=["packed", "kept"])

@@ -419,14 +419,28 @@ def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     if keys is None:
         return _launch_joined(ops, calls)
     op_key, call_key = keys
-    # only the launches of GPU ops are made unique (most runtime calls launch nothing)
-    r = (
-        calls.select("r_start", "r_end", "global_tid")
-        .with_columns(call_key)
-        .filter(pl.col("_call").is_in(op_key.implode()))
-        .unique("_call", keep="first", maintain_order=True)
-    )
-    return op_key.to_frame().join(r, on="_call", how="left", maintain_order="left").drop("_call")
+    got = calls.select("r_start", "r_end", "global_tid")
+    if call_key.len() == 0:
+        return got.clear(op_key.len())
+    # matched by a binary search of the calls' keys in order, not by hashing: the runtime calls
+    # are read by start, and a process's correlation ids grow with it, so the keys are most
+    # often in order already (no sort), and a key repeats nowhere (a stable sort keeps the first)
+    ck = call_key.to_numpy()
+    if (ck[1:] > ck[:-1]).all():
+        keys_in_order, rows = ck, None
+    else:
+        order = np.argsort(ck, kind="stable")
+        ordered = ck[order]
+        first = np.ones(len(ordered), dtype=bool)
+        first[1:] = ordered[1:] != ordered[:-1]
+        keys_in_order, rows = ordered[first], order[first]
+    ok = op_key.to_numpy()
+    at = np.minimum(np.searchsorted(keys_in_order, ok), len(keys_in_order) - 1)
+    hit = pl.Series(keys_in_order[at] == ok)
+    got = got[at if rows is None else rows[at]]
+    if hit.all():
+        return got
+    return got.select(pl.when(hit).then(pl.col(c)).alias(c) for c in got.columns)
 
 
 def _launch_joined(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

@@ -11,7 +11,6 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
 from kview.analysis.summary_stats import (
-    SIDE_BY_SIDE_ROWS,
     gathered,
     grouped_apart,
     grouped_stats,
@@ -192,9 +191,6 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     )
     del ranges
     _let_go(trace, nv.labelled_ranges, nv.labels, nv.projection_ranges)  # the names are held here
-    present = _names_present(combo["name_code"], names)
-    if present is not None:  # the names present are copies: the table goes before the grouping
-        del names
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
         combo,
@@ -209,10 +205,12 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     del combo
     # count(DISTINCT x) ignores NULL; polars' n_unique counts it as a value.
     g = g.with_columns((pl.col("nvtx_inst_u") - (pl.col("nvtx_nulls") > 0).cast(pl.UInt32)).alias("NVTX Inst"))
+    present = _names_present(g["name_code"], names)
     if present is None:
         g = nv.with_names(trace, g, table=names)
-        del names
-    else:
+    # the report's names are copies: the table goes before they are sorted (0.6 GB on dense_x25)
+    del names
+    if present is not None:
         g = g.with_columns(_sorted_names(g["name_code"], *present))
         del present
     g = trace.with_strings(g, "name_id", "Kernel Name")
@@ -298,34 +296,21 @@ def _kernel_range_rows(nesting: nv.Nesting, j: pl.DataFrame) -> tuple[np.ndarray
     return np.repeat(np.arange(j.height, dtype=np.int64), width), row
 
 
-def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[np.ndarray, pl.Series, pl.Series] | None:
-    """(each name code's row among the distinct names present, by code; those names in text
-    order, their bytes copied side by side; each one's place in that order, equal texts equal),
-    or None where the codes are not the names table's rows.
-
-    Sorted where they lie in the names table and copied once, in that order: the rows then sort
-    on the integer, where comparing their texts read 2.4M names lying far apart (dense_x25), the
-    sorted rows' names lie in row order for the writer, and none holds the table, which its
-    holder lets go before the grouping (0.6 GB on dense_x25)."""
+def _names_present(codes: pl.Series, names: pl.DataFrame) -> tuple[pl.Series, pl.Series, int] | None:
+    """(the distinct codes among `codes`, their names with the bytes copied side by side, the
+    number of names), or None where the codes are not the names table's rows."""
     if not nv.codes_are_rows(names):
         return None
     n, present = names.height, codes.drop_nulls().unique().sort()
     if present.len() and (present.min() < 0 or present.max() >= n):
         return None
-    texts = _texts_at(names["name"], present)
-    order = texts.arg_sort()
-    texts = pl.select(texts_in_row_order(pl.lit(texts).gather(order))).to_series()
-    place = texts.ne_missing(texts.shift(1)).cum_sum()  # equal neighbours share a place
-    rows = np.int32 if present.len() < (1 << 31) else np.int64  # held through the grouping
-    at = np.zeros(n, dtype=rows)
-    at[present.to_numpy()[order.to_numpy()]] = np.arange(present.len(), dtype=rows)
-    return at, texts, place
+    return present, _texts_at(names["name"], present), n
 
 
 def _texts_at(texts: pl.Series, rows: pl.Series) -> pl.Series:
-    """`texts` at `rows` (ascending), gathered a chunk at a time, where a gather across chunks
-    looks up each row's chunk and a rechunk first copies every text's view (dense_x25's 1.77M of
-    5.6M names in 46 chunks: 0.35-0.48 -> 0.21-0.33 CPU s). Views of `texts`' bytes, not a copy."""
+    """`texts` at `rows` (ascending), their bytes copied side by side: gathered a chunk at a time,
+    where a gather across chunks looks up each row's chunk and a rechunk first copies every
+    text's view (dense_x25's 1.77M of 5.6M names in 46 chunks: 0.35-0.48 -> 0.21-0.33 CPU s)."""
     at = rows.to_numpy()
     ends = np.cumsum(texts.chunk_lengths())
     cuts = np.searchsorted(at, ends)
@@ -334,12 +319,23 @@ def _texts_at(texts: pl.Series, rows: pl.Series) -> pl.Series:
         if hi > lo:
             parts.append(chunk.gather(pl.Series(at[lo:hi] - (end - chunk.len()))))
         lo = hi
-    return pl.concat(parts) if parts else texts.clear()
+    picked = pl.concat(parts) if parts else texts.clear()
+    return pl.select(texts_in_row_order(pl.lit(picked))).to_series()
 
 
-def _sorted_names(codes: pl.Series, at: np.ndarray, texts: pl.Series, place: pl.Series) -> list[pl.Series]:
+def _sorted_names(codes: pl.Series, present: pl.Series, texts: pl.Series, n: int) -> list[pl.Series]:
     """`name`, each code's name, and `_range`, its place in text order (equal texts equal), both
-    null for a null code, from `_names_present`."""
+    null for a null code, from `_names_present`.
+
+    The distinct names present are sorted once, and copied again in that order: the rows sort on
+    the integer, where comparing their texts read 2.4M names lying far apart in the names table
+    (dense_x25), and the sorted rows' names lie in row order for the writer, which copied them so
+    slice by slice, and hold none of the table."""
+    order = texts.arg_sort()
+    texts = pl.select(texts_in_row_order(pl.lit(texts).gather(order))).to_series()
+    place = texts.ne_missing(texts.shift(1)).cum_sum()  # equal neighbours share a place
+    at = np.zeros(n, dtype=np.int64)
+    at[present.to_numpy()[order.to_numpy()]] = np.arange(present.len(), dtype=np.int64)
     row = pl.Series(at).gather(codes)
     return [texts.gather(row).alias("name"), place.gather(row).alias("_range")]
 
@@ -610,28 +606,27 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         },
     )
     del proj  # not held beside the groups and their sort
-    # the report's columns only: the order gathers every column it is given
-    g = nv.with_names(trace, g, table=names).select(
-        pl.col("name").alias("Range"),
-        pl.col("style").alias("Style"),
-        "Total Proj Time (ns)",
-        "Total Range Time (ns)",
-        "Range Instances",
-        pl.col("p_avg").alias("Proj Avg (ns)"),
-        pl.col("p_med").alias("Proj Med (ns)"),
-        pl.col("p_min").alias("Proj Min (ns)"),
-        pl.col("p_max").alias("Proj Max (ns)"),
-        pl.col("p_stddev").alias("Proj StdDev (ns)"),
-        "Total GPU Ops",
-        "Avg GPU Ops",
-        "Avg Range Lvl",
-        "Avg Num Child",
+    g = nv.with_names(trace, g, table=names)
+    keys = ["name", "style"]
+    g = sqlite_round(g, ["p_avg", "p_med", "p_stddev", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"])
+    g = order_like_sqlite(g, keys, ["Total Proj Time (ns)"], [True])
+    return Report(
+        name,
+        title,
+        g.select(
+            pl.col("name").alias("Range"),
+            pl.col("style").alias("Style"),
+            "Total Proj Time (ns)",
+            "Total Range Time (ns)",
+            "Range Instances",
+            pl.col("p_avg").alias("Proj Avg (ns)"),
+            pl.col("p_med").alias("Proj Med (ns)"),
+            pl.col("p_min").alias("Proj Min (ns)"),
+            pl.col("p_max").alias("Proj Max (ns)"),
+            pl.col("p_stddev").alias("Proj StdDev (ns)"),
+            "Total GPU Ops",
+            "Avg GPU Ops",
+            "Avg Range Lvl",
+            "Avg Num Child",
+        ),
     )
-    del names
-    rounded = ["Proj Avg (ns)", "Proj Med (ns)", "Proj StdDev (ns)", "Avg GPU Ops", "Avg Range Lvl", "Avg Num Child"]
-    g = order_like_sqlite(sqlite_round(g, rounded), ["Range", "Style"], ["Total Proj Time (ns)"], [True])
-    if g.height > SIDE_BY_SIDE_ROWS:
-        # the names copied in the report's order: the writer reads them in order, and no column
-        # holds the whole names table (0.6 GB on dense_x25) while the report is written
-        g = g.with_columns(texts_in_row_order(pl.col("Range")))
-    return Report(name, title, g)
