@@ -560,7 +560,10 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     )
     # Layer: the non-phase labels, leaving out one that the next carries as its prefix
     # (`layers.3` > `layers.3.mlp` -> `layers.3.mlp`, `Enc_0` > `Enc_0:Attn` -> `Enc_0:Attn`)
-    q = p.filter(~pl.col("phase")).with_columns(pl.col("label").shift(-1).over("call_id").alias("next"))
+    # the next label of the same call by a shift: each call's rows are together (sorted by call_id),
+    # so no window over a hash of every call
+    same_call = pl.col("call_id").shift(-1) == pl.col("call_id")
+    q = p.filter(~pl.col("phase")).with_columns(pl.when(same_call).then(pl.col("label").shift(-1)).alias("next"))
     carried = (
         pl.col("next").str.starts_with(pl.col("label") + ".") | pl.col("next").str.starts_with(pl.col("label") + ":")
     ).fill_null(False)
