@@ -211,6 +211,23 @@ def test_queue_length_over_time(case):
         assert row["Mean queue"] == pytest.approx(held / (ts[-1] - ts[0]), abs=0.006)
 
 
+@pytest.mark.parametrize(
+    "path", [NSYS, PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite", PUBLIC / "dlprof_lenet_nsys2022.1.sqlite"]
+)
+def test_queue_series_packed_as_sorted(path):
+    # the packed sort (one integer per change) gives the rows of the sort by three keys, with
+    # several devices and streams; and with the times cut to microseconds, where many launches
+    # and starts of a stream fall at one time
+    lt = la.launches(open_trace(path, use_cache=False)).select("device", "stream", "r_start", "start")
+    lt = lt.filter(pl.col("r_start").is_not_null())
+    for part in (lt, lt.with_columns(pl.col("r_start", "start") // 1000 * 1000)):
+        packed = la._packed_queue(part)
+        assert packed is not None and packed.height > 0
+        assert packed.equals(la._sorted_queue(part))
+    # a null stream does not pack: the rows' sort answers
+    assert la._packed_queue(lt.with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"))) is None
+
+
 def test_idle_gaps_by_cause(case):
     trace, ops, calls = case
     want = _gaps_truth(ops, calls, _launch_of(ops, calls), la.KERNEL_WAIT_NS)
