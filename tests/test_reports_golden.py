@@ -128,7 +128,8 @@ def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
 def test_calls_joined_on_one_key_equal_the_join_on_two(how, processes):
     """The GPU ops' runtime calls found on one integer per (process, correlation id), or on the
     id alone in a trace of one process, are those of the join on both columns, in the ops'
-    order; a null key takes the join on both."""
+    order, whether found by a sorted search (the calls' keys increasing) or a join, ops without
+    a call included; a null key takes the join on both."""
     import polars as pl
 
     from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
@@ -141,7 +142,18 @@ def test_calls_joined_on_one_key_equal_the_join_on_two(how, processes):
     nulls = k.with_columns(
         pl.when(pl.int_range(pl.len()) % 5 == 0).then(None).otherwise("correlation").alias("correlation")
     )
-    for ops, one_key in ((k, True), (nulls, False)):
+    # every 7th op's id past every call's: it has none
+    lost = k.with_columns(
+        pl.when(pl.int_range(pl.len()) % 7 == 3)
+        .then(pl.col("correlation") + r["correlation"].max() + 1)
+        .otherwise("correlation")
+        .alias("correlation")
+    )
+    keys = call_keys(k, r)
+    assert keys is not None
+    # the export lists one process's calls in id order: searched; two processes' are joined
+    assert (rn._calls_by_search(keys[0].to_numpy(), keys[1].to_numpy()) is not None) == (processes == 1)
+    for ops, one_key in ((k, True), (lost, True), (nulls, False)):
         want = ops.join(r, on=["correlation", "global_pid"], how=how, maintain_order="left")
         got = rn._api_of(trace, ops, how)
         assert (call_keys(ops, r) is not None) == one_key
