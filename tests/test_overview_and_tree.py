@@ -263,6 +263,24 @@ def test_a_paths_windows_merge_as_merge_intervals_merges_them():
         assert nt._merge(w).equals(want)
 
 
+def test_path_ids_by_small_depths_as_by_any_depths():
+    """The paths numbered from the levels' counts (depths under 2**16, sorted as small
+    integers) are those numbered from a sort of any depths: on the LM sample's ranges, and
+    with a level left empty (its ranges one level deeper, their parents no longer above)."""
+    from kview.analysis import nvtx_ranges as nv
+    from kview.analysis import nvtx_tree as nt
+
+    t = open_trace(LM, use_cache=False)
+    tree = nv.projection_nesting(t).frame(["id", "start", "end", "global_tid", "name_code"])
+    r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), pl.col("name_code").alias("lc"))
+    gap = r.with_columns(pl.when(pl.col("depth") >= 2).then(pl.col("depth") + 1).otherwise("depth").alias("depth"))
+    for part in (r, gap):
+        got = nt._path_ids(part)
+        want = nt._path_ids(part.with_columns(pl.col("depth") + (1 << 16)))  # too deep for the counts
+        assert got[0].equals(want[0]) and got[1].equals(want[1])
+        assert got[0].n_unique() > 100
+
+
 def test_the_trees_order_lists_each_parents_children_most_gpu_time_first():
     """`children_order`, the order the explorer's NVTX tree lists paths in, equals a sort of
     each parent's children done apart (most GPU time first, ties in path order), and lists

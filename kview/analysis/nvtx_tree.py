@@ -74,9 +74,16 @@ def _path_ids(r: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     up = _rows_of(r["id"].to_numpy(), r["parent"].fill_null(-1).to_numpy())
     pid = np.full(n, -1, dtype=np.int64)
     parent_pid = np.full(n, -1, dtype=np.int64)
-    by_depth = np.argsort(depth, kind="stable")
-    d = depth[by_depth]
-    cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
+    if n and 0 <= int(depth.min()) and int(depth.max()) < 1 << 16:
+        # depths are small: a stable sort of 8 or 16-bit integers is numpy's radix sort (a
+        # third of int64's time), and the levels' sizes are counts of each depth
+        by_depth = np.argsort(depth.astype(np.uint8 if int(depth.max()) < 1 << 8 else np.uint16), kind="stable")
+        sizes = np.bincount(depth)
+        cuts = np.cumsum(sizes[sizes > 0])[:-1]
+    else:
+        by_depth = np.argsort(depth, kind="stable")
+        d = depth[by_depth]
+        cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
     labels = int(lc.max()) + 2 if n else 1  # lc + 1 in 0 .. labels - 1: one key (parent path, label)
     next_id = 0
     prev_depth = None
@@ -310,7 +317,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         return empty
     tree = _placed(trace, nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"]))
     distinct, short_of = nv.short_labels(trace)
-    codes = distinct.with_row_index("lc").with_columns(pl.col("lc").cast(pl.Int64))
+    names = distinct["short"]  # by label code
     code = pl.col("name_code")
     lc = pl.lit(pl.Series(short_of, dtype=pl.Int64)).gather(pl.when(code.is_between(0, len(short_of) - 1)).then(code))
     r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", lc.alias("lc"))
@@ -320,12 +327,13 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     # windows merged first (a range re-entered while open, or open on two threads at once)
     windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
     gpu, kern = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
-    per_path = (
-        windows.select("path_id", pl.Series("gpu", gpu, dtype=pl.Int64), pl.Series("kern", kern, dtype=pl.Int64))
-        .group_by("path_id")
-        .agg(pl.col("gpu").sum(), pl.col("kern").sum())
-        .rename({"path_id": "pid"})
-    )
+    # per path, indexed by path id (the paths are numbered 0 .. n-1): float sums of integers,
+    # exact below 2**53 ns (a path's windows are disjoint: its GPU time is at most the trace's)
+    paths_n = int(r["pid"].to_numpy().max()) + 1
+    at = windows["path_id"].to_numpy()
+    gpu = np.bincount(at, weights=gpu, minlength=paths_n).astype(np.int64)
+    kern = np.bincount(at, weights=kern, minlength=paths_n).astype(np.int64)
+    del at
     g = r.group_by("pid").agg(
         pl.col("parent_pid").first(),
         pl.col("lc").first(),
@@ -337,11 +345,12 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("end").sort_by("start").first().alias("_first_end"),
         pl.col("global_tid").sort_by("start").first().alias("_first_tid"),
     )
-    g = g.join(per_path, on="pid", how="left").with_columns(
-        pl.col("gpu").fill_null(0).cast(pl.Int64).alias("GPU (ns)"),
-        pl.col("kern").fill_null(0).cast(pl.Int64).alias("GPU ops"),
+    g = g.sort("pid")  # every path id once: a row's path id is its row
+    g = g.with_columns(
+        pl.Series("GPU (ns)", gpu, dtype=pl.Int64),
+        pl.Series("GPU ops", kern, dtype=pl.Int64),
+        names.gather(g["lc"]).alias("Name"),
     )
-    g = g.join(codes.rename({"short": "Name"}), on="lc", how="left").sort("pid")
     g = g.with_columns(_path_texts(g.select("pid", "parent_pid", "depth", "Name")))
     paths = g.select(
         pl.col("pid").alias("path_id"),
