@@ -101,7 +101,10 @@ def _let_go(trace: Trace, key: str) -> None:
       range kinds and the user ranges' codes, made first;
     - after the Timeline's range rows, those (0.15 GB);
     - after the NVTX tree, the ranges and their nesting (gigabytes at a million kernels) and
-      the tree (0.35 GB), which the documents' tables do not read."""
+      the tree (0.35 GB), which the documents' tables do not read;
+    - after the Launches document, the queue lengths over time (only it reads them);
+    - after the Overview, the last to read them, the launches, their idle gaps and the
+      kernels' efficiency figures (a million rows each, names included)."""
     if key == BATCHES["kernels"][-1]:
         trace.store.drop(attribute, kernel_groups)
     elif key == "steps":
@@ -113,6 +116,15 @@ def _let_go(trace: Trace, key: str) -> None:
     elif key == BATCHES["ranges"][-1]:
         nvtx_ranges.release(trace)
         trace.store.drop(paths_and_windows, *OF_LABELS)
+    elif key == "documents.launches":
+        from kview.analysis.launches import queue_series  # made by then: imported then, not with the explorer
+
+        trace.store.drop(queue_series)
+    elif key == "overview":
+        from kview.analysis.efficiency import kernel_efficiency
+        from kview.analysis.launches import idle_gaps, launches
+
+        trace.store.drop(launches, idle_gaps, kernel_efficiency)
 
 
 class Worker:
