@@ -226,3 +226,20 @@ def test_texts_at_rows_gathered_chunk_by_chunk():
     for rows in ([0, 2, 3, 5], [4], [], [0, 1, 2, 3, 4, 5]):
         at = pl.Series(rows, dtype=pl.Int64)
         assert rn._texts_at(col, at).to_list() == col.rechunk().gather(at).to_list()
+
+
+def test_nvtx_read_once_for_several_reports(monkeypatch):
+    """The NVTX projection reports, last of a command's reports, let go only what they name:
+    the ranges an earlier report made are not read again."""
+    from kview.reports import REPORTS
+
+    trace = open_trace(LM_TRACES[0], use_cache=False)
+    source = type(trace.source)
+    read = source.nvtx_events
+    reads = []
+    monkeypatch.setattr(source, "nvtx_events", lambda self: reads.append(1) or read(self))
+    names = ["nvtx_sum", "nvtx_gpu_proj_sum", "nvtx_kern_sum"]
+    for i, name in enumerate(names):
+        trace.one_command = i == len(names) - 1
+        assert REPORTS[name](trace).frame.height > 10
+    assert len(reads) == 1
