@@ -234,3 +234,14 @@ def test_short_names_made_a_piece_at_a_time_equal_those_made_at_once(monkeypatch
     trace.store.drop(nv.short_labels)
     pieces = nv.short_labels(trace)
     assert pieces[0].equals(whole[0]) and np.array_equal(pieces[1], whole[1]) and pieces[1].dtype == np.int32
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_op_markers_are_the_labels_the_marker_regex_matches(path):
+    """labels' `marker` (the regex's literal alternatives first, the regex on the rest) is
+    is_op_marker of every label: op markers, user ranges and library ranges alike."""
+    t = open_trace(path, use_cache=False)
+    if not t.has("NVTX_EVENTS") or nv.labelled(t).height == 0:
+        pytest.skip("no NVTX")
+    labels = nv.labels(t)
+    assert labels["marker"].to_list() == [nv.is_op_marker(lab) for lab in labels["label"]]

@@ -79,8 +79,18 @@ def is_op_marker(name: str) -> bool:
     return re.search(OP_MARKER_RE, name) is not None
 
 
-def is_op_marker_expr(label: pl.Expr) -> pl.Expr:
-    return label.str.contains(OP_MARKER_RE)
+# OP_MARKER_RE's literal alternatives: one multi-pattern search of these finds nearly every op
+# marker for half the regex's CPU, which then runs only on the labels without one
+OP_MARKER_LITERALS = [", op_id = ", ", seq = ", "::"]
+
+
+def _op_markers(label: pl.Series) -> pl.Series:
+    """Whether each label is an op marker (matches OP_MARKER_RE; null where the label is)."""
+    marker = label.str.contains_any(OP_MARKER_LITERALS)
+    rest = (~marker).fill_null(True).arg_true()
+    if rest.len() == 0:
+        return marker
+    return marker.scatter(rest, label.gather(rest).str.contains(OP_MARKER_RE))
 
 
 def labelled(trace: Trace) -> pl.DataFrame:
@@ -351,17 +361,14 @@ def labels(trace: Trace) -> pl.DataFrame:
         parts.struct.field("field_1").fill_null("").alias("label"),
         parts.struct.field("field_0").fill_null("").alias("domain"),
     )
-    return (
-        plain.merge_sorted(other, key="name_code")
-        .with_columns(
-            is_op_marker_expr(pl.col("label")).alias("marker"),
-            (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
-                "library"
-            ),
-            (pl.col("domain") == MODULE_DOMAIN).alias("module"),
-        )
-        .drop("domain")
-    )
+    merged = plain.merge_sorted(other, key="name_code")
+    return merged.with_columns(
+        _op_markers(merged["label"]).alias("marker"),
+        (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
+            "library"
+        ),
+        (pl.col("domain") == MODULE_DOMAIN).alias("module"),
+    ).drop("domain")
 
 
 @derived
