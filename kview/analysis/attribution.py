@@ -274,7 +274,12 @@ class _OpTexts:
 def _labels_of(labels: pl.DataFrame, codes: np.ndarray) -> pl.DataFrame:
     """(name_code, label) of the labels of these name codes, in their order."""
     if nv.codes_are_rows(labels):  # a gather, not a join
-        return labels.select("name_code", "label")[codes]
+        if len(codes) == 0:
+            return labels.select("name_code", "label").clear()
+        # from the slice the codes span: a gather across the names' chunks finds each row's
+        # chunk, five times the CPU of one from a slice within a chunk
+        lo, hi = int(codes.min()), int(codes.max()) + 1
+        return labels.select("name_code", "label").slice(lo, hi - lo)[codes - lo]
     want = pl.DataFrame({"name_code": codes}, schema={"name_code": pl.Int64})
     return want.join(labels.select("name_code", "label"), on="name_code", how="left", maintain_order="left")
 
