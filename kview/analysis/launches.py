@@ -57,13 +57,14 @@ DELAY, COST, GPU = "Launch delay (ns)", "Launch cost (ns)", "GPU (ns)"
 
 
 API_SCHEMA = pl.Schema({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "api": pl.String})
+API_COLUMNS = ["global_tid", "start", "end", "name_id"]  # the runtime calls' columns api_calls reads
 
 
 def api_calls(trace: Trace) -> pl.DataFrame:
     """Every runtime API call: global_tid, start, end, api (its name without a _vN suffix)."""
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame(schema=API_SCHEMA)
-    r = trace.columns("runtime", ["global_tid", "start", "end", "name_id"])
+    r = trace.columns("runtime", API_COLUMNS)
     used = r["name_id"].unique()
     return _with_api(r, _api_names(trace.string_values(used).filter(pl.col("id").is_in(used.implode()))))
 

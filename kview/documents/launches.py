@@ -60,6 +60,10 @@ def _kept_launches(trace: Trace) -> tuple[pl.DataFrame, ...]:
     in the frame cache: a second look (the explorer reopening a trace) reads them instead of
     joining every runtime call to its GPU ops again (seconds at a million kernels)."""
     makers = _launch_makers(trace, TOP_GAPS, la.KERNEL_WAIT_NS)
+    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        # the longest gaps read every runtime call (their CPU calls): read first, the idle
+        # gaps' synchronizations are a filter of them, not a pass over the file of their own
+        trace.columns("runtime", la.API_COLUMNS)
     held = pl.DataFrame({"launched": [launched(trace).height > 0]})
     return (*(makers[n]() for n in WHOLE_LAUNCHES), held)
 
