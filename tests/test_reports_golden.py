@@ -132,7 +132,7 @@ def test_calls_joined_on_one_key_equal_the_join_on_two(how, processes):
     a call included; a null key takes the join on both."""
     import polars as pl
 
-    from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
+    from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, calls_by_search, launch_calls
     from kview.reports import nvtx as rn
 
     path = next(p for p in PUBLIC_TRACES if "2gpu_fsdp_before" in p.name) if processes == 2 else LM_TRACES[0]
@@ -152,7 +152,7 @@ def test_calls_joined_on_one_key_equal_the_join_on_two(how, processes):
     keys = call_keys(k, r)
     assert keys is not None
     # the export lists one process's calls in id order: searched; two processes' are joined
-    assert (rn._calls_by_search(keys[0].to_numpy(), keys[1].to_numpy()) is not None) == (processes == 1)
+    assert (calls_by_search(keys[0].to_numpy(), keys[1].to_numpy()) is not None) == (processes == 1)
     for ops, one_key in ((k, True), (lost, True), (nulls, False)):
         want = ops.join(r, on=["correlation", "global_pid"], how=how, maintain_order="left")
         got = rn._api_of(trace, ops, how)

@@ -427,25 +427,33 @@ def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     got = calls.select("r_start", "r_end", "global_tid")
     if call_key.len() == 0:
         return got.clear(op_key.len())
-    # matched by a binary search of the calls' keys in order, not by hashing: the runtime calls
-    # are read by start, and a process's correlation ids grow with it, so the keys are most
-    # often in order already (no sort), and a key repeats nowhere (a stable sort keeps the first)
-    ck = call_key.to_numpy()
-    if (ck[1:] > ck[:-1]).all():
-        keys_in_order, rows = ck, None
-    else:
-        order = np.argsort(ck, kind="stable")
-        ordered = ck[order]
+    mine, theirs = op_key.to_numpy(), call_key.to_numpy()
+    found = calls_by_search(mine, theirs)
+    if found is None:  # out of order or an id repeated: each key's first call, by a stable sort
+        order = np.argsort(theirs, kind="stable")
+        ordered = theirs[order]
         first = np.ones(len(ordered), dtype=bool)
         first[1:] = ordered[1:] != ordered[:-1]
-        keys_in_order, rows = ordered[first], order[first]
-    ok = op_key.to_numpy()
-    at = np.minimum(np.searchsorted(keys_in_order, ok), len(keys_in_order) - 1)
-    hit = pl.Series(keys_in_order[at] == ok)
-    got = got[at if rows is None else rows[at]]
+        at, hit = calls_by_search(mine, ordered[first])  # type: ignore[misc]  # increasing: found
+        at = order[first][at]
+    else:
+        at, hit = found
+    got = got[at]
     if hit.all():
         return got
-    return got.select(pl.when(hit).then(pl.col(c)).alias(c) for c in got.columns)
+    return got.select(pl.when(pl.Series(hit)).then(pl.col(c)).alias(c) for c in got.columns)
+
+
+def calls_by_search(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the row of `theirs` equal to each of `mine` or any row, whether it is equal), by a sorted
+    search where `theirs` increase strictly, else None: the runtime calls' keys (`call_keys`) as
+    an export lists one process's calls, by start, whose correlation ids grow with it. A hash
+    join of dense_x25's 1.1M kernels to 2.4M calls costs 0.27-0.29 CPU s, this 0.07-0.08."""
+    if not len(theirs) or not bool(np.all(theirs[1:] > theirs[:-1])):
+        return None
+    at = np.searchsorted(theirs, mine)
+    np.minimum(at, len(theirs) - 1, out=at)
+    return at, theirs[at] == mine
 
 
 def _launch_joined(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

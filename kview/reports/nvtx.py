@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, launch_calls
+from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, calls_by_search, launch_calls
 from kview.analysis.summary_stats import (
     gathered,
     grouped_apart,
@@ -126,7 +126,7 @@ def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> p
     if keys is None:
         return ops.join(r, on=["correlation", "global_pid"], how=how)
     r = r.drop("correlation", "global_pid")
-    found = _calls_by_search(keys[0].to_numpy(), keys[1].to_numpy())
+    found = calls_by_search(keys[0].to_numpy(), keys[1].to_numpy())
     if found is not None and not set(ops.columns) & set(r.columns):
         at, hit = found
         if how == "inner":
@@ -138,18 +138,6 @@ def _api_of(trace: Trace, ops: pl.DataFrame, how: Literal["inner", "left"]) -> p
     # one integer key: a join on two columns costs 0.9 CPU s where this one costs 0.55 (dense_x25)
     r = r.with_columns(keys[1])
     return ops.with_columns(keys[0]).join(r, on="_call", how=how, maintain_order="left").drop("_call")
-
-
-def _calls_by_search(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(the row of `theirs` equal to each of `mine` or any row, whether it is equal), by a sorted
-    search where `theirs` increase strictly (each call once: the export lists them so), else
-    None. A hash join of dense_x25's 1.1M kernels to 2.4M calls costs 0.27-0.29 CPU s, this
-    0.07-0.08."""
-    if not len(theirs) or not bool(np.all(theirs[1:] > theirs[:-1])):
-        return None
-    at = np.searchsorted(theirs, mine)
-    np.minimum(at, len(theirs) - 1, out=at)
-    return at, theirs[at] == mine
 
 
 def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] = ()) -> None:
