@@ -322,7 +322,8 @@ class Store:
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
                 for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
-                    frame.write_parquet(Path(out, f"{name}.parquet"), row_group_size=MADE_ROW_GROUP)
+                    # no statistics: the file is read back whole, never searched by them
+                    frame.write_parquet(Path(out, f"{name}.parquet"), row_group_size=MADE_ROW_GROUP, statistics=False)
                 self._written[t] = out
 
     def read_made(self, keys: Iterable[str], out: str) -> None:
