@@ -247,6 +247,51 @@ def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"path_id": path[first], "start": starts[first], "end": ends[last]}, schema=WINDOWS)
 
 
+def _preorder(other: pl.DataFrame) -> bool:
+    """Whether the ranges `other` (global_tid, start, parent) are each thread's in preorder:
+    the threads one after another, each beginning with a root, starts ascending in each."""
+    tid, start = pl.col("global_tid"), pl.col("start")
+    new_thread = tid != tid.shift(1)
+    return bool(
+        other.select(
+            (tid.diff() >= 0).all()
+            & (pl.col("parent").is_null() | ~new_thread.fill_null(True)).all()
+            & ((start.diff() >= 0) | new_thread.fill_null(True)).all()
+        ).item()
+    )
+
+
+def _in_preorder(other: pl.DataFrame) -> pl.DataFrame:
+    """`other` with the top-level range open at each range's start (`root`), its ranges in
+    preorder (_preorder): the last root at or before its row."""
+    return other.with_columns(pl.when(pl.col("parent").is_null()).then(pl.col("id")).forward_fill().alias("root"))
+
+
+def _by_search(other: pl.DataFrame, roots: pl.DataFrame) -> pl.DataFrame:
+    """`other` with `root` (as _in_preorder), its rows sorted by start, each root searched."""
+    tops = roots.select("global_tid", pl.col("start").alias("tstart"), pl.col("id").alias("root")).sort("tstart")
+    return other.sort("start").join_asof(
+        tops, left_on="start", right_on="tstart", by="global_tid", strategy="backward", check_sortedness=False
+    )
+
+
+def _moved(other: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
+    """pos, new_depth and new_parent of the ranges of `other` (with `root`) whose root moves
+    under a user range (`found`: root, new_parent, pdepth)."""
+    return (
+        other.join(found, on="root", how="inner")
+        .select(
+            "pos",
+            (pl.col("depth") + pl.col("pdepth") + 1).alias("new_depth"),
+            pl.when(pl.col("id") == pl.col("root"))
+            .then(pl.col("new_parent"))
+            .otherwise(pl.col("parent"))
+            .alias("new_parent"),
+        )
+        .drop_nulls("new_depth")
+    )
+
+
 def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow."""
@@ -266,26 +311,14 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
         pl.col("id").alias("new_parent"),
         pl.Series("pdepth", depth.to_numpy()[np.maximum(at, 0)], dtype=depth.dtype).set(pl.Series(at < 0), None),
     )
-    # every range of those threads belongs to the top-level range open at its start (they nest)
-    tops = roots.select("global_tid", pl.col("start").alias("tstart"), pl.col("id").alias("root")).sort("tstart")
-    moved = (
-        other.sort("start")
-        .join_asof(
-            tops, left_on="start", right_on="tstart", by="global_tid", strategy="backward", check_sortedness=False
-        )
-        .join(found, on="root", how="inner")
-        .select(
-            "pos",
-            (pl.col("depth") + pl.col("pdepth") + 1).alias("new_depth"),
-            pl.when(pl.col("id") == pl.col("root"))
-            .then(pl.col("new_parent"))
-            .otherwise(pl.col("parent"))
-            .alias("new_parent"),
-        )
-        .drop_nulls("new_depth")
-    )
+    fast = _preorder(other)
+    moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
     pos = moved["pos"].to_numpy()
-    if pos.size and np.bincount(pos, minlength=tree.height).max() > 1:  # a range under two user ranges: its rows repeat
+    if fast and pos.size and np.bincount(pos, minlength=tree.height).max() > 1:
+        # a range under two user ranges: its rows repeat, in the order of the rows by start
+        moved = _moved(_by_search(other, roots), found)
+        pos = moved["pos"].to_numpy()
+    if pos.size and np.bincount(pos, minlength=tree.height).max() > 1:
         twice = tree.select("id").gather(moved["pos"]).hstack(moved.drop("pos"))
         return (
             tree.join(twice, on="id", how="left", maintain_order="left")
