@@ -281,6 +281,20 @@ def test_path_ids_by_small_depths_as_by_any_depths():
         assert got[0].n_unique() > 100
 
 
+@pytest.mark.parametrize("path", [LM, SAMPLES / "bert-2l_seq128_train_nsys.sqlite"])
+def test_ranges_placed_by_their_threads_preorder_as_by_a_search_of_roots(path, monkeypatch):
+    """The autograd thread's ranges placed under the user range open when their top-level
+    range began: found from the rows' preorder (a forward fill) as from a sort by start and
+    a search of the roots, the tree the same."""
+    from kview.analysis import nvtx_tree as nt
+
+    fast = nt.paths_and_windows(open_trace(path, use_cache=False))
+    monkeypatch.setattr(nt, "_preorder", lambda other: False)
+    searched = nt.paths_and_windows(open_trace(path, use_cache=False))
+    assert fast[0].height > 100 and fast[0]["Depth"].max() > 3
+    assert fast[0].equals(searched[0]) and fast[1].equals(searched[1])
+
+
 def test_the_trees_order_lists_each_parents_children_most_gpu_time_first():
     """`children_order`, the order the explorer's NVTX tree lists paths in, equals a sort of
     each parent's children done apart (most GPU time first, ties in path order), and lists
