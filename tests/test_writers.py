@@ -225,6 +225,9 @@ def test_text_bytes_finds_each_character_inline_or_in_a_buffer(table, monkeypatc
             assert not text_bytes.lacks(texts, c), (odd, c)
         controls = any(ord(c) < 0x20 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in odd)
         assert text_bytes.lacks(texts, IN_LINES_ASCII, c1=True) == (not controls), odd
+        # several sets of characters at once answer as each alone (a writer's one look)
+        sets = [(IN_LINES_ASCII, True), ('"\r', False), ("\t", False), ("|\\", False)]
+        assert text_bytes.lacks_each(texts, sets) == [text_bytes.lacks(texts, c, c1=c1) for c, c1 in sets], odd
     # a column of a few texts over every row (the LM table's kernel names, repeated) is answered
     # from its distinct texts: as exactly, wherever the row holding the character lies
     names = table["Kernel"].gather(pl.int_range(20_000, eager=True) % table.height)
@@ -237,6 +240,9 @@ def test_text_bytes_finds_each_character_inline_or_in_a_buffer(table, monkeypatc
             assert not text_bytes.lacks(texts, c), (odd, c)
         controls = any(ord(c) < 0x20 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in odd)
         assert text_bytes.lacks(texts, IN_LINES_ASCII, c1=True) == (not controls), odd
+        # several sets of characters at once answer as each alone (a writer's one look)
+        sets = [(IN_LINES_ASCII, True), ('"\r', False), ("\t", False), ("|\\", False)]
+        assert text_bytes.lacks_each(texts, sets) == [text_bytes.lacks(texts, c, c1=c1) for c, c1 in sets], odd
     # a small column is not read this way: "may hold"
     assert not text_bytes.lacks(pl.Series(["gemm"] * 9_999), IN_LINES_ASCII)
     assert text_bytes.scattered(plain) is False  # 1 MB of names: in cache whatever the order

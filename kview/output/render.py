@@ -30,7 +30,7 @@ from kview.output.table_text import (
     wrap_text,
 )
 from kview.output.table_text import set_table_width as set_table_width  # the command line's
-from kview.output.text_bytes import lacks, repeats, scattered
+from kview.output.text_bytes import lacks, lacks_each, repeats, scattered
 from kview.output.visible import ANY, ANY_ASCII, IN_LINES, IN_LINES_ASCII, VisibleStream, json_visible, visible
 
 if TYPE_CHECKING:
@@ -174,10 +174,13 @@ def _texts(frame: pl.DataFrame) -> list[str]:
     return [c for c, t in frame.schema.items() if t == pl.String]
 
 
-def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",") -> None:
+def write_csv(
+    frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",", plain: frozenset[str] = frozenset()
+) -> None:
     """nsys's CSV: a cell is quoted only when it holds the separator or a line break (quotes
     doubled inside it); a quote alone is left as it is, as nsys leaves it; NULL is empty. A
-    table without rows is its header line, so a reader still learns the columns."""
+    table without rows is its header line, so a reader still learns the columns. `plain`: text
+    columns known to hold neither a quote nor a carriage return (`write` looked already)."""
     if frame.width == 0:
         return
     out.write((sep.join(f'"{c}"' if sep in c else c for c in frame.columns) + "\n").encode())
@@ -188,11 +191,11 @@ def write_csv(frame: pl.DataFrame, out: BinaryIO, decimals=None, sep: str = ",")
     cells = _cells(frame, decimals, odd=('"', "\r"))
     texts = _texts(cells)
     # a column whose buffers hold neither byte needs no test of each value (text_bytes)
-    plain = {c for c in texts if lacks(cells[c], '"\r')}
+    unquoted = {c for c in texts if c in plain or lacks(cells[c], '"\r')}
     seen = _any(
         cells,
         {
-            **{f"x{i}": pl.col(c).str.contains_any(['"', "\r"]) for i, c in enumerate(texts) if c not in plain},
+            **{f"x{i}": pl.col(c).str.contains_any(['"', "\r"]) for i, c in enumerate(texts) if c not in unquoted},
             **{f"e{i}": pl.col(c).str.len_bytes() == 0 for i, c in enumerate(texts)},
         },
     )
@@ -230,13 +233,17 @@ def _quoted(e: pl.Expr, sep: str) -> pl.Expr:
     )
 
 
-def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
-    """Tab-separated, nothing quoted: a tab inside a cell becomes a space."""
+def write_tsv(frame: pl.DataFrame, out: BinaryIO, decimals=None, plain: frozenset[str] = frozenset()) -> None:
+    """Tab-separated, nothing quoted: a tab inside a cell becomes a space. `plain`: text columns
+    known to hold no tab."""
     if frame.width == 0:
         return
     cells = _cells(frame, decimals, odd=("\t",))
     texts = _texts(cells)
-    tabs = _any(cells, {c: pl.col(c).str.contains("\t", literal=True) for c in texts if not lacks(cells[c], "\t")})
+    tabs = _any(
+        cells,
+        {c: pl.col(c).str.contains("\t", literal=True) for c in texts if c not in plain and not lacks(cells[c], "\t")},
+    )
     spaced = {c: pl.col(c).str.replace_all("\t", " ", literal=True) for c in texts if tabs.get(c)}
     _written(cells, out, spaced, separator="\t", include_header=True)
 
@@ -265,10 +272,11 @@ def md_escape(text: str) -> str:
     return re.sub(r"\r\n|\r|\n", " ", re.sub(_MD_CLASS, lambda m: "\\" + m.group(0), text))
 
 
-def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
+def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None, plain: frozenset[str] = frozenset()) -> None:
     """A Markdown table: `| a | b |` lines. Written by polars' CSV writer with a space as the
     separator between the cells and `|` columns around them, so each cell is copied once; only
-    columns holding a character of MD_SPECIAL are escaped (slice by slice)."""
+    columns holding a character of MD_SPECIAL are escaped (slice by slice). `plain`: text
+    columns known to hold none."""
     if frame.width == 0:
         return
     numeric = [dt.is_numeric() for dt in frame.dtypes]
@@ -282,7 +290,11 @@ def write_markdown(frame: pl.DataFrame, out: BinaryIO, decimals=None) -> None:
     texts = _texts(cells)
     odd = _any(
         cells,
-        {c: pl.col(c).str.contains_any(list(MD_SPECIAL)) for c in texts if not lacks(cells[c], "".join(MD_SPECIAL))},
+        {
+            c: pl.col(c).str.contains_any(list(MD_SPECIAL))
+            for c in texts
+            if c not in plain and not lacks(cells[c], "".join(MD_SPECIAL))
+        },
     )
     bar = pl.repeat("|", cells.height, dtype=pl.String)
     names = [f"c{i}" for i in range(cells.width)]
@@ -357,6 +369,11 @@ def as_data(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(rewrite) if rewrite else frame
 
 
+# the characters each text format treats in a cell, besides the control characters: CSV quotes
+# (and a carriage return), TSV tabs, Markdown its markup
+FORMAT_SPECIAL = {"csv": '"\r', "tsv": "\t", "md": "".join(MD_SPECIAL)}
+
+
 def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
     """One table in `fmt` to a binary stream as polars writes it (never the whole document in
     memory); every control character in it made visible (JSON escapes them itself)."""
@@ -365,18 +382,27 @@ def write(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: in
     if fmt == "json":
         write_json(frame, out)
         return
-    if not _may_hold_controls(frame):
+    # each large text column's bytes looked at once for control characters and for the
+    # characters the format treats (text_bytes)
+    special = FORMAT_SPECIAL.get(fmt)
+    looked = {
+        c: lacks_each(frame[c], [(IN_LINES_ASCII, True)] + ([(special, False)] if special else []))
+        for c, t in frame.schema.items()
+        if t == pl.String
+    }
+    plain = frozenset(c for c, lacking in looked.items() if special and lacking[1])
+    if not _may_hold_controls(frame, frozenset(c for c, lacking in looked.items() if lacking[0])):
         # only the cells can hold a control character (the layouts add none): a table whose
         # cells hold none is written as it is, not scanned byte by byte on its way out (a
         # million kernels' CSV is 1.8 GB, and the scan in Python was most of its CPU time)
-        _write_text(frame, fmt, out, decimals, width)
+        _write_text(frame, fmt, out, decimals, width, plain)
         return
     shown = VisibleStream(out)
-    _write_text(frame, fmt, cast(BinaryIO, shown), decimals, width)
+    _write_text(frame, fmt, cast(BinaryIO, shown), decimals, width, plain)
     shown.finish()
 
 
-def _may_hold_controls(frame: pl.DataFrame) -> bool:
+def _may_hold_controls(frame: pl.DataFrame, clean: frozenset[str] = frozenset()) -> bool:
     """Whether a cell or a column name of `frame` may hold a control character (visible.IN_LINES):
     its text columns and the names of its categories (those present, for a Categorical) are looked at, in one pass of polars; a
     column of any type other than text, numbers, booleans and times counts as one that may."""
@@ -385,7 +411,7 @@ def _may_hold_controls(frame: pl.DataFrame) -> bool:
     tests: dict[str, pl.Expr] = {}
     for i, (c, t) in enumerate(frame.schema.items()):
         if t == pl.String:
-            if lacks(frame[c], IN_LINES_ASCII, c1=True):
+            if c in clean or lacks(frame[c], IN_LINES_ASCII, c1=True):
                 continue
             # a column that repeats a few texts (a kernel's name, its shapes: 37 distinct
             # texts of 1 KB each over a million kernels) is looked at once per distinct text
@@ -400,13 +426,22 @@ def _may_hold_controls(frame: pl.DataFrame) -> bool:
     return frame.height > 0 and any(_any(frame, tests).values())
 
 
-def _write_text(frame: pl.DataFrame, fmt: str, out: BinaryIO, decimals=None, width: int | None = None) -> None:
+def _write_text(
+    frame: pl.DataFrame,
+    fmt: str,
+    out: BinaryIO,
+    decimals=None,
+    width: int | None = None,
+    plain: frozenset[str] = frozenset(),
+) -> None:
+    """`frame` in text format `fmt`; `plain`: its text columns known to hold none of the
+    format's FORMAT_SPECIAL characters."""
     if fmt == "csv":
-        write_csv(frame, out, decimals)
+        write_csv(frame, out, decimals, plain=plain)
     elif fmt == "tsv":
-        write_tsv(frame, out, decimals)
+        write_tsv(frame, out, decimals, plain)
     elif fmt == "md":
-        write_markdown(frame, out, decimals)
+        write_markdown(frame, out, decimals, plain)
     elif fmt == "table":
         write_table(frame, out, decimals, width)
     else:

@@ -56,69 +56,98 @@ def _views(texts: pl.Series) -> list[tuple[np.ndarray, np.ndarray, list[np.ndarr
     return out
 
 
-def _holds(data: np.ndarray, low: np.ndarray, high: bytes, c1: bool) -> bool:
-    """Whether `data` may hold one of the bytes `low` (< 0x20) or `high`, or (`c1`) a C1
-    character (UTF-8 C2 80..C2 9F)."""
+_Spec = tuple["np.ndarray", bytes, bool]  # (bytes < 0x20, bytes >= 0x20, C1) of one set of characters
+
+
+def _holds(data: np.ndarray, specs: list[_Spec], found: list[bool]) -> None:
+    """Set `found[i]` where `data` may hold one of spec i's bytes `low` (< 0x20) or `high`, or
+    (its `c1`) a C1 character (UTF-8 C2 80..C2 9F); specs found already are not looked for."""
     import numpy as np
 
     for at in range(0, data.size, CHUNK):
+        if all(found):
+            return
         x = data[at : at + CHUNK]
-        # the chunk's least and greatest byte first (one pass each, no mask): a byte outside
-        # them is not compared for (text without a control character, ASCII text without C1)
+        # the chunk's least and greatest byte first (one pass each, no mask), once for every
+        # spec: a byte outside them is not compared for (text without a control character,
+        # ASCII text without C1)
         least, most = int(x.min()), int(x.max())
-        if low.size and least < 0x20:
-            control = x < 0x20
-            if np.isin(x[control], low).any():
-                return True
-        if any((x == b).any() for b in high if least <= b <= most):
-            return True
-        if c1 and most >= 0xC2:
-            second = np.flatnonzero(x == 0xC2) + (at + 1)
-            if second.size:
-                if second[-1] >= data.size:  # a lead byte last: its pair is not here to look at
-                    return True
-                follow = data[second]
-                if ((follow >= 0x80) & (follow <= 0x9F)).any():
-                    return True
-    return False
+        control = None
+        for i, (low, high, c1) in enumerate(specs):
+            if found[i]:
+                continue
+            if low.size and least < 0x20:
+                control = x[x < 0x20] if control is None else control
+                if np.isin(control, low).any():
+                    found[i] = True
+                    continue
+            if any((x == b).any() for b in high if least <= b <= most):
+                found[i] = True
+                continue
+            if c1 and most >= 0xC2:
+                second = np.flatnonzero(x == 0xC2) + (at + 1)
+                if second.size:
+                    if second[-1] >= data.size:  # a lead byte last: its pair is not here to look at
+                        found[i] = True
+                        continue
+                    follow = data[second]
+                    if ((follow >= 0x80) & (follow <= 0x9F)).any():
+                        found[i] = True
 
 
 def lacks(texts: pl.Series, chars: str, c1: bool = False) -> bool:
     """True when no value of `texts` holds one of the ASCII characters `chars` nor (`c1`) a C1
     control character (U+0080..U+009F); False when one may (or the column is not read this way)."""
+    return lacks_each(texts, [(chars, c1)])[0]
+
+
+def lacks_each(texts: pl.Series, wanted: list[tuple[str, bool]]) -> list[bool]:
+    """`lacks(texts, chars, c1)` for each (chars, c1) of `wanted`, the column's bytes looked at
+    once for all of them (a writer asks for control characters and for its own special ones)."""
     if texts.dtype != pl.String or texts.len() < MIN_ROWS:
-        return False
-    codes = chars.encode("ascii")
+        return [False] * len(wanted)
+    codes = [chars.encode("ascii") for chars, _ in wanted]
     if repeats(texts):
         # a few texts over every row (a kernel's name, its op, its grid): those few looked at,
         # where reading each row's view costs 3-8x as much (1.3M rows: 0.01-0.02 against 0.09 s)
-        wanted = "".join(f"\\x{{{b:02x}}}" for b in codes) + ("\\x{80}-\\x{9f}" if c1 else "")
-        return not wanted or not texts.unique().str.contains(f"[{wanted}]").any()
+        distinct = texts.unique()
+        answers = []
+        for code, (_, c1) in zip(codes, wanted):
+            pattern = "".join(f"\\x{{{b:02x}}}" for b in code) + ("\\x{80}-\\x{9f}" if c1 else "")
+            answers.append(not pattern or not distinct.str.contains(f"[{pattern}]").any())
+        return answers
     views = _views(texts)
     if views is None:
-        return False
+        return [False] * len(wanted)
     import numpy as np
 
-    low = np.array([b for b in codes if b < 0x20], dtype=np.uint8)
-    high = bytes(b for b in codes if b >= 0x20)
+    specs: list[_Spec] = [
+        (
+            np.array([b for b in code if b < 0x20], dtype=np.uint8),
+            bytes(b for b in code if b >= 0x20),
+            c1,
+        )
+        for code, (_, c1) in zip(codes, wanted)
+    ]
+    found = [False] * len(wanted)
     for words, raw, data in views:
         lengths = words[:, 0]
         long = lengths > INLINE
         referenced = int(lengths[long].sum(dtype=np.int64))
         if sum(d.size for d in data) > SPARE * referenced + CHUNK:
-            return False
+            return [False] * len(wanted)
         for d in data:
-            if _holds(d, low, high, c1):
-                return False
+            _holds(d, specs, found)
         # the short values, a slice of views at a time (their masks stay small)
         for at in range(0, len(raw), CHUNK // 16):
+            if all(found):
+                break
             size = lengths[at : at + CHUNK // 16]
             short = size <= INLINE
             inline = raw[at : at + CHUNK // 16][short, 4:]
             mine = np.arange(INLINE) < size[short, None]
-            if _holds(inline[mine], low, high, c1):
-                return False
-    return True
+            _holds(inline[mine], specs, found)
+    return [not f for f in found]
 
 
 def scattered(texts: pl.Series) -> bool:
