@@ -582,7 +582,7 @@ def cmd_kernels(args) -> int:
     trace = _open(args, args.trace)
     trace.ranges_only_for_attribution = trace.only_attribution = True
     table = attribute(trace)
-    trace.store.drop()  # only the table is written from here on
+    trace.store.clear()  # only the table is written from here on
     doc = kernels(trace, pred, args.absolute, args.filter, table)
     _say(doc.notes, trace)
     return _show(args, doc, stream=True)

@@ -288,14 +288,19 @@ class Store:
             return self._memory.get((table_of(fn), *args))
 
     def drop(self, *fns: Callable[..., Any]) -> None:
-        """Forget the tables `fns` (every argument of them), or every table when none is named:
-        what was made from them stays, and a later question makes them again (equal), or reads
-        back what `make` wrote, rather than the owner holding them (the NVTX names and nesting
-        behind an attributed table are gigabytes at a million kernels)."""
+        """Forget the tables `fns` (every argument of them; none named, none forgotten): what
+        was made from them stays, and a later question makes them again (equal), or reads back
+        what `make` wrote, rather than the owner holding them (the NVTX names and nesting behind
+        an attributed table are gigabytes at a million kernels)."""
         gone = {table_of(f) for f in fns}
         with self._guard:
-            for k in [k for k in self._memory if not gone or k[0] in gone]:
+            for k in [k for k in self._memory if k[0] in gone]:
                 del self._memory[k]
+
+    def clear(self) -> None:
+        """Forget every table (as `drop` each)."""
+        with self._guard:
+            self._memory.clear()
 
     def held(self) -> set[str]:
         """The keys of the tables in memory."""

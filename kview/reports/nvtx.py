@@ -146,8 +146,7 @@ def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] =
     report's groups and its sort to the end (the NVTX ranges 0.3 GB and their nesting 0.15 GB
     on dense_x25)."""
     if trace.one_command:
-        if tables:  # Store.drop() of no table drops every one: what an earlier report made too
-            trace.store.drop(*tables)
+        trace.store.drop(*tables)
         trace.let_go(*frames)
         return_freed_memory()
 
