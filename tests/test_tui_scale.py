@@ -155,6 +155,43 @@ def test_the_worker_makes_the_nvtx_tree_with_the_labels_let_go(tmp_path, monkeyp
     _equal(got, want, "nvtx_tree, timeline.nvtx")
 
 
+def test_the_worker_lets_the_gaps_and_the_calls_go_before_the_critical_path(tmp_path, monkeypatch):
+    """After the Efficiency and Launches documents the worker lets the kernels' efficiency
+    figures, the idle gaps and the kernels' and runtime calls' columns go (0.4 GB on the dense
+    trace, held through the critical path's walk before): the documents after them make or read
+    none of them again, and the Overview's idle time by cause is the one of the gaps."""
+    from kview.analysis.efficiency import kernel_efficiency
+    from kview.analysis.launches import CAUSES, idle_gaps, idle_totals
+    from kview.derived import table_of
+
+    want = open_trace(LM, use_cache=False)
+    by_cause = dict(idle_gaps(want).group_by("cause").agg(pl.col("idle").sum()).iter_rows())
+    trace = open_trace(LM, use_cache=False)
+    keys = [k for b in prepare.BATCHES.values() for k in b]
+    at = keys.index("documents.launches") + 1
+    assert keys.index("documents.efficiency") < at == keys.index("documents.critical_path") < keys.index("overview")
+    for key in keys[:at]:
+        trace.store.make([key], str(tmp_path))
+        prepare._let_go(trace, key)
+    assert trace.store.peek(idle_gaps) is None and trace.store.peek(kernel_efficiency) is None
+    assert not {"kernels", "runtime"} & set(trace._frames)
+
+    def again(*a, **k):
+        raise AssertionError("made again")
+
+    for fn in (idle_gaps, kernel_efficiency):
+        monkeypatch.setattr(table_of(fn), "fn", again)
+    read = trace.source.read_columns
+    monkeypatch.setattr(
+        trace.source, "read_columns", lambda key, *a: again() if key in ("kernels", "runtime") else read(key, *a)
+    )
+    for key in keys[at:]:
+        trace.store.make([key], str(tmp_path))
+        prepare._let_go(trace, key)
+    totals = idle_totals(trace)
+    assert totals == {c: int(by_cause.get(c, 0)) for c in CAUSES} and totals["host"] > 0
+
+
 def test_the_worker_makes_every_table_of_a_trace_without_phases(tmp_path):
     """A trace without phases (vecadd: no NVTX) gets every table from the worker too: the
     Compare view's kept phases are an empty table there, not an error that ended the worker's

@@ -102,9 +102,13 @@ def _let_go(trace: Trace, key: str) -> None:
     - after the Timeline's range rows, those (0.15 GB);
     - after the NVTX tree, the ranges and their nesting (gigabytes at a million kernels) and
       the tree (0.35 GB), which the documents' tables do not read;
-    - after the Launches document, the queue lengths over time (only it reads them);
-    - after the Overview, the last to read them, the launches, their idle gaps and the
-      kernels' efficiency figures (a million rows each, names included)."""
+    - after the Efficiency document, the kernels' efficiency figures and the ops by layer (no
+      later table reads them) and the kernels' columns (the GPU ops are made of them by then);
+    - after the Launches document, the queue lengths over time and the idle gaps (of which the
+      Overview reads only the totals by cause, kept) and the runtime calls' columns (the
+      launched ops and the synchronizations are made of them by then): 0.4 GB on dense_x25,
+      held through the critical path's walk, the documents' peak, until now;
+    - after the Overview, the last to read them, the launches (a million rows, names included)."""
     if key == BATCHES["kernels"][-1]:
         trace.store.drop(attribute, kernel_groups)
     elif key == "steps":
@@ -116,15 +120,22 @@ def _let_go(trace: Trace, key: str) -> None:
     elif key == BATCHES["ranges"][-1]:
         nvtx_ranges.release(trace)
         trace.store.drop(paths_and_windows, *OF_LABELS)
-    elif key == "documents.launches":
-        from kview.analysis.launches import queue_series  # made by then: imported then, not with the explorer
-
-        trace.store.drop(queue_series)
-    elif key == "overview":
+    elif key == "documents.efficiency":
+        from kview.analysis.compare import ops_by_launch  # made by then: imported then, not with the explorer
         from kview.analysis.efficiency import kernel_efficiency  # made by then: imported then, as above
-        from kview.analysis.launches import idle_gaps, launches  # made by then: imported then, as above
 
-        trace.store.drop(launches, idle_gaps, kernel_efficiency)
+        trace.store.drop(kernel_efficiency, ops_by_launch)
+        trace.let_go("kernels")
+    elif key == "documents.launches":
+        from kview.analysis.launches import idle_gaps, idle_totals, queue_series  # made by then: as above
+
+        idle_totals(trace)  # all the Overview asks of the gaps, kept while they are held
+        trace.store.drop(queue_series, idle_gaps)
+        trace.let_go("runtime")
+    elif key == "overview":
+        from kview.analysis.launches import launches  # made by then: imported then, as above
+
+        trace.store.drop(launches)
 
 
 class Worker:

@@ -452,8 +452,10 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
     )
 
 
+@derived
 def idle_totals(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, int]:
-    """Idle time of every stream together, by cause (for the Overview's finding)."""
+    """Idle time of every stream together, by cause (for the Overview's finding). Kept: the
+    explorer's worker asks it while the gaps are held, and lets them go before the Overview."""
     # the gaps where made (the Launches view), else their causes alone
     g = trace.store.peek(idle_gaps, kernel_wait_ns)
     if g is None and kernel_wait_ns == KERNEL_WAIT_NS:
