@@ -38,7 +38,8 @@ PREPARE_BYTES = 128 << 20
 # the NVTX, Timeline and phase views' (the Timeline's rows and the NVTX tree last: they read
 # no more of the labels than their short names and kinds, so the labels go before them), then
 # the documents' (Overview, Efficiency, Launches, Layers, Compare, Ranks), made of the range
-# tables the worker holds
+# tables the worker holds, and the trace's ranks (made for the Ranks tables: the Compare view
+# asks how many ranks a trace holds, which the explorer would answer from every GPU op)
 BATCHES = {
     "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
     "ranges": ("layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps", "timeline.nvtx", "nvtx_tree"),
@@ -51,6 +52,7 @@ BATCHES = {
         "documents.compare_phases",
         "documents.ranks",
         "documents.iterations",
+        "ranks.units",
     ),
 }
 TABLES = BATCHES["kernels"] + BATCHES["ranges"]  # every table made of the NVTX ranges
