@@ -234,8 +234,8 @@ class Store:
         # while other keys go on; `_guard` is held only to read or change the two dicts
         self._guard = threading.Lock()
         self._key_locks = KeyedLocks()
-        # persisted tables this store wrote into a folder (`make`): one let go is read back from
-        # there, not made again
+        # persisted tables this store wrote into a folder (`make`), or a worker wrote for it
+        # (`read_made`): one let go, or not read yet, is read from there, not made again
         self._written: dict[Table, str] = {}
 
     def get(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -327,23 +327,46 @@ class Store:
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
                 for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
-                    # no statistics: the file is read back whole, never searched by them
-                    frame.write_parquet(Path(out, f"{name}.parquet"), row_group_size=MADE_ROW_GROUP, statistics=False)
+                    # no statistics: a file is read back whole or by rows, never searched by them
+                    frame.write_parquet(made_file(out, name), row_group_size=MADE_ROW_GROUP, statistics=False)
                 self._written[t] = out
 
-    def read_made(self, keys: Iterable[str], out: str) -> None:
-        """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here."""
+    def read_made(self, keys: Iterable[str], out: str, later: Iterable[str] = ()) -> None:
+        """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here; those
+        also in `later` are read only when asked (a caller may read part of their files
+        instead: `made_file`). Any of them let go (`drop`) is read back from `out` when asked
+        again, so `out` must last as long as this store asks."""
+        later = set(later)
         for k in keys:
             t = table_by_key(k)
             assert t.codec is not None
+            with self._guard:
+                self._written.setdefault(t, out)
+            if k in later:
+                continue
             value = t.codec.decode(_read_frames(t, out))
             with self._guard:
                 self._memory.setdefault((t,), value)
 
+    def made_file(self, fn: Callable[..., Any], part: str = "") -> Path | None:
+        """The file of frame `part` of table `fn` a worker wrote for this store (`read_made`),
+        or None."""
+        t = table_of(fn)
+        with self._guard:
+            out = self._written.get(t)
+        if out is None or t.codec is None or part not in t.codec.parts:
+            return None
+        return made_file(out, f"{t.key}.{part}" if part else t.key)
+
+
+def made_file(out: str, name: str) -> Path:
+    """The Parquet file of frame `name` (a table's cache key) written into folder `out`."""
+    return Path(out, f"{name}.parquet")
+
 
 def _read_frames(t: Table, out: str) -> tuple[pl.DataFrame, ...]:
     """The frames of table `t` written into folder `out` (Store.make)."""
-    return tuple(pl.read_parquet(Path(out, f"{name}.parquet")) for name in t.cache_keys())
+    return tuple(pl.read_parquet(made_file(out, name)) for name in t.cache_keys())
 
 
 # -- the graph, read from the code ---------------------------------------------------------

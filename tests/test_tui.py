@@ -119,14 +119,22 @@ async def test_toggle_grouping_sort_drill_in_and_back():
         assert kv.mode == "summary" and kv.pick is None
 
 
-async def test_nvtx_tree_enter_opens_kernels_filtered():
-    app = explorer(LM)
+@pytest.mark.parametrize("large", [False, True])
+async def test_nvtx_tree_enter_opens_kernels_filtered(large, monkeypatch):
+    if large:  # its tables made in a worker, the tree read from its files in part
+        from kview.tui import prepare
+
+        monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)
+    # a trace of its own when large (the shared one's store holds the tree whole already)
+    app = KviewApp([LM], use_cache=False, traces=[open_trace(LM, use_cache=False)]) if large else explorer(LM)
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot)
         # behind the Kernels view the NVTX view has its document, its tree made but not mounted
         # (no layout of the screen for it yet); its tab coming forward mounts it, with the keys
         nv = app.view("nvtx")
         assert nv.data is not None and nv.data.paths.height > 0
+        assert ("Path" in nv.data.paths.columns) is not large
+        assert isinstance(nv.data.windows, pl.DataFrame) is not large
         assert not app.query("#nvtx-tree") and nv._unshown is not None
         await pilot.press("3")
         await pilot.pause()
@@ -142,6 +150,10 @@ async def test_nvtx_tree_enter_opens_kernels_filtered():
         assert {"forward_pass", "backward_pass", "optimizer_step"} <= set(kids)
         fwd = next(n for n in node.children if str(n.label).startswith("forward_pass"))
         tree.move_cursor(fwd)
+        await pilot.pause()
+        assert str(nv.detail.render()) == "profiled_step > forward_pass"
+        shown = nv.shown().frame
+        assert shown["Path"].to_list()[:1] == ["profiled_step"] and "profiled_step > forward_pass" in shown["Path"]
         await pilot.press("enter")
         await pilot.pause()
         kv = app.view("kernels")

@@ -15,7 +15,8 @@ import pytest
 from kview.analysis import nvtx_ranges as nv
 from kview.trace import open_trace
 from kview.tui import prepare
-from kview.tui.messages import Stage
+from kview.tui.loading import child_paths
+from kview.tui.messages import NvtxTree, Stage
 from kview.tui.views import VIEWS
 
 from conftest import SAMPLES
@@ -23,7 +24,30 @@ from conftest import SAMPLES
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
 
 
+def _tree(m: NvtxTree) -> tuple:
+    """An NVTX tree as its view reads it: every path with its Path text (made of its parent's
+    where the tree was read without them), and every path's windows."""
+    paths = m.paths
+    if "Path" not in paths.columns:
+        texts: dict[int, str] = {}
+        for r in paths.iter_rows(named=True):  # parents before their children
+            parent = None if r["parent_id"] is None else texts[r["parent_id"]]
+            texts[r["path_id"]] = pl.DataFrame({"Name": [r["Name"]]}).select(child_paths(parent)).item()
+        at = paths.columns.index("Name") + 1
+        paths = paths.clone().insert_column(
+            at, pl.Series("Path", [texts[i] for i in paths["path_id"]], dtype=pl.String)
+        )
+    windows = m.windows
+    if not isinstance(windows, pl.DataFrame):
+        windows = pl.concat([windows.of(i) for i in range(len(windows.bounds) - 1)])
+        assert windows.equals(pl.concat([m.windows_of(i) for i in paths["path_id"]]))  # each path's alone
+    doc = m.document  # what `kview nvtx` prints
+    return m.trace_name, paths, windows, m.timeline, m.children, doc.frame("ranges"), doc.command, doc.notes
+
+
 def _equal(a, b, where: str) -> None:
+    if isinstance(a, NvtxTree):
+        a, b = _tree(a), _tree(b)
     if isinstance(a, pl.DataFrame):
         if where.endswith("names_shown"):  # a set of (name, name shown) pairs, in no order
             a, b = a.sort(a.columns), b.sort(b.columns)
@@ -71,6 +95,10 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
         assert trace.store.peek(nv.labels) is None
         assert {"overview", "documents.launches", "documents.efficiency", "documents.layers"} <= trace.store.held()
         assert "launches.launches" not in trace.store.held()  # every runtime call joined to its ops
+        # the NVTX tree read in part: its paths without their texts, its windows a path's at a time
+        [tree] = [m for m in there if isinstance(m, NvtxTree)]
+        assert "Path" not in tree.paths.columns and not isinstance(tree.windows, pl.DataFrame)
+        assert "nvtx_tree" not in trace.store.held()
     # the worker kept the tables in the frame cache: a reopen reads them, no worker runs
     monkeypatch.setattr(prepare, "Worker", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
     for a, b in zip(_messages(use_cache=True)[1], here):

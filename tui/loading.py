@@ -16,8 +16,10 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import polars as pl
 from textual.message import Message
 
@@ -246,14 +248,61 @@ def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     launch time (so a range opens Kernels on exactly the ops its GPU time counts)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.gpu_time import launch_timeline
-    from kview.analysis.nvtx_tree import children_order, path_windows
-    from kview.documents.nvtx import nvtx
+    from kview.analysis.nvtx_tree import children_order, path_table, path_windows, paths_and_windows, tree_order
 
     yield from ready(trace, use_cache, "ranges")
     yield Stage("NVTX tree")
-    yield NvtxTree(
-        trace.name, nvtx(trace), path_windows(trace), launch_timeline(trace).select("Idx", "t"), children_order(trace)
-    )
+    timeline = launch_timeline(trace).select("Idx", "t")
+    paths_file = trace.store.made_file(paths_and_windows, "paths")
+    windows_file = trace.store.made_file(paths_and_windows, "windows")
+    if trace.store.peek(paths_and_windows) is None and paths_file is not None and windows_file is not None:
+        # a large trace's tree, as its worker wrote it: read in part (kview.tui.prepare.READ_IN_PART)
+        paths = read_paths(paths_file)
+        texts = None if "Path" in paths.columns else paths_file
+        yield NvtxTree(trace.name, paths, PathWindows(windows_file), timeline, tree_order(paths), texts)
+        return
+    yield NvtxTree(trace.name, path_table(trace), path_windows(trace), timeline, children_order(trace))
+
+
+def read_paths(file: Path) -> pl.DataFrame:
+    """path_table from its file, without the Path texts where each is its parent's, " > " and
+    its name (a tree shallower than the levels a path keeps: kview.analysis.nvtx_tree's
+    _path_texts); the NVTX view makes those of the rows it shows (`child_paths`)."""
+    # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
+    from kview.analysis.attribution import PATH_HEAD, PATH_TAIL
+
+    deepest = pl.read_parquet(file, columns=["Depth"])["Depth"].max()
+    if isinstance(deepest, int) and deepest >= PATH_HEAD + PATH_TAIL:
+        return pl.read_parquet(file)
+    return pl.read_parquet(file, columns=[c for c in pl.read_parquet_schema(file) if c != "Path"])
+
+
+def child_paths(parent: str | None) -> pl.Expr:
+    """The Path of rows of `read_paths` (their Name) whose parent's Path is `parent` (None: the
+    top level)."""
+    if parent is None:
+        return pl.col("Name").alias("Path")
+    return pl.concat_str([pl.lit(parent, dtype=pl.String), pl.lit(" > "), pl.col("Name")]).alias("Path")
+
+
+class PathWindows:
+    """path_windows read from the file a worker wrote, a path's at a time (`of`): sorted by
+    path, each path's windows are one slice of the file, whose bounds are kept (8 bytes a
+    path) rather than every window (5.7 million on dense_x25, 0.16 GB), which only opening a
+    range reads."""
+
+    def __init__(self, file: Path):
+        ids = pl.read_parquet(file, columns=["path_id"])["path_id"].to_numpy()
+        top = int(ids[-1]) + 1 if len(ids) else 0
+        self.file = file
+        self.bounds = np.searchsorted(ids, np.arange(top + 1), side="left")
+
+    def of(self, path_id: int) -> pl.DataFrame:
+        """The windows of path `path_id` (none for a path that has none)."""
+        if not 0 <= path_id < len(self.bounds) - 1:
+            return pl.read_parquet(self.file, n_rows=0)
+        lo, hi = int(self.bounds[path_id]), int(self.bounds[path_id + 1])
+        return pl.scan_parquet(self.file).slice(lo, hi - lo).collect()
 
 
 def layers_document(trace: Trace, use_cache: bool) -> Iterator[Message]:

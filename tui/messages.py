@@ -10,13 +10,15 @@ and hands each to the view's own `on_<message>` method. The app's per-trace work
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import polars as pl
 from textual.message import Message
 from typing_extensions import dataclass_transform
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from kview.analysis.memory_timeline import MemoryTimeline, Snapshot
@@ -97,24 +99,40 @@ class OverviewReady(ViewMessage):
     document: Document
 
 
+class PathsWindows(Protocol):
+    """Each NVTX path's merged windows, read a path's at a time (kview.tui.loading.PathWindows)."""
+
+    def of(self, path_id: int) -> pl.DataFrame: ...
+
+
 @frozen_message
 class NvtxTree(ViewMessage):
     """The document of `kview nvtx` (kview.documents.nvtx): GPU and CPU time per NVTX path
-    (`path_table`), empty when the trace has no ranges. With the merged windows of each path
-    (`path_windows`) and the launch time of every op (`launch_timeline`), so a range opens
-    Kernels on exactly the ops its GPU time counts; and the order the tree lists the paths in
-    (`children_order`)."""
+    (`path_table`; without its Path texts where the tree makes each of its parent's: a large
+    trace's, read from its worker's file), empty when the trace has no ranges. With the merged
+    windows of each path (`path_windows`, or a reader of a path's at a time) and the launch time
+    of every op (`launch_timeline`), so a range opens Kernels on exactly the ops its GPU time
+    counts; and the order the tree lists the paths in (`children_order`)."""
 
     view: ClassVar[str] = "nvtx"
     trace_name: str
-    document: Document
-    windows: pl.DataFrame
+    paths: pl.DataFrame
+    windows: pl.DataFrame | PathsWindows
     timeline: pl.DataFrame
     children: pl.DataFrame
+    texts_file: Path | None = None  # the path table with its Path texts, where `paths` lacks them
 
     @property
-    def paths(self) -> pl.DataFrame:
-        return self.document.frame("ranges")
+    def document(self) -> Document:
+        """The document of `kview nvtx` (its paths' texts read again where `paths` lacks them)."""
+        # deferred as every analysis the views show: the explorer's first screen waits for none of it
+        from kview.documents.nvtx import nvtx_of
+
+        return nvtx_of(self.paths if self.texts_file is None else pl.read_parquet(self.texts_file), self.trace_name)
+
+    def windows_of(self, path_id: int) -> pl.DataFrame:
+        """Windows holding those of path `path_id` (every path's, or that path's alone)."""
+        return self.windows if isinstance(self.windows, pl.DataFrame) else self.windows.of(path_id)
 
 
 @frozen_message

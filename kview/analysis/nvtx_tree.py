@@ -160,9 +160,14 @@ def children_order(trace: Trace) -> pl.DataFrame:
     `parent_id`: its parent, -1 at the top). A node's children are one slice of it (two
     binary searches), so showing a level of a million-path tree sorts nothing; kept in the frame
     cache beside the tree."""
+    return tree_order(path_table(trace))
+
+
+def tree_order(paths: pl.DataFrame) -> pl.DataFrame:
+    """`children_order` of the table `paths` (path_table's parent_id and GPU (ns), its other
+    columns left out or not)."""
     return (
-        path_table(trace)
-        .select(
+        paths.select(
             pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"),
             pl.col("parent_id").fill_null(-1),
             "GPU (ns)",

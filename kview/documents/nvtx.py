@@ -8,6 +8,8 @@ from kview.analysis.nvtx_tree import path_table
 from kview.documents import Document, Section
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from kview.trace import Trace
 
 # what a reader sees of each range path; the tree keeps its ids and first instance besides
@@ -20,10 +22,14 @@ def nvtx(trace: Trace) -> Document:
     GPU time of the work launched while the range was open, from any thread; the CPU time the
     range was open; its instances and GPU ops."""
 
-    paths = path_table(trace)
+    return nvtx_of(path_table(trace), trace.name)
+
+
+def nvtx_of(paths: pl.DataFrame, name: str) -> Document:
+    """`nvtx` of the path table `paths` of the trace named `name`."""
     return Document(
         "NVTX",
         (Section("ranges", "NVTX ranges", paths, columns=COLUMNS),),
         () if paths.height else (NO_RANGES,),
-        f"kview nvtx {trace.name}",
+        f"kview nvtx {name}",
     )

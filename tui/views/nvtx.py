@@ -16,7 +16,7 @@ from textual.widgets.tree import TreeNode
 from kview.analysis.nvtx_tree import ops_in_windows
 from kview.notation import bar, cut, fmt_ns
 from kview.tui.keymap import VIEW_KEYS, bindings
-from kview.tui.loading import nvtx_document
+from kview.tui.loading import child_paths, nvtx_document
 from kview.tui.messages import NvtxTree, OpenKernels, Scope, ShowOnTimeline
 from kview.tui.views.base import Shown, View
 from kview.tui.widgets.filter_input import FilterInput
@@ -95,6 +95,8 @@ class NvtxView(View):
         # share of all ranges' GPU time
         assert self.data is not None  # nodes are added once the tree of `data` is made
         kids = self.data.paths[self.rows[lo:hi]].with_columns(bar(pl.col("GPU (ns)") / self.total_gpu).alias("_bar"))
+        if "Path" not in kids.columns:  # read without the texts: each is made of its parent's
+            kids = kids.with_columns(child_paths(node.data["Path"] if node.data is not None else None))
         ids = kids["path_id"].to_numpy()
         has_kids = np.searchsorted(self.parents, ids, side="right") > np.searchsorted(self.parents, ids, side="left")
         for r, more in zip(kids.iter_rows(named=True), has_kids.tolist()):
@@ -151,7 +153,7 @@ class NvtxView(View):
         r = node.data if node is not None else None
         if not r or self.data is None:
             return
-        idx = ops_in_windows(self.data.windows, self.data.timeline, r["path_id"])
+        idx = ops_in_windows(self.data.windows_of(r["path_id"]), self.data.timeline, r["path_id"])
         self.post_message(OpenKernels(scope=Scope(r["Path"], idx, back_to=self.view_id)))
 
     def action_open_range(self) -> None:
