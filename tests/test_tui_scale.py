@@ -220,6 +220,20 @@ def test_the_worker_lets_the_gaps_and_the_calls_go_before_the_critical_path(tmp_
     assert totals == {c: int(by_cause.get(c, 0)) for c in CAUSES} and totals["host"] > 0
 
 
+def test_the_worker_reads_the_runtime_calls_once(tmp_path, monkeypatch):
+    """The worker reads the runtime calls' columns in one pass (the launched ops' and the
+    Launches document's), not a second pass for the calls' names."""
+    trace = open_trace(LM, use_cache=False)
+    read = trace.source.read_columns
+    passes = []
+    monkeypatch.setattr(trace.source, "read_columns", lambda key, *a: passes.append(key) or read(key, *a))
+    prepare._before_attribution(trace)
+    for key in (k for b in prepare.BATCHES.values() for k in b):
+        trace.store.make([key], str(tmp_path))
+        prepare._let_go(trace, key)
+    assert passes.count("runtime") == 1 and passes.count("kernels") == 1
+
+
 def test_the_worker_makes_every_table_of_a_trace_without_phases(tmp_path):
     """A trace without phases (vecadd: no NVTX) gets every table from the worker too: the
     Compare view's kept phases are an empty table there, not an error that ended the worker's
