@@ -58,7 +58,7 @@ class Trace:
         # lets the names go and keeps the ranges
         self.names_only_for_attribution = False
         # the command asks nothing of the trace but the attributed table (`kview kernels`):
-        # attribute() lets the GPU ops' and their launches' columns go once it has joined them
+        # gpu_ops and launched_ops let the columns they read go once they have joined them
         self.only_attribution = False
         # the command never shows the kernels' launch dimensions (`kview overview`): gpu_ops
         # leaves them null rather than holding six columns of a million rows through attribution

@@ -419,3 +419,28 @@ def test_only_the_outermost_forward_ops_are_candidates_for_a_kernels_op(path):
     nest = nvtx_ranges.projection_nesting(t)
     names = nest.take(["name_code"])["name_code"].to_numpy()
     assert set(names[rows[rows >= 0]].tolist()) == set(codes.tolist())
+
+
+@pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"])
+def test_a_gpu_op_read_refused_beside_the_names_is_said_as_in_turn(tmp_path, table):
+    """`kview kernels` reads the GPU ops and their launches on a thread of their own beside the
+    steps after the names go: a table the reader refuses (text in an integer column) is said as
+    the same trace read one step after another says it, and its ranges are read once."""
+    from kview.errors import TraceError
+
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(LM.read_bytes())
+    with sqlite3.connect(bad) as con:
+        con.execute(f"UPDATE {table} SET start = 'x' WHERE rowid = 5")
+    said = []
+    for alone in (True, False):  # the command's way, and a trace that keeps its names (no thread)
+        t = open_trace(bad, use_cache=False)
+        t.ranges_only_for_attribution = t.only_attribution = alone
+        read = t.source.nvtx_events
+        reads = []
+        t.source.nvtx_events = lambda read=read, reads=reads: reads.append(1) or read()  # type: ignore[method-assign]
+        with pytest.raises(TraceError) as e:
+            attribute(t)
+        said.append(str(e.value))
+        assert len(reads) == alone
+    assert said[0] == said[1] and "Invalid column type Text" in said[0] and "start" in said[0]
