@@ -247,7 +247,9 @@ class KviewApp(App):
         views = [v for v in self.one_trace_views() if v.document_of(trace) is not None]
         front = self.active_view()
         self.front = front if front in views else None
-        self.waiting = sorted((v for v in views if v is not self.front), key=lambda v: type(v).fetched_late)
+        self.waiting = sorted(
+            (v for v in views if v is not self.front), key=lambda v: (type(v).fetched_last, type(v).fetched_late)
+        )
         self.fetching = {v.view_id for v in views}
         if self.front is not None:
             self.front.fetch(trace)

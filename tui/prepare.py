@@ -154,6 +154,10 @@ def _let_go(trace: Trace, key: str) -> None:
 # their texts (made from the parents' where the tree is shallow) and a path's windows only
 # when the range is opened (0.3 GB of the 0.4 GB on dense_x25)
 READ_IN_PART = ("nvtx_tree",)
+# tables read back when a view first asks for them, not with their batch: those read in part,
+# and the Timeline's range rows (0.2 GB), which its view, fetched last, asks for once the
+# worker's last batch is made (views/base.py: View.fetched_last)
+READ_WHEN_ASKED = (*READ_IN_PART, "timeline.nvtx")
 
 
 class Worker:
@@ -197,7 +201,7 @@ class Worker:
             return False
         # the folder stays while the explorer runs (removed when it leaves): tables read in
         # part, or let go, are read from there again
-        self.trace.store.read_made(BATCHES[name], self.folder.name, later=READ_IN_PART)
+        self.trace.store.read_made(BATCHES[name], self.folder.name, later=READ_WHEN_ASKED)
         if i == len(BATCHES) - 1:
             self.process.join()
         return True

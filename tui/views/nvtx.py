@@ -28,6 +28,7 @@ class NvtxView(View):
     view_id = "nvtx"
     title = "NVTX"
     document = nvtx_document
+    fetched_last = True
     BINDINGS = bindings(VIEW_KEYS["nvtx"])
 
     data: var[NvtxTree | None] = var(None, init=False)

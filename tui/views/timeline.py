@@ -202,6 +202,7 @@ class TimelineView(View):
     view_id = "timeline"
     title = "Timeline"
     document = timeline_document
+    fetched_last = True
     BINDINGS = bindings(VIEW_KEYS["timeline"])
 
     data: var[TimelineReady | None] = var(None, init=False)
