@@ -186,21 +186,27 @@ def attributed(trace: Trace) -> pl.DataFrame:
 
 
 def timeline_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
-    """The Timeline view's: the GPU rows at once, then every row with the attributed kernels."""
+    """The Timeline view's: the GPU rows, then every row with the attributed kernels. On a
+    large trace the GPU and runtime rows are made once the worker's range tables are written
+    (its highest peak is while it makes them), the rest once its last batch is: the rows
+    made of the ranges are not held through it, and those that read no range table are made
+    meanwhile (seconds of reading every GPU op and runtime call)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis import timeline
 
+    yield from ready(trace, use_cache, "ranges")
     yield Stage("timeline")
     gpu_timeline = timeline.build(trace, cpu=False)
     yield TimelineReady(gpu_timeline, cpu_pending=True)
-    yield from ready(trace, use_cache, "ranges")
+    if _worker(trace, use_cache) is not None:
+        timeline.api_row_table(trace)
+        # the rows hold their own tables; the columns of every GPU op and runtime call they
+        # were read from (0.15 GB on dense_x25) were the last the explorer read of them, its
+        # worker making the rest (a later ask reads them again)
+        trace.let_go(*RAW_FRAMES)
+    yield from ready(trace, use_cache, "documents")
     yield Stage("timeline: CPU threads")
     yield full_timeline(trace, gpu_timeline)
-    if _worker(trace, use_cache) is not None:
-        # the timeline's rows hold their own tables now; the columns of every GPU op and
-        # runtime call they were read from (0.15 GB on dense_x25) were the last the explorer
-        # read of them, its worker making the rest (a later ask reads them again)
-        trace.let_go(*RAW_FRAMES)
 
 
 RAW_FRAMES = ("kernels", "memcpy", "memset", "runtime")  # Trace.columns' frames of the GPU ops and runtime calls

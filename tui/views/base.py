@@ -109,10 +109,10 @@ class View(Vertical):
     # True: on a large trace its document's tables come from the worker after the range tables
     # (kview.tui.prepare.BATCHES["documents"]): it fetches after the views of those, which show meanwhile
     fetched_late: ClassVar[bool] = False
-    # True: it shows the range tables (BATCHES["ranges"]) and what it makes of them (0.6 GB on
-    # dense_x25), held from then on: it fetches after every other view, once the worker's last
-    # batch, its largest, is made, so the explorer does not hold them through it; shown before its
-    # turn, it fetches at once
+    # True: it shows the range tables (BATCHES["ranges"]) and what it makes of them, held from
+    # then on (the NVTX tree: 0.25 GB on dense_x25): it fetches after every other view, once the
+    # worker's last batch is made, so the explorer does not hold them through it; shown before
+    # its turn, it fetches at once
     fetched_last: ClassVar[bool] = False
     _fetches = 0  # fetches started: a message of an older one (another trace) is dropped
     # what the view shows, made while its tab was hidden, mounted when it comes forward: each

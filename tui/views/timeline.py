@@ -202,7 +202,6 @@ class TimelineView(View):
     view_id = "timeline"
     title = "Timeline"
     document = timeline_document
-    fetched_last = True
     BINDINGS = bindings(VIEW_KEYS["timeline"])
 
     data: var[TimelineReady | None] = var(None, init=False)
