@@ -128,3 +128,31 @@ def test_equal_values_come_out_in_name_order():
         first = df.columns[0]
         top = df.select(pl.max_horizontal([pl.col(t.stem) for t in traces]).fill_null(-1), first).rows()
         assert top == sorted(top, key=lambda r: (-r[0], r[1]))
+
+
+def test_a_windows_column_holds_the_ops_launched_in_it_ends_included():
+    """A window's column sums the ops whose launch time lies in [start, end], both ends
+    included: those of a slice of the ops in launch order, the same as filtering every op."""
+    from kview.analysis.compare import Window, column, ops_by_launch
+
+    trace = open_trace(LM[2], use_cache=False)
+    a = ops_by_launch(trace, "category")
+    t = a["t"].drop_nulls().unique().sort()
+    assert t.len() > 1000
+    windows = [*phase_windows(trace, ["forward_pass", "backward_pass", "optimizer_step"])]
+    # ends on ops' own launch times, one op, and none (after the last launch)
+    windows += [
+        Window(trace, "w", t[100], t[900]),
+        Window(trace, "one", t[5], t[5]),
+        Window(trace, "none", t[-1] + 1, t[-1] + 9),
+    ]
+    for w in windows:
+        want = (
+            a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))
+            .group_by("Category")
+            .agg(pl.col("Duration (ns)").sum().alias("v"))
+            .rename({"Category": "item"})
+        )
+        got = column(w, "category", "gpu")
+        assert got.sort("item").equals(want.sort("item")) and got.schema == want.schema, w.label
+    assert column(windows[-2], "category", "gpu")["v"].sum() > 0 and column(windows[-1], "category", "gpu").height == 0

@@ -120,7 +120,8 @@ def _let_go(trace: Trace, key: str) -> None:
       Overview reads only the totals by cause, kept) and the runtime calls' columns (the
       launched ops and the synchronizations are made of them by then): 0.4 GB on dense_x25,
       held through the critical path's walk, the documents' peak, until now;
-    - after the Overview, the last to read them, the launches (a million rows, names included)."""
+    - after the Overview, the last to read them, the launches (a million rows, names included);
+    - after the Compare document, its ops by category (in launch order too)."""
     if key == BATCHES["kernels"][-1]:
         trace.store.drop(attribute, kernel_groups)
     elif key == "steps":
@@ -144,6 +145,10 @@ def _let_go(trace: Trace, key: str) -> None:
         idle_totals(trace)  # all the Overview asks of the gaps, kept while they are held
         trace.store.drop(queue_series, idle_gaps)
         trace.let_go("runtime")
+    elif key == "documents.compare_phases":
+        from kview.analysis.compare import ops_by_launch, ops_by_launch_time  # made by then: as above
+
+        trace.store.drop(ops_by_launch, ops_by_launch_time)
     elif key == "overview":
         from kview.analysis.launches import launches  # made by then: imported then, as above
 

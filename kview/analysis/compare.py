@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
@@ -157,11 +158,18 @@ def column(w: Window, by: str, metric: str) -> pl.DataFrame:
         t = range_times(w.trace, _in_window(_of_unit(nv.user_ranges(w.trace), w.unit), w), ops)
         return t.select(pl.col("label").alias("item"), pl.col("cpu" if metric == "cpu" else "gpu").alias("v"))
     check_metric(by, metric)
-    a = ops_by_launch(w.trace, by)
-    if ops is not None:
-        a = a.filter(pl.col("Idx").is_in(ops.implode()))
-    if w.start is not None:
-        a = a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))
+    if ops is None and w.start is not None and w.end is not None:
+        # the ops launched in the window: a slice of them in launch order, found by two binary
+        # searches (250 steps side by side were 250 filters of every op)
+        a, at = ops_by_launch_time(w.trace, by)
+        lo, hi = int(np.searchsorted(at, w.start, "left")), int(np.searchsorted(at, w.end, "right"))
+        a = a.slice(lo, hi - lo)
+    else:
+        a = ops_by_launch(w.trace, by)
+        if ops is not None:
+            a = a.filter(pl.col("Idx").is_in(ops.implode()))
+        if w.start is not None:
+            a = a.filter((pl.col("t") >= w.start) & (pl.col("t") <= w.end))
     key = {"category": "Category", "kernel": "Kernel", "layer": "Layer"}[by]
     return a.group_by(key).agg(pl.col("Duration (ns)").sum().alias("v")).rename({key: "item"})
 
@@ -181,6 +189,14 @@ def ops_by_launch(trace: Trace, by: str) -> pl.DataFrame:
             pl.coalesce("_layer", pl.col("Layer").str.split(":").list.first()).alias("Layer")
         )
     return a.select("Idx", "Duration (ns)", key, "t")
+
+
+@derived
+def ops_by_launch_time(trace: Trace, by: str) -> tuple[pl.DataFrame, np.ndarray]:
+    """ops_by_launch's ops with a launch time, in launch-time order, and those times (a column's
+    window is a slice of them)."""
+    a = ops_by_launch(trace, by).filter(pl.col("t").is_not_null()).sort("t", maintain_order=True)
+    return a, a["t"].to_numpy()
 
 
 def side_by_side(windows: list[Window], by: str = "range", metric: str = "gpu", spread: bool = False) -> pl.DataFrame:
