@@ -444,3 +444,27 @@ def test_a_gpu_op_read_refused_beside_the_names_is_said_as_in_turn(tmp_path, tab
         said.append(str(e.value))
         assert len(reads) == alone
     assert said[0] == said[1] and "Invalid column type Text" in said[0] and "start" in said[0]
+
+
+@pytest.mark.parametrize("report", ["nvtx_kern_sum", "nvtx_gpu_proj_sum"])
+@pytest.mark.parametrize("nvtx_too", [False, True], ids=["ops", "ops-and-ranges"])
+def test_an_nvtx_reports_gpu_op_read_refused_beside_the_ranges_is_said_first(tmp_path, report, nvtx_too):
+    """The NVTX projection reports read the GPU ops and their launches on a thread beside the
+    NVTX read: a kernel table the reader refuses is said as when the kernels were read first,
+    damaged ranges too or not; damaged ranges alone are said as theirs."""
+    from kview.errors import TraceError
+    from kview.reports import REPORTS
+
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(LM.read_bytes())
+    with sqlite3.connect(bad) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' WHERE rowid = 5")
+        if nvtx_too:
+            con.execute("UPDATE NVTX_EVENTS SET start = 'x' WHERE rowid = 3")
+    with pytest.raises(TraceError, match=r"cannot be read \(Invalid column type Text at index: 0, name: start\)"):
+        REPORTS[report](open_trace(bad, use_cache=False))
+    if nvtx_too:  # the ranges alone
+        with sqlite3.connect(bad) as con:
+            con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 1 WHERE rowid = 5")
+        with pytest.raises(TraceError, match=r"cannot be read \(Invalid column type Text at index: 1, name: start\)"):
+            REPORTS[report](open_trace(bad, use_cache=False))
