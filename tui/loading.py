@@ -169,7 +169,8 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
         trace.store.drop(launched_ops)
         return times
 
-    once(trace, "launch times", launch_times)
+    if trace.store.made_file(launch_timeline) is None:  # else a worker made them: read when the NVTX view asks
+        once(trace, "launch times", launch_times)
 
 
 def attributed(trace: Trace) -> pl.DataFrame:

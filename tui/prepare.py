@@ -160,9 +160,10 @@ def _let_go(trace: Trace, key: str) -> None:
 # when the range is opened (0.3 GB of the 0.4 GB on dense_x25)
 READ_IN_PART = ("nvtx_tree",)
 # tables read back when a view first asks for them, not with their batch: those read in part,
-# and the Timeline's range rows (0.2 GB), which its view asks for once the worker's last batch
-# is made (kview.tui.loading.timeline_document)
-READ_WHEN_ASKED = (*READ_IN_PART, "timeline.nvtx")
+# the Timeline's range rows (0.2 GB), which its view asks for once the worker's last batch is
+# made (kview.tui.loading.timeline_document), and each op's launch time, which the NVTX view,
+# fetched last, asks for (views/base.py: View.fetched_last)
+READ_WHEN_ASKED = (*READ_IN_PART, "timeline.nvtx", "gpu_time.launch_timeline")
 
 
 class Worker:
