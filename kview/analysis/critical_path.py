@@ -318,19 +318,28 @@ def top_ops(trace: Trace, top: int = 20) -> pl.DataFrame:
     nodes, steps = path_nodes(trace)
     on = nodes.filter("on_path")
     total = int(steps["length"].sum()) if steps.height else 0
+
+    def part(kind: str, name: pl.Expr, t: str, frame: pl.DataFrame) -> pl.DataFrame:
+        # each part summed by name on its own (a million ops each), not the parts concatenated
+        # and grouped by kind and name together
+        return (
+            frame.select(name.alias("Name"), pl.col(t).alias("t"))
+            .filter(pl.col("t") > 0)
+            .group_by("Name")
+            .agg(pl.col("t").sum().alias("On path (ns)"), pl.len().cast(pl.Int64).alias("Times"))
+            .select(pl.lit(kind).alias("Kind"), pl.all())
+        )
+
     parts = [
-        on.select(pl.lit("GPU").alias("Kind"), pl.col("Kernel").alias("Name"), pl.col("gpu").alias("t")),
-        on.select(
-            pl.lit("CPU").alias("Kind"), pl.col("Op").fill_null("(no op)").alias("Name"), pl.col("cpu").alias("t")
-        ),
-        on.select(pl.lit("launch").alias("Kind"), pl.col("Kernel").alias("Name"), pl.col("launch").alias("t")),
-        steps.select(pl.lit("CPU").alias("Kind"), pl.lit(TAIL).alias("Name"), pl.col("tail").alias("t")),
+        part("GPU", pl.col("Kernel"), "gpu", on),
+        part("CPU", pl.col("Op").fill_null("(no op)"), "cpu", on),
+        part("launch", pl.col("Kernel"), "launch", on),
+        part("CPU", pl.lit(TAIL), "tail", steps),
     ]
     out = (
         pl.concat(parts)
-        .filter(pl.col("t") > 0)
-        .group_by("Kind", "Name")
-        .agg(pl.col("t").sum().alias("On path (ns)"), pl.len().cast(pl.Int64).alias("Times"))
+        .group_by("Kind", "Name")  # the steps' tails and the ops' CPU time are one kind
+        .agg(pl.col("On path (ns)").sum(), pl.col("Times").sum())
         .with_columns(
             (pl.col("On path (ns)") * 100.0 / total).round(1).alias("Share of paths (%)")
             if total
