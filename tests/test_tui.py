@@ -119,6 +119,28 @@ async def test_toggle_grouping_sort_drill_in_and_back():
         assert kv.mode == "summary" and kv.pick is None
 
 
+@pytest.mark.parametrize("early", [False, True])
+async def test_the_nvtx_view_fetches_last_unless_shown_before_its_turn(early, monkeypatch):
+    """The NVTX view holds what it makes of the range tables from when it fetches: after every
+    other view (on a large trace, once the worker's last batch is written); shown before its
+    turn, it fetches at once."""
+    from kview.tui.views.base import View
+
+    order: list[str] = []
+    fetch = View.fetch
+    monkeypatch.setattr(View, "fetch", lambda self, trace: order.append(self.view_id) or fetch(self, trace))
+    app = explorer(LM)
+    async with app.run_test(size=(160, 45)) as pilot:
+        if early:
+            await pilot.press("3")
+        await loaded(pilot)
+    assert set(order) == {"kernels", "nvtx", "timeline", "memory", "overview", "efficiency", "launches", "layers"}
+    if early:
+        assert order.index("nvtx") < order.index("overview")
+    else:
+        assert order[0] == "kernels" and order[-1] == "nvtx" and order.index("timeline") < order.index("overview")
+
+
 @pytest.mark.parametrize("large", [False, True])
 async def test_nvtx_tree_enter_opens_kernels_filtered(large, monkeypatch):
     if large:  # its tables made in a worker, the tree read from its files in part

@@ -11,8 +11,12 @@ session with it. The worker computes exactly what the explorer would have (the s
 tables on the same file; with the cache in use they land in the frame cache as well). A trace
 whose tables are already in the frame cache, a small trace, or a worker that failed: the
 explorer makes or reads them itself, as it always did. The worker makes them in batches, each
-read back as soon as it is written, so the Kernels view shows while the range tables are made,
-and the views of those while the documents' tables are made.
+read back as soon as it is written (but for READ_WHEN_ASKED: read when a view asks, or in part),
+so the Kernels view shows while the range tables are made. The folder stays until the explorer
+leaves: what the explorer lets go, or has not read yet, is read from there. The views of the
+range tables hold what they make of them from once the worker's last batch is written (the NVTX
+view fetches last; the Timeline makes its range rows then): they do not add to the worker's
+peaks.
 """
 
 from __future__ import annotations
