@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import tempfile
 import threading
+import weakref
 
 from kview.analysis import nvtx_ranges
 from kview.analysis.attribution import LAUNCH_COLUMNS, attribute
@@ -170,6 +171,14 @@ READ_IN_PART = ("nvtx_tree",)
 READ_WHEN_ASKED = (*READ_IN_PART, "timeline.nvtx", "gpu_time.launch_timeline")
 
 
+def _end(process: multiprocessing.process.BaseProcess, folder: tempfile.TemporaryDirectory) -> None:
+    """End a worker process, then remove its folder."""
+    if process.is_alive():
+        process.terminate()
+        process.join(5)
+    folder.cleanup()
+
+
 class Worker:
     """The worker process making a large trace's tables in batches (BATCHES), saying on a pipe
     when each is written, so each view waits only for the batch it shows: the Kernels view for
@@ -196,6 +205,9 @@ class Worker:
         )
         self.process.start()
         says.close()  # the worker's end: a worker that ends without saying closes the pipe
+        # the folder lasts as long as the explorer (or the trace); when it goes, the worker ends
+        # first: one still writing (the explorer left while it worked) would leave files in it
+        weakref.finalize(self, _end, self.process, self.folder)
 
     def batch(self, name: str) -> bool:
         """Wait for batch `name` (those before it read already) and put its tables in the
