@@ -284,7 +284,8 @@ def _moved(other: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     """pos, new_depth and new_parent of the ranges of `other` (with `root`) whose root moves
     under a user range (`found`: root, new_parent, pdepth)."""
     return (
-        other.join(found, on="root", how="inner")
+        other.select("pos", "id", "depth", "parent", "root")
+        .join(found, on="root", how="inner")
         .select(
             "pos",
             (pl.col("depth") + pl.col("pdepth") + 1).alias("new_depth"),
@@ -302,7 +303,12 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     (in the same process) when their top-level range began; depths follow."""
     users = tree.join(nv.user_codes(trace), on="name_code", how="semi")
     user_threads = users["global_tid"].unique().implode()
-    other = tree.with_row_index("pos").filter(~pl.col("global_tid").is_in(user_threads))
+    # the columns the move reads: a copy of most of five million ranges, not of every column
+    other = (
+        tree.select("id", "start", "global_tid", "depth", "parent")
+        .with_row_index("pos")
+        .filter(~pl.col("global_tid").is_in(user_threads))
+    )
     roots = other.filter(pl.col("parent").is_null())
     if users.height == 0 or roots.height == 0:
         return tree
@@ -364,14 +370,7 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     # a path's GPU time counts each op launched inside any of its instances once: the instances'
     # windows merged first (a range re-entered while open, or open on two threads at once)
     windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
-    gpu, kern = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
-    # per path, indexed by path id (the paths are numbered 0 .. n-1): float sums of integers,
-    # exact below 2**53 ns (a path's windows are disjoint: its GPU time is at most the trace's)
     paths_n = int(r["pid"].to_numpy().max()) + 1
-    at = windows["path_id"].to_numpy()
-    gpu = np.bincount(at, weights=gpu, minlength=paths_n).astype(np.int64)
-    kern = np.bincount(at, weights=kern, minlength=paths_n).astype(np.int64)
-    del at
     g = r.group_by("pid").agg(
         pl.col("parent_pid").first(),
         pl.col("lc").first(),
@@ -383,6 +382,16 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("end").sort_by("start").first().alias("_first_end"),
         pl.col("global_tid").sort_by("start").first().alias("_first_tid"),
     )
+    # the ranges' rows (0.4 GB on dense_x25) go before the GPU time's searches and the paths'
+    # texts, which read the windows and the paths only
+    del r
+    gpu, kern = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
+    # per path, indexed by path id (the paths are numbered 0 .. n-1): float sums of integers,
+    # exact below 2**53 ns (a path's windows are disjoint: its GPU time is at most the trace's)
+    at = windows["path_id"].to_numpy()
+    gpu = np.bincount(at, weights=gpu, minlength=paths_n).astype(np.int64)
+    kern = np.bincount(at, weights=kern, minlength=paths_n).astype(np.int64)
+    del at
     g = g.sort("pid")  # every path id once: a row's path id is its row
     g = g.with_columns(
         pl.Series("GPU (ns)", gpu, dtype=pl.Int64),
