@@ -422,10 +422,10 @@ def test_only_the_outermost_forward_ops_are_candidates_for_a_kernels_op(path):
 
 
 @pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"])
-def test_a_gpu_op_read_refused_beside_the_names_is_said_as_in_turn(tmp_path, table):
-    """`kview kernels` reads the GPU ops and their launches on a thread of their own beside the
-    steps after the names go: a table the reader refuses (text in an integer column) is said as
-    the same trace read one step after another says it, and its ranges are read once."""
+def test_a_gpu_op_read_refused_after_the_names_is_said_as_in_turn(tmp_path, table):
+    """`kview kernels` reads the GPU ops and their launches after the names go: a table the
+    reader refuses (text in an integer column) is said as a trace that keeps its names says it
+    (the GPU ops read first), and its ranges are read once."""
     from kview.errors import TraceError
 
     bad = tmp_path / "bad.sqlite"
@@ -433,7 +433,7 @@ def test_a_gpu_op_read_refused_beside_the_names_is_said_as_in_turn(tmp_path, tab
     with sqlite3.connect(bad) as con:
         con.execute(f"UPDATE {table} SET start = 'x' WHERE rowid = 5")
     said = []
-    for alone in (True, False):  # the command's way, and a trace that keeps its names (no thread)
+    for alone in (True, False):  # the command's way, and a trace that keeps its names
         t = open_trace(bad, use_cache=False)
         t.ranges_only_for_attribution = t.only_attribution = alone
         read = t.source.nvtx_events
@@ -448,10 +448,10 @@ def test_a_gpu_op_read_refused_beside_the_names_is_said_as_in_turn(tmp_path, tab
 
 @pytest.mark.parametrize("report", ["nvtx_kern_sum", "nvtx_gpu_proj_sum"])
 @pytest.mark.parametrize("nvtx_too", [False, True], ids=["ops", "ops-and-ranges"])
-def test_an_nvtx_reports_gpu_op_read_refused_beside_the_ranges_is_said_first(tmp_path, report, nvtx_too):
-    """The NVTX projection reports read the GPU ops and their launches on a thread beside the
-    NVTX read: a kernel table the reader refuses is said as when the kernels were read first,
-    damaged ranges too or not; damaged ranges alone are said as theirs."""
+def test_an_nvtx_reports_gpu_op_read_refused_is_said_first(tmp_path, report, nvtx_too):
+    """The NVTX projection reports read the GPU ops and their launches before the ranges: a
+    kernel table the reader refuses is said first, damaged ranges too or not; damaged ranges
+    alone are said as theirs."""
     from kview.errors import TraceError
     from kview.reports import REPORTS
 

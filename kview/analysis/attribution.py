@@ -312,35 +312,42 @@ GPU_OP_TABLES = {
 }
 
 
+def _gpu_op_columns(trace: Trace) -> dict[str, list[str]]:
+    """The columns gpu_ops reads, by the logical table each is read from (those the trace has)."""
+    cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
+    dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
+    wanted = {"kernels": ["name_id", *dims], "memcpy": ["copy_kind", "bytes"], "memset": ["bytes"]}
+    return {key: cols + wanted[key] for key, table in GPU_OP_TABLES.items() if trace.has(table)}
+
+
 @derived
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
-    cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
+    read = _gpu_op_columns(trace)
     parts = []
-    if trace.has(GPU_OP_TABLES["kernels"]):
-        dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
-        k = trace.columns("kernels", cols + ["name_id", *dims])
+    if "kernels" in read:
+        k = trace.columns("kernels", read["kernels"])
         # the names joined to their ids alone and added: a join of the whole frame copies every column
         names = trace.string_values(k["name_id"]).rename({"id": "name_id", "value": "Kernel"})
         kernel = k.select("name_id").join(names, on="name_id", how="left", maintain_order="left")["Kernel"]
         k = k.drop("name_id").hstack([kernel])
         del names, kernel
         parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
-    if trace.has(GPU_OP_TABLES["memcpy"]):
+    if "memcpy" in read:
         labels = trace.memcpy_kind_labels
         lab = pl.DataFrame(
             {"copy_kind": list(labels), "label": list(labels.values())},
             schema={"copy_kind": pl.Int64, "label": pl.String},
         )
-        m = trace.columns("memcpy", cols + ["copy_kind", "bytes"]).join(lab, on="copy_kind", how="left")
+        m = trace.columns("memcpy", read["memcpy"]).join(lab, on="copy_kind", how="left")
         parts.append(
             m.with_columns(
                 pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
                 pl.lit("memcpy").alias("kind"),
             ).drop("copy_kind", "label")
         )
-    if trace.has(GPU_OP_TABLES["memset"]):
-        s = trace.columns("memset", cols + ["bytes"])
+    if "memset" in read:
+        s = trace.columns("memset", read["memset"])
         parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
     if not parts:
         return pl.DataFrame()
@@ -928,18 +935,16 @@ class _Named(NamedTuple):
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts | _OpNames
-    # the range kinds' answers (where the trace has ranges): taken out by _call_columns, so that
-    # they go when it is done with them rather than with the caller's hold on this tuple
-    kinds: list[_Kinds]
+    # _Kinds' "fop" answer where made already (_op_candidates): taken out by the _Kinds made of
+    # it, so that it goes with it rather than with the caller's hold on this tuple
+    fop_rows: list[np.ndarray]
 
 
-def _range_names(trace: Trace, shapes: bool = True, ops_ahead: bool = False) -> _Named:
-    """user_paths, op_labels, the forward ops' text and the range kinds. A command that asks
-    nothing else of the ranges (`Trace.ranges_only_for_attribution`) or of their names
-    (`names_only_for_attribution`) lets the names go once these are made (0.7 GB on a dense
-    trace): from here on only the ops kernels end up with have their text read. `ops_ahead`:
-    launched_ops is asked next and not made yet; it is made beside the rest of this work from
-    when the names went (`_launched_ops_ahead`)."""
+def _range_names(trace: Trace, shapes: bool = True) -> _Named:
+    """user_paths, op_labels and the forward ops' text. A command that asks nothing else of the
+    ranges (`Trace.ranges_only_for_attribution`) or of their names (`names_only_for_attribution`)
+    lets the names go once these are made (0.7 GB on a dense trace): from here on only the ops
+    kernels end up with have their text read."""
     have_nvtx = trace.has("NVTX_EVENTS") and nv.labelled(trace).height > 0
     # Ranges are carried as integer keys (uid: a user range of user_paths; fop_code: an op
     # marker's name_code) until the end; the strings come from small tables by joins, which
@@ -968,32 +973,10 @@ def _range_names(trace: Trace, shapes: bool = True, ops_ahead: bool = False) -> 
     if release:
         labels = labels.drop("name", "label", strict=False)
         trace.store.drop(nv.labelled_ranges, nv.labels)
-    if ops_ahead:
-        _launched_ops_ahead(trace)
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
-    kinds = [_Kinds(trace, labels, fop_rows)] if have_nvtx else []
-    return _Named(have_nvtx, release, paths, labels, texts, kinds)
-
-
-def _launched_ops_ahead(trace: Trace) -> None:
-    """Make launched_ops on a thread of its own, beside the caller's next steps: its reads wait
-    on SQLite and connectorx's threads, which hold no interpreter lock, while the caller's steps
-    need no GPU op. The caller's own ask then waits for it (the store makes a table once). Its
-    error is not raised here: that ask makes the table again and meets it, where the command
-    would."""
-    import threading  # here: a command that never attributes starts no thread
-
-    def make() -> None:
-        try:
-            launched_ops(trace)
-        except BaseException:  # raised again by the caller's own ask
-            return
-        # the reads' Arrow buffers (the C allocator's) handed back before the caller's next steps
-        return_freed_memory()
-
-    threading.Thread(target=make, name="kview-ops", daemon=True).start()
+    return _Named(have_nvtx, release, paths, labels, texts, [] if fop_rows is None else [fop_rows])
 
 
 def _op_candidates(trace: Trace, labels: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -1039,10 +1022,10 @@ def _call_columns(
     global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
     path_ and the integer keys behind them, in the order of `ids`; without `shapes`, Direction
     and op_ (and the keys) only."""
-    have_nvtx, release, paths, labels, texts, made_kinds = named
+    have_nvtx, release, paths, labels, texts, fop_rows = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
-        kinds = made_kinds.pop()
+        kinds = _Kinds(trace, labels, fop_rows.pop() if fop_rows else None)
         ctx = _contexts(trace, calls, kinds)
         back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds
@@ -1185,13 +1168,8 @@ def launch_ops(trace: Trace) -> pl.DataFrame:
 def _attributed(trace: Trace, shapes: bool) -> pl.DataFrame:
     """attribute(), or with `shapes` False categorized()."""
     # where the names go once taken (kview kernels), they are taken before the GPU ops are read:
-    # the NVTX read and labelling (1.3 GB at their peak on a dense trace) do not meet the ops,
-    # which are read beside the steps after the names went
-    taken = (
-        _range_names(trace, shapes, ops_ahead=True)
-        if trace.ranges_only_for_attribution and _has_gpu_ops(trace)
-        else None
-    )
+    # the NVTX read and labelling (1.3 GB at their peak on a dense trace) do not meet the ops
+    taken = _range_names(trace, shapes) if trace.ranges_only_for_attribution and _has_gpu_ops(trace) else None
     ops = launched_ops(trace)
     if ops.height == 0:  # a trace without GPU work: the same columns and types, no rows
         return pl.DataFrame(schema=SCHEMA if shapes else {c: SCHEMA[c] for c in CATEGORIZED})

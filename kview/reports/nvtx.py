@@ -151,39 +151,6 @@ def _let_go(trace: Trace, *tables: Callable[..., Any], frames: tuple[str, ...] =
         return_freed_memory()
 
 
-def _beside_ranges(trace: Trace, launched: Callable[[], pl.DataFrame]) -> tuple[pl.DataFrame, ...]:
-    """(launched(), the projection ranges, their names), launched() (the GPU ops' and runtime
-    calls' reads and their join) made on a thread of its own beside the NVTX read and labelling:
-    its reads wait on SQLite and connectorx's threads, which hold no interpreter lock, and it is
-    held beside the ranges either way. An error is raised as the two made one after the other
-    raise it: launched()'s first."""
-    import threading  # here: a report without GPU ops starts no thread
-
-    got: list[Any] = []
-
-    def make() -> None:
-        try:
-            got.append(launched())
-        except BaseException as e:  # raised below, on the caller's thread
-            got.append(e)
-
-    beside = threading.Thread(target=make, name="kview-launches", daemon=True)
-    beside.start()
-    try:
-        ranges, names = nv.projection_ranges(trace), nv.names(trace)
-    except BaseException as e:
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):  # ends the command at once, as before
-            raise
-        beside.join()
-        if isinstance(got[0], BaseException):
-            raise got.pop() from None
-        raise
-    beside.join()
-    if isinstance(got[0], BaseException):
-        raise got.pop() from None
-    return got.pop(), ranges, names
-
-
 def _calls(joined: pl.DataFrame) -> pl.DataFrame:
     """(call_id, global_tid, start, end) of the CPU call behind each row of `joined` that has one."""
     if not joined["r_start"].null_count():  # every row (an inner join): no filtered copy
@@ -206,14 +173,11 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     ):
         if not trace.has(table):
             return empty(name, title, why)
-
-    def launched() -> pl.DataFrame:
-        k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
-        j = _api_of(trace, k, "left").with_row_index("call_id")
-        _let_go(trace, frames=("runtime",))
-        return j
-
-    j, ranges, names = _beside_ranges(trace, launched)
+    k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
+    j = _api_of(trace, k, "left").with_row_index("call_id")
+    _let_go(trace, frames=("runtime",))
+    ranges, names = nv.projection_ranges(trace), nv.names(trace)
+    del k
     try:
         combo = _kernels_in_ranges_by_row(trace, j, ranges)
         if combo is None:
@@ -612,8 +576,8 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         if not trace.has(table):
             return empty(name, title, why)
     cols = ["start", "end", "correlation", "global_pid"]
-    keys = [
-        key
+    ops = [
+        trace.columns(key, cols)
         for key, t in (
             ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
             ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
@@ -621,15 +585,12 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
         )
         if trace.has(t)
     ]
-    if not keys:
+    if not ops:
         return empty(name, title, "does not contain GPU operation data")
-
-    def launched() -> pl.DataFrame:
-        j = _api_of(trace, pl.concat([trace.columns(key, cols) for key in keys]), "inner").with_row_index("call_id")
-        _let_go(trace, frames=("runtime",))
-        return j
-
-    j, ranges, names = _beside_ranges(trace, launched)
+    j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
+    del ops
+    _let_go(trace, frames=("runtime",))
+    ranges, names = nv.projection_ranges(trace), nv.names(trace)
     try:
         proj = _projection_by_row(trace, j, ranges)
         if proj is None:
