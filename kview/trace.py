@@ -225,7 +225,9 @@ class Trace:
     def with_strings(self, df: pl.DataFrame, id_col: str, out_col: str) -> pl.DataFrame:
         """Add the text of a StringIds id column (left join, so unknown ids give null)."""
         s = self.string_values(df[id_col]).rename({"id": id_col, "value": out_col})
-        return df.join(s, on=id_col, how="left")
+        # the texts joined to the id column alone and added: a join of the whole frame copies
+        # every column (a million kernels' columns in gpu_ops)
+        return df.hstack([df.select(id_col).join(s, on=id_col, how="left", maintain_order="left")[out_col]])
 
 
 class FrameCacheTier:

@@ -312,42 +312,31 @@ GPU_OP_TABLES = {
 }
 
 
-def _gpu_op_columns(trace: Trace) -> dict[str, list[str]]:
-    """The columns gpu_ops reads, by the logical table each is read from (those the trace has)."""
-    cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
-    dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
-    wanted = {"kernels": ["name_id", *dims], "memcpy": ["copy_kind", "bytes"], "memset": ["bytes"]}
-    return {key: cols + wanted[key] for key, table in GPU_OP_TABLES.items() if trace.has(table)}
-
-
 @derived
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
-    read = _gpu_op_columns(trace)
+    cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
     parts = []
-    if "kernels" in read:
-        k = trace.columns("kernels", read["kernels"])
-        # the names joined to their ids alone and added: a join of the whole frame copies every column
-        names = trace.string_values(k["name_id"]).rename({"id": "name_id", "value": "Kernel"})
-        kernel = k.select("name_id").join(names, on="name_id", how="left", maintain_order="left")["Kernel"]
-        k = k.drop("name_id").hstack([kernel])
-        del names, kernel
+    if trace.has(GPU_OP_TABLES["kernels"]):
+        dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
+        k = trace.columns("kernels", cols + ["name_id", *dims])
+        k = trace.with_strings(k, "name_id", "Kernel").drop("name_id")
         parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
-    if "memcpy" in read:
+    if trace.has(GPU_OP_TABLES["memcpy"]):
         labels = trace.memcpy_kind_labels
         lab = pl.DataFrame(
             {"copy_kind": list(labels), "label": list(labels.values())},
             schema={"copy_kind": pl.Int64, "label": pl.String},
         )
-        m = trace.columns("memcpy", read["memcpy"]).join(lab, on="copy_kind", how="left")
+        m = trace.columns("memcpy", cols + ["copy_kind", "bytes"]).join(lab, on="copy_kind", how="left")
         parts.append(
             m.with_columns(
                 pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
                 pl.lit("memcpy").alias("kind"),
             ).drop("copy_kind", "label")
         )
-    if "memset" in read:
-        s = trace.columns("memset", read["memset"])
+    if trace.has(GPU_OP_TABLES["memset"]):
+        s = trace.columns("memset", cols + ["bytes"])
         parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
     if not parts:
         return pl.DataFrame()
