@@ -298,6 +298,12 @@ def _moved(other: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _repeats(moved: pl.DataFrame, n: int) -> bool:
+    """Whether a row of the `n` ranges moves twice in `moved` (`_moved`: under two user ranges)."""
+    pos = moved["pos"].to_numpy()
+    return bool(pos.size) and int(np.bincount(pos, minlength=n).max()) > 1
+
+
 def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow."""
@@ -324,12 +330,12 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     )
     fast = _preorder(other)
     moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
-    pos = moved["pos"].to_numpy()
-    if fast and pos.size and np.bincount(pos, minlength=tree.height).max() > 1:
+    repeated = _repeats(moved, tree.height)
+    if fast and repeated:
         # a range under two user ranges: its rows repeat, in the order of the rows by start
         moved = _moved(_by_search(other, roots), found)
-        pos = moved["pos"].to_numpy()
-    if pos.size and np.bincount(pos, minlength=tree.height).max() > 1:
+        repeated = _repeats(moved, tree.height)
+    if repeated:
         twice = tree.select("id").gather(moved["pos"]).hstack(moved.drop("pos"))
         return (
             tree.join(twice, on="id", how="left", maintain_order="left")
