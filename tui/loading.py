@@ -276,10 +276,9 @@ def read_paths(file: Path) -> pl.DataFrame:
     its name (a tree shallower than the levels a path keeps: kview.analysis.nvtx_tree's
     _path_texts); the NVTX view makes those of the rows it shows (`child_paths`)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
-    from kview.analysis.attribution import PATH_HEAD, PATH_TAIL
+    from kview.analysis.nvtx_tree import texts_from_parents
 
-    deepest = pl.read_parquet(file, columns=["Depth"])["Depth"].max()
-    if isinstance(deepest, int) and deepest >= PATH_HEAD + PATH_TAIL:
+    if not texts_from_parents(pl.read_parquet(file, columns=["Depth"])["Depth"].max()):
         return pl.read_parquet(file)
     return pl.read_parquet(file, columns=[c for c in pl.read_parquet_schema(file) if c != "Path"])
 
@@ -287,9 +286,12 @@ def read_paths(file: Path) -> pl.DataFrame:
 def child_paths(parent: str | None) -> pl.Expr:
     """The Path of rows of `read_paths` (their Name) whose parent's Path is `parent` (None: the
     top level)."""
+    # deferred as this module's analyses are: the NVTX view that calls this has it loaded
+    from kview.analysis.nvtx_tree import child_path
+
     if parent is None:
         return pl.col("Name").alias("Path")
-    return pl.concat_str([pl.lit(parent, dtype=pl.String), pl.lit(" > "), pl.col("Name")]).alias("Path")
+    return child_path(pl.lit(parent, dtype=pl.String)).alias("Path")
 
 
 class PathWindows:

@@ -17,6 +17,8 @@ number: the Kernels view opened from a range shows that count and that time.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 import polars as pl
 
@@ -110,12 +112,24 @@ def _path_text(head: tuple, tail: tuple, n: int) -> str:
     return " > ".join(head + ((f"{ELIDED} {gap} levels",) if gap else ()) + tail)
 
 
+def texts_from_parents(deepest: object) -> TypeGuard[int]:
+    """Whether each Path of a tree whose deepest level is `deepest` is its parent's Path, " > "
+    and its Name (no path leaves a level out): `child_path`."""
+    return isinstance(deepest, int) and deepest < PATH_HEAD + PATH_TAIL
+
+
+def child_path(parent: pl.Expr) -> pl.Expr:
+    """The Path of a row (its `Name`) under a path whose Path is `parent`, where
+    texts_from_parents holds."""
+    return pl.concat_str([parent, pl.lit(" > "), pl.col("Name")])
+
+
 def _path_texts(g: pl.DataFrame) -> pl.Series:
     """`Path` of each row of `g` (pid, parent_pid, depth, Name; sorted by pid, parents first):
     its names from the root joined by ` > `; a path deeper than PATH_HEAD + PATH_TAIL levels
     shows its outer and inner levels and how many it leaves out (as the Kernels view)."""
     deepest = g["depth"].max()
-    if isinstance(deepest, int) and deepest < PATH_HEAD + PATH_TAIL:
+    if texts_from_parents(deepest):
         # no path leaves a level out: a path's text is its parent's, ` > ` and its name, made
         # a level at a time (a million paths on the dense trace; a loop over them took 3 s)
         levels: list[pl.DataFrame] = []
@@ -131,7 +145,7 @@ def _path_texts(g: pl.DataFrame) -> pl.Series:
                 text = (
                     pl.when(pl.col("parent_pid").is_null())
                     .then(pl.col("Name"))
-                    .otherwise(pl.concat_str([pl.col("_parent"), pl.lit(" > "), pl.col("Name")]))
+                    .otherwise(child_path(pl.col("_parent")))
                 )
             else:
                 text = pl.col("Name")
