@@ -89,6 +89,18 @@ def test_grouped_stats_equals_the_group_by(rows):
     )
 
 
+def test_grouped_stats_with_codes_too_far_apart_to_count_by_bins():
+    # codes spread over 2**40 values: the groups of one row are found by a sort, not by bins
+    k = [0, 1 << 40, 5, 5, 1 << 40, 7, None, None, 3 << 38]
+    df = pl.DataFrame(
+        {"k": k, "style": ["PushPop"] * len(k), "v": [10, 20, 30, 31, 22, 40, 50, 60, 70]},
+        schema={"k": pl.Int64, "style": pl.Enum(["PushPop", "StartEnd"]), "v": pl.Int64},
+    )
+    got = grouped_stats(df, ["k", "style"], "v")
+    _same_groups(got, df.group_by(["k", "style"]).agg(stats_aggs("v")), ["k", "style"])
+    assert got.sort("k", nulls_last=True)["num"].to_list() == [1, 2, 1, 1, 2, 2]
+
+
 def test_grouped_stats_on_the_nvtx_ranges_of_a_real_trace():
     from kview.analysis import nvtx_ranges as nv
     from kview.trace import open_trace
