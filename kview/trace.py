@@ -339,7 +339,8 @@ def make_tables(
     explorer owns it). `batches`: the sizes of the first batches `keys` are made in (the rest
     one more); after batch i is written, i is sent on `said` (a pipe's sending end: the asking
     process reads a batch while the next are made); after each table is written,
-    `between(trace, key)` lets go what the next do not need; `first(trace)` runs before the first."""
+    `between(trace, key)` lets go what the next do not need (a batch's last before the batch is
+    said written); `first(trace)` runs before the first."""
     if quiet:
         silent()
     import_all()  # the modules that declare the tables, by key
@@ -351,12 +352,12 @@ def make_tables(
         for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
             for at in range(lo, hi):
                 trace.store.make(keys[at : at + 1], out)
-                if between is not None and at < hi - 1:
+                if between is not None:
                     between(trace, keys[at])
+            # said once its inputs went: the asking process reads the batch as the worker's
+            # memory falls, not while it still holds them (the two processes' sum)
             if said is not None:
                 said.send(i)
-            if between is not None and hi > lo:
-                between(trace, keys[hi - 1])
     except TraceError:
         if out is not None:
             raise

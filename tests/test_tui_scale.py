@@ -13,10 +13,11 @@ import polars as pl
 import pytest
 
 from kview.analysis import nvtx_ranges as nv
+from kview.documents.kernels import kernels
 from kview.trace import open_trace
 from kview.tui import prepare
 from kview.tui.loading import child_paths
-from kview.tui.messages import NvtxTree, Stage
+from kview.tui.messages import AttributedKernels, NvtxTree, Stage
 from kview.tui.views import VIEWS
 
 from conftest import SAMPLES
@@ -48,6 +49,8 @@ def _tree(m: NvtxTree) -> tuple:
 def _equal(a, b, where: str) -> None:
     if isinstance(a, NvtxTree):
         a, b = _tree(a), _tree(b)
+    # a large trace's attributed kernels: read from its worker's files when asked, whole here
+    a, b = (x.collect() if isinstance(x, pl.LazyFrame) else x for x in (a, b))
     if isinstance(a, pl.DataFrame):
         if where.endswith("names_shown"):  # a set of (name, name shown) pairs, in no order
             a, b = a.sort(a.columns), b.sort(b.columns)
@@ -64,7 +67,7 @@ def _equal(a, b, where: str) -> None:
             _equal(a[k], b[k], f"{where}.{k}")
     elif dataclasses.is_dataclass(a) and not isinstance(a, type):
         for f in dataclasses.fields(a):
-            if f.name not in ("trace", "_sums"):
+            if f.name not in ("trace", "_sums") and not (f.name == "document" and getattr(a, f.name) is None):
                 _equal(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
     else:
         assert a == b, where
@@ -87,12 +90,18 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
         trace, there = _messages(use_cache)
         assert [type(m) for m in there] == [type(m) for m in here] and len(here) > 8
         for a, b in zip(there, here):
+            if isinstance(a, AttributedKernels) and a.document is None:
+                # the rows of `kview kernels` of a large trace's kernels, made of them when asked
+                assert isinstance(a.table, pl.LazyFrame)
+                _equal(kernels(trace, table=a.table.collect()), b.document, "AttributedKernels.document")
             _equal(a, b, type(a).__name__)
         # one worker per trace, whichever view's document asked first
         assert made == [1]
         made.clear()
         # the explorer itself never read the ranges' labels, nor made the documents' tables (the worker did)
         assert trace.store.peek(nv.labels) is None
+        # nor held the attributed kernels whole: each view read the columns and rows it needs
+        assert not {"attribution", "documents.kernel_groups"} & trace.store.held()
         assert {"overview", "documents.launches", "documents.efficiency", "documents.layers"} <= trace.store.held()
         assert "launches.launches" not in trace.store.held()  # every runtime call joined to its ops
         # the NVTX tree read in part: its paths without their texts, its windows a path's at a time
@@ -272,3 +281,53 @@ def test_tables_written_in_many_row_groups_read_back_into_equal_views(tmp_path, 
     assert [type(m) for m in there] == [type(m) for m in here] and len(here) > 8
     for a, b in zip(there, here):
         _equal(a, b, type(a).__name__)
+
+
+async def test_a_large_traces_kernels_read_by_column_show_what_the_table_in_memory_shows(monkeypatch):
+    """The Kernels and Timeline views read a large trace's attributed kernels from its worker's
+    files, by the columns and rows each question needs (the table is never read whole): every
+    grouping, filter, frequency table, drill-in, range's rows, highlight and op described
+    equal those of the table held in memory."""
+    from test_tui import loaded
+
+    from kview.tui.app import KviewApp
+    from kview.tui.messages import Scope
+    from kview.tui.views.kernels import GROUPINGS, KernelsState
+
+    async def shown(large: bool) -> list:
+        if large:
+            monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)
+        app = KviewApp([str(LM)], use_cache=False, traces=[open_trace(LM, use_cache=False)])
+        async with app.run_test(size=(160, 45)) as pilot:
+            await loaded(pilot)
+            kv, tv = app.view("kernels"), app.view("timeline")
+            assert isinstance(kv.attributed.table, pl.LazyFrame) is large
+            assert tv.data.attributed is kv.attributed.table
+            scope = Scope("a range", pl.Series("Idx", [3, 5, 8, 13, 21, 34, 55, 89, 144, 233]))
+            states = [KernelsState(grouping=g) for g in range(len(GROUPINGS))]
+            states += [KernelsState(grouping=g, filter_text="dir:bprop gemm") for g in range(len(GROUPINGS))]
+            states += [
+                KernelsState(mode="freq", freq=c, filter_text=f)
+                for c in ("Op", "Name", "Layer", "Short name")
+                for f in ("", "dur>20us")
+            ]
+            states += [
+                KernelsState(mode="rows", filter_text="cat:elementwise"),
+                KernelsState(mode="rows", pick=("Op", "aten::mm")),
+                KernelsState(mode="rows", pick=("Range", None)),
+                KernelsState(mode="rows", scope=scope),
+                KernelsState(grouping=2, scope=scope),
+            ]
+            out: list = [(t.frame, t.status) for t in map(kv.table_of, states)]
+            assert all(f.height for f, _ in out[:-5])
+            assert tv.set_highlight("cat:gemm layer:layer_1")
+            gpu = [r for r in tv.timeline.rows if r.ident is not None]
+            out.append([tv.hl_masks[id(r)] for r in gpu])
+            assert sum(int(counts[-1]) for counts, _ in out[-1]) > 0
+            out.append([tv.describe(r, i) for r in gpu for i in range(0, len(r.ident), 97)])
+            assert sum("layer layer_1" in d for d in out[-1]) > 0
+            await pilot.press("q")
+        return out
+
+    here, there = await shown(False), await shown(True)
+    _equal(there, here, "shown")

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 from textual.message import Message
 
-from kview.derived import KeyedLocks, derived, frames
+from kview.derived import KeyedLocks
 from kview.errors import TraceError
 from kview.tui.messages import (
     AttributedKernels,
@@ -47,9 +47,6 @@ if TYPE_CHECKING:
     from kview.documents import Document
     from kview.trace import Trace
     from kview.tui.prepare import Worker
-
-# the filter line suggests at most this many kernel names
-SUGGESTED_NAMES = 5000
 
 T = TypeVar("T")
 
@@ -138,6 +135,7 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     from kview.analysis.gpu_time import launch_timeline
     from kview.documents.kernels import kernel_groups, kernels
     from kview.reports import cuda_gpu_kern_sum
+    from kview.tui.kernel_words import kernel_words
 
     yield Stage("kernel summary")
     report = cuda_gpu_kern_sum(trace)
@@ -154,12 +152,18 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield from ready(trace, use_cache, "kernels")
     yield Stage("attributing kernels")
     table = attributed(trace)
-    shown = kernel_groups(trace)[1]  # a row per kernel name
+    names_file = trace.store.made_file(kernel_groups, "names")
+    if isinstance(table, pl.LazyFrame) and names_file is not None:  # a row per kernel name, read alone
+        shown = pl.read_parquet(names_file)
+    else:
+        shown = kernel_groups(trace)[1]
     widths_row, words = kernel_words(trace)
     names = tuple(words.filter(pl.col("field") == "")["word"].to_list())
     widths = {c: int(v or 0) for c, v in widths_row.row(0, named=True).items()} if widths_row.height else {}
     widths["Kernel"] = widths.get("_name", 0)  # per-kernel rows show `_name` as Kernel
-    yield AttributedKernels(table, names, tuple(words["word"].to_list()), shown, widths, kernels(trace, table=table))
+    # the rows of `kview kernels`: made of a table in memory; of a large trace's files, when asked
+    document = kernels(trace, table=table) if isinstance(table, pl.DataFrame) else None
+    yield AttributedKernels(table, names, tuple(words["word"].to_list()), shown, widths, document)
 
     # each op's launch time (NVTX tree, phases, Compare) is kept; the launches joined to the
     # ops it is made from are not (on the dense 1.1M-kernel trace that frame is 0.5 GB, and
@@ -173,14 +177,20 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
         once(trace, "launch times", launch_times)
 
 
-def attributed(trace: Trace) -> pl.DataFrame:
+def attributed(trace: Trace) -> pl.DataFrame | pl.LazyFrame:
     """Every kernel attributed (`attribute`), with the grouping keys Kernels and the Timeline's
-    filter read (`_short`, `_name`, `_range`: kernel_groups), so no keystroke pays for them."""
+    filter read (`_short`, `_name`, `_range`: kernel_groups), so no keystroke pays for them.
+    A large trace's, as its worker process wrote them, are not read whole: a LazyFrame over
+    its files, which each question reads by the columns and rows it needs (the table is 0.4
+    GB on dense_x25, held through the worker's later peaks if read)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.attribution import attribute
     from kview.documents.kernels import kernel_groups
 
-    def make() -> pl.DataFrame:
+    def make() -> pl.DataFrame | pl.LazyFrame:
+        files = (trace.store.made_file(attribute), trace.store.made_file(kernel_groups, "columns"))
+        if trace.store.peek(attribute) is None and files[0] is not None and files[1] is not None:
+            return pl.concat([pl.scan_parquet(files[0]), pl.scan_parquet(files[1])], how="horizontal")
         return attribute(trace).hstack(kernel_groups(trace)[0].get_columns())
 
     return once(trace, "attributed", make)
@@ -220,10 +230,14 @@ def full_timeline(trace: Trace, gpu_timeline=None) -> TimelineReady:
     from kview.analysis import timeline
 
     table = attributed(trace)
-    att = table if table["Idx"].is_sorted() else table.sort("Idx")
+    # a large trace's kernels are a LazyFrame over its worker's files: the columns asked are
+    # read alone (out of Idx order, the table is read and sorted once, as one in memory is)
+    idx = table.lazy().select("Idx").collect()["Idx"]
+    att = table if idx.is_sorted() else table.lazy().sort("Idx").collect()
+    colours = att.lazy().select("Idx", "Category").collect()
     gpu = gpu_timeline if gpu_timeline is not None else timeline.build(trace, cpu=False)
-    full = timeline.recolour(timeline.with_cpu_rows(trace, gpu), att.select("Idx", "Category"))
-    return TimelineReady(full, attributed=att, attributed_idx=att["Idx"].to_numpy())
+    full = timeline.recolour(timeline.with_cpu_rows(trace, gpu), colours)
+    return TimelineReady(full, attributed=att, attributed_idx=colours["Idx"].to_numpy())
 
 
 def overview_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
@@ -424,39 +438,6 @@ def efficiency_caption(gpus: pl.DataFrame) -> str:
             f"{g['Memory (GB/s)']:,.0f} GB/s"
         )
     return "; ".join(parts)
-
-
-def field_words(table: pl.DataFrame) -> tuple[str, ...]:
-    """`field:value` for the values the filter line completes (a value with spaces quoted)."""
-    words: list[str] = []
-    for field, col in FIELDS:
-        values = table[col].unique().drop_nulls().sort().head(SUGGESTED_NAMES).to_list()
-        words += [f'{field}:"{v}"' if " " in v else f"{field}:{v}" for v in values if v and v != "-"]
-    return tuple(words)
-
-
-# the filter line's fields whose values it completes, and the attributed table's column of each
-FIELDS = (("dir", "Direction"), ("cat", "Category"), ("layer", "Layer"), ("op", "Op"), ("range", "_range"))
-
-
-@derived(key="explorer.kernel_words", version="1", persist=True, codec=frames("widths", "words"))
-def kernel_words(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """What the Kernels view's filter line completes and its columns' widths, of every
-    attributed kernel (`attributed`): (the widest text of each text column, one row; the
-    words: the kernel names first, field "", then `field:value` of each field). Kept in the
-    frame cache: a second look does not scan every kernel's texts again."""
-    table = attributed(trace)
-    text = [c for c, t in table.schema.items() if t == pl.String]
-    widths = table.select([pl.col(c).str.len_chars().max().cast(pl.Int64) for c in text])
-    names = sorted(table["Kernel"].unique().drop_nulls().to_list())[:SUGGESTED_NAMES]
-    words = pl.DataFrame(
-        {"field": [""] * len(names), "word": names}, schema={"field": pl.String, "word": pl.String}
-    ).vstack(
-        pl.DataFrame(
-            {"field": "filter", "word": list(field_words(table))}, schema={"field": pl.String, "word": pl.String}
-        )
-    )
-    return widths, words
 
 
 BY = ("range", "layer", "category", "kernel")

@@ -80,7 +80,8 @@ class AttributedKernels(ViewMessage):
     completes (those names and `field:value` pairs)."""
 
     view: ClassVar[str] = "kernels"
-    table: pl.DataFrame
+    # a large trace's: a LazyFrame over its worker's files, read by the columns and rows asked
+    table: pl.DataFrame | pl.LazyFrame
     names: tuple[str, ...]
     words: tuple[str, ...] = ()
     # Kernel -> the name the tables show (`distinct_short_names`, `_name` in `table`)
@@ -179,11 +180,11 @@ class TimelineReady(ViewMessage):
     view: ClassVar[str] = "timeline"
     timeline: Timeline
     cpu_pending: bool = False
-    attributed: pl.DataFrame | None = None
+    attributed: pl.DataFrame | pl.LazyFrame | None = None  # as AttributedKernels.table
     attributed_idx: np.ndarray | None = None
     # the ranks of a run of several files on one timeline (`timeline.of_run`): per file, its
     # (attributed, attributed_idx); the view then shows the run whichever file is in front
-    run: tuple[tuple[pl.DataFrame | None, np.ndarray | None], ...] = ()
+    run: tuple[tuple[pl.DataFrame | pl.LazyFrame | None, np.ndarray | None], ...] = ()
 
 
 @frozen_message

@@ -34,19 +34,21 @@ from kview.analysis.ranks import _start_resource_tracker
 from kview.analysis.timeline import nvtx_row_table
 from kview.documents.kernels import kernel_groups
 from kview.trace import Trace, make_tables
+from kview.tui import kernel_words  # declares the Kernels view's words, which the worker makes
 
 # traces of this size or more are prepared in a worker process (dense_x5: 212 MiB, 1.1M ranges)
 PREPARE_BYTES = 128 << 20
 
 # the derived tables the worker makes, by key, in batches, each read back as soon as it is
-# written: the Kernels view's (the attribution first: the rest reuse its nesting and labels),
+# written: the Kernels view's (the attribution first: the rest reuse its nesting and labels;
+# the words its filter line completes, of every kernel's texts, made while the worker holds them),
 # the NVTX, Timeline and phase views' (the Timeline's rows and the NVTX tree last: they read
 # no more of the labels than their short names and kinds, so the labels go before them), then
 # the documents' (Overview, Efficiency, Launches, Layers, Compare, Ranks), made of the range
 # tables the worker holds, and the trace's ranks (made for the Ranks tables: the Compare view
 # asks how many ranks a trace holds, which the explorer would answer from every GPU op)
 BATCHES = {
-    "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups"),
+    "kernels": ("attribution", "gpu_time.launch_timeline", "documents.kernel_groups", "explorer.kernel_words"),
     "ranges": ("layers.phase_times", "layers.phase_spans", "cpu_ops.holdings", "steps", "timeline.nvtx", "nvtx_tree"),
     "documents": (
         "documents.layers",
@@ -129,7 +131,7 @@ def _let_go(trace: Trace, key: str) -> None:
     - after the Overview, the last to read them, the launches (a million rows, names included);
     - after the Compare document, its ops by category (in launch order too)."""
     if key == BATCHES["kernels"][-1]:
-        trace.store.drop(attribute, kernel_groups)
+        trace.store.drop(attribute, kernel_groups, kernel_words.kernel_words)
         trace.let_go("kernels")
     elif key == "steps":
         for table in OF_LABELS:
@@ -167,9 +169,18 @@ def _let_go(trace: Trace, key: str) -> None:
 READ_IN_PART = ("nvtx_tree",)
 # tables read back when a view first asks for them, not with their batch: those read in part,
 # the Timeline's range rows (0.2 GB), which its view asks for once the worker's last batch is
-# made (kview.tui.loading.timeline_document), and each op's launch time, which the NVTX view,
-# fetched last, asks for (views/base.py: View.fetched_last)
-READ_WHEN_ASKED = (*READ_IN_PART, "timeline.nvtx", "gpu_time.launch_timeline")
+# made (kview.tui.loading.timeline_document), each op's launch time, which the NVTX view,
+# fetched last, asks for (views/base.py: View.fetched_last), and the attributed kernels and
+# their groups (0.4 GB on dense_x25), which the Kernels and Timeline views read by column and
+# by rows from the files as each question needs (kview.tui.loading.attributed): the explorer
+# does not hold them through the worker's range and documents batches, the sum's peaks
+READ_WHEN_ASKED = (
+    *READ_IN_PART,
+    "timeline.nvtx",
+    "gpu_time.launch_timeline",
+    "attribution",
+    "documents.kernel_groups",
+)
 
 
 def _end(process: multiprocessing.process.BaseProcess, folder: tempfile.TemporaryDirectory) -> None:

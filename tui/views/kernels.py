@@ -176,17 +176,21 @@ class KernelsView(View):
         return TermSuggester(words + (list(self.attributed.words) if self.attributed is not None else []))
 
     # -- the table ----------------------------------------------------------------
-    def _rows(self, pick: bool = True, state: KernelsState | None = None) -> pl.DataFrame:
+    def _rows(
+        self, pick: bool = True, state: KernelsState | None = None, columns: tuple[str, ...] = ()
+    ) -> pl.DataFrame:
         """The attributed kernels of the scope, filter and (with `pick`) drill-in of `state`
-        (the one shown when None)."""
+        (the one shown when None); of a large trace's kernels, read from its worker's files,
+        only `columns` where named (all of them else)."""
         st = state or self.state
         if self.attributed is None:
             return pl.DataFrame()
-        t = self.attributed.table
+        t: pl.DataFrame | pl.LazyFrame = self.attributed.table
         if st.scope is not None:
             t = self._scoped(t, st.scope)
         if st.filter_text:
-            t = filters.apply(t, st.filter_text)
+            pred = filters.parse(st.filter_text)
+            t = t if pred is None else t.filter(pred)
         if pick and st.pick:
             col, val = st.pick
             t = (
@@ -194,6 +198,8 @@ class KernelsView(View):
                 if val is not None
                 else t.filter(pl.col(SHOWN_AS.get(col, col)).is_null())
             )
+        if isinstance(t, pl.LazyFrame):
+            return (t.select(list(dict.fromkeys(columns))) if columns else t).collect()
         return t
 
     def no_kernels(self) -> bool:
@@ -203,11 +209,12 @@ class KernelsView(View):
             return True
         return False
 
-    def _scoped(self, table: pl.DataFrame, scope: Scope) -> pl.DataFrame:
+    def _scoped(self, table: pl.DataFrame | pl.LazyFrame, scope: Scope) -> pl.DataFrame:
         """The rows of `scope`, kept while the scope stays (each key re-filters only what remains)."""
         cached = getattr(self, "_scope_rows", None)
         if cached is None or cached[0] is not scope or cached[1] is not table:
-            cached = (scope, table, table.filter(pl.col("Idx").is_in(scope.idx.implode())))
+            rows = table.filter(pl.col("Idx").is_in(scope.idx.implode()))
+            cached = (scope, table, rows.collect() if isinstance(rows, pl.LazyFrame) else rows)
             self._scope_rows = cached
         return cached[2]
 
@@ -227,10 +234,10 @@ class KernelsView(View):
                 pl.col("Name").alias("_full"),
                 distinct_short_names(k["Name"]).alias("Name"),
             )
-        rows = self._rows(state=st)
+        key = DERIVED.get(label, label)
+        rows = self._rows(state=st, columns=(key, "Kernel", "Category", "Duration (ns)"))
         if label == "Kernel":
             rows = rows.filter(~pl.col("Kernel").str.starts_with("[CUDA mem"))
-        key = DERIVED.get(label, label)
         g = group_stats(rows, key)
         total = g["Total Time (ns)"].sum() or 1
         shown = self._display_names(g[key]) if label == "Kernel" else g[key]
@@ -253,8 +260,8 @@ class KernelsView(View):
 
     def freq_table(self, column: str, state: KernelsState | None = None) -> pl.DataFrame:
         """Count, time and share per value of `column` over the kernels of the filter."""
-        rows = self._rows(pick=False, state=state)
         key = SHOWN_AS.get(column, column)
+        rows = self._rows(pick=False, state=state, columns=(key, "Duration (ns)"))
         f = frequency(rows, key)
         total = f["Total Time (ns)"].sum() or 1
         shown = self._display_names(f[key]) if key == "Kernel" else f[key]
@@ -302,7 +309,7 @@ class KernelsView(View):
             what = f"per-kernel rows ({frame.height:,}; enter: context)"
         parts = [what]
         if state.scope is not None:
-            rows = self._rows(state=state) if state.mode != "rows" else frame
+            rows = self._rows(state=state, columns=("Duration (ns)",)) if state.mode != "rows" else frame
             parts.append(
                 f"range: {state.scope.label} ({rows.height:,} kernels, "
                 f"{fmt_ns(int(rows['Duration (ns)'].sum()))}; esc goes back)"
@@ -386,7 +393,8 @@ class KernelsView(View):
             return
         col, shown = self.table.column_at_cursor(), self.shown_state
         source = SHOWN_AS.get(col or "", col or "")
-        if col is None or (source not in self.attributed.table.columns) or col in ("Duration (ns)", "Start (ns)"):
+        known = self.attributed.table.collect_schema()
+        if col is None or (source not in known) or col in ("Duration (ns)", "Start (ns)"):
             col = GROUPINGS[shown.grouping][1] if shown.mode != "freq" else shown.freq
         if col is None:
             return
@@ -418,8 +426,8 @@ class KernelsView(View):
                 col, key = shown.freq, row["_key"]
             else:
                 col, key = GROUPINGS[shown.grouping][1], row["_key"] if "_key" in row else row["_full"]
-            rows = self._rows(pick=False, state=shown)
             col = SHOWN_AS.get(col, col)
+            rows = self._rows(pick=False, state=shown, columns=(col, "Duration (ns)", "Idx"))
             group = rows.filter(pl.col(col) == key if key is not None else pl.col(col).is_null())
             if group.height == 0:
                 return

@@ -264,7 +264,7 @@ class TimelineView(View):
         """The place of the trace in front among those opened (0 with one)."""
         return int(getattr(self.app, "current", 0))
 
-    def attributed_of(self, row: tl_.Row) -> tuple[pl.DataFrame | None, np.ndarray | None]:
+    def attributed_of(self, row: tl_.Row) -> tuple[pl.DataFrame | pl.LazyFrame | None, np.ndarray | None]:
         """The attributed kernels (and their Idx column) of the trace `row` comes from."""
         d = self.data
         if d is None:
@@ -700,7 +700,11 @@ class TimelineView(View):
                 self.app.notify("highlights need the attributed kernels; still loading", severity="warning")
                 self.hl_text = ""
             else:
-                idx = {k: t.filter(pred)["Idx"].to_numpy() for k, t in tables.items() if t is not None}
+                idx = {
+                    k: t.lazy().filter(pred).select("Idx").collect()["Idx"].to_numpy()
+                    for k, t in tables.items()
+                    if t is not None
+                }
                 for r in gpu:
                     assert r.ident is not None
                     self.hl_masks[id(r)] = tl_.marked(r, np.isin(r.ident, idx[r.trace]))
@@ -774,9 +778,10 @@ class TimelineView(View):
             att, by_idx = self.attributed_of(row)
             if att is not None and by_idx is not None:
                 k = int(np.searchsorted(by_idx, idx))
-                if 0 <= k < att.height and int(by_idx[k]) == idx:
-                    r = att.row(k, named=True)
-                    parts += [f"layer {r['Layer']}", f"op {r['Op']}", r["Direction"], r["Category"]]
+                if 0 <= k < len(by_idx) and int(by_idx[k]) == idx:
+                    # the op's row alone (a large trace's kernels are read from its worker's files)
+                    r = att.lazy().slice(k, 1).select("Layer", "Op", "Direction", "Category").collect().row(0)
+                    parts += [f"layer {r[0]}", f"op {r[1]}", r[2], r[3]]
             parts.append(f"#{idx}")
         elif row.kind == "nvtx":
             parts.append(
