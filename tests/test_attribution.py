@@ -406,19 +406,39 @@ def test_op_labels_kinds_from_the_head_are_the_regexes_on_the_label():
 @pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
 def test_only_the_outermost_forward_ops_are_candidates_for_a_kernels_op(path):
     """The op labels packed while the names go are the outermost forward ops (those a call can
-    end up with): fewer than the forward-op labels, and _Kinds' own answer for them."""
+    end up with): fewer than the forward-op labels, and the ranges that are their own outermost
+    forward op in the nesting's answer for every range."""
     from kview.analysis import attribution, nvtx_ranges
 
     t = open_trace(path, use_cache=False)
     labels = attribution.op_labels(t)
-    rows, codes = attribution._op_candidates(t, labels)
+    codes = attribution._op_candidates(t, labels)
     forward = set(labels.filter("fwd_op")["name_code"].to_list())
     assert set(codes.tolist()) < forward and len(codes) > 100
-    kinds = attribution._Kinds(t, labels)
-    assert np.array_equal(rows, kinds.rows["fop"])
     nest = nvtx_ranges.projection_nesting(t)
     names = nest.take(["name_code"])["name_code"].to_numpy()
+    rows = nest.outermost(attribution._by_code(labels, "fwd_op", attribution._code_count(names, labels))[names])
     assert set(names[rows[rows >= 0]].tolist()) == set(codes.tolist())
+
+
+@pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
+def test_the_kinds_around_each_call_are_the_nestings_answers_for_its_range(path):
+    """_Kinds.placed, a walk up each call's chain of parents (some hundred calls at a time
+    here), gives for a call whose innermost range is a row the nesting's answer for that row
+    (Nesting.answers over every range), for every row, and -1 for a call in none."""
+    from kview.analysis import attribution, nvtx_ranges
+
+    t = open_trace(path, use_cache=False)
+    labels = attribution.op_labels(t)
+    kinds = attribution._Kinds(t, labels)
+    kinds.CALLS = 300
+    nest = nvtx_ranges.projection_nesting(t)
+    inner = np.append(np.arange(len(nest.depth)), -1)
+    got = kinds.placed(inner[::-1])
+    asks = [((kinds.bits[:-1] & (1 << bit)) != 0, outer) for bit, (_, _, outer) in enumerate(kinds.KINDS)]
+    for (key, _, _), rows in zip(kinds.KINDS, nest.answers(asks)):
+        assert np.array_equal(got[key][::-1], np.append(rows, -1)), key
+        assert (rows >= 0).sum() > (100 if key != "opt" else 0), key
 
 
 @pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"])

@@ -608,10 +608,11 @@ def user_paths(trace: Trace) -> pl.DataFrame:
 
 
 class _Kinds:
-    """The five kinds of range _contexts asks about, as per-row answers over the projection
-    nesting (push/pop ranges): for every range, the nearest range of each kind at or above it
-    (the outermost, for forward ops). Made once per attribute(), for the kernels' launches and
-    again for the forward ops of backward nodes; start/end ranges keep an interval join."""
+    """The five kinds of range _contexts asks about, over the projection nesting (push/pop
+    ranges): for a call's innermost range, the nearest range of each kind at or above it (the
+    outermost, for forward ops), found by a walk up that range's parents (`placed`). Made once
+    per attribute(), for the kernels' launches and again for the forward ops of backward nodes;
+    start/end ranges keep an interval join."""
 
     # (key, the op_labels flag, outermost?): "uid" is the user ranges (not markers)
     KINDS: tuple[tuple[str, str, bool], ...] = (
@@ -621,9 +622,10 @@ class _Kinds:
         ("eval", "bwd_eval", False),
         ("opt", "optim_marker", False),
     )
+    BIT = {key: bit for bit, (key, _, _) in enumerate(KINDS)}
+    CALLS = 1 << 18  # calls walked up at a time: their chains are a row per level, a column per call
 
-    def __init__(self, trace: Trace, labels: pl.DataFrame, fop_rows: np.ndarray | None = None):
-        """`fop_rows`: the "fop" answer, where _op_candidates made it."""
+    def __init__(self, trace: Trace, labels: pl.DataFrame):
         self.nest = nv.projection_nesting(trace)
         codes = self.nest.ranges["name_code"].to_numpy()  # in the ranges' order
         size = _code_count(codes, labels)
@@ -634,18 +636,16 @@ class _Kinds:
             if key == "fop":
                 self.fop_by_code = by_code
             bits_by_code |= by_code.view(np.uint8) << bit
-        bits = self.nest.in_tree_order(bits_by_code[codes])
+        # per tree row, and a last slot of no kind that row -1 (no range) reads
+        self.bits = np.append(self.nest.in_tree_order(bits_by_code[codes]), np.uint8(0))
         del bits_by_code
-        self.masks: dict[str, np.ndarray] = {}  # per tree row: is it a range of that kind
-        for bit, (key, _, _) in enumerate(self.KINDS):
-            self.masks[key] = (bits & (1 << bit)).astype(bool)
-        del bits
-        asks = [(key, outermost) for key, _, outermost in self.KINDS if key != "fop" or fop_rows is None]
-        found = self.nest.answers([(self.masks[key], outermost) for key, outermost in asks])
-        # row numbers in 32 bits where they fit (Nesting's): half the memory
-        self.rows: dict[str, np.ndarray] = {key: f for (key, _), f in zip(asks, found)}
-        if fop_rows is not None:
-            self.rows["fop"] = fop_rows
+        # a nesting too deep to walk call by call (a push never popped in a loop): the answers
+        # for every range, by pointer jumping, and each call's read from them
+        self.rows: dict[str, np.ndarray] | None = None
+        depth = self.nest.depth
+        if len(depth) and (depth.max() >= nv.Nesting.LEVELS_TOP_DOWN or depth.min() < 0):
+            asks = [((self.bits[:-1] & (1 << bit)).astype(bool), outer) for bit, (_, _, outer) in enumerate(self.KINDS)]
+            self.rows = {key: f for (key, _, _), f in zip(self.KINDS, self.nest.answers(asks))}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
         if labels.height == size and nv.codes_are_rows(labels):
             self.seq = labels["seq"]  # already in code order: the labels' own column, not a copy
@@ -656,12 +656,49 @@ class _Kinds:
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
         self.labels = labels
 
+    def placed(self, inner: np.ndarray) -> dict[str, np.ndarray]:
+        """Per kind: for each call (its innermost push/pop range's tree row, -1 where none), the
+        tree row of the range of that kind around it, -1 where none.
+
+        Each call's chain of ranges (its innermost, that one's parent, ...) as a column of rows,
+        every call's at once, a level per step; then per kind each level's rows of that kind
+        written over the answer, from the top down (from the innermost up, for the outermost):
+        the last written is the nearest. Only the calls' chains are read, not an answer for each
+        of millions of ranges (four of them ~0.1 GB on a dense trace)."""
+        if self.rows is not None:
+            return {key: _read_rows(rows, inner) for key, rows in self.rows.items()}
+        parent = self._parent
+        out = {key: np.full(len(inner), -1, dtype=parent.dtype) for key, _, _ in self.KINDS}
+        depth = self.nest.depth
+        for at in range(0, len(inner), self.CALLS):
+            part = inner[at : at + self.CALLS]
+            some = part[part >= 0]
+            if not some.size:
+                continue
+            levels = int(depth[some].max()) + 1
+            chain = np.empty((levels, len(part)), dtype=parent.dtype)
+            chain[0] = part
+            for up in range(1, levels):
+                chain[up] = parent[chain[up - 1]]
+            bits = self.bits[chain]
+            for bit, (key, _, outermost) in enumerate(self.KINDS):
+                hit = (bits & np.uint8(1 << bit)) != 0
+                got = out[key][at : at + len(part)]
+                for level in range(levels) if outermost else range(levels - 1, -1, -1):
+                    np.copyto(got, chain[level], where=hit[level])
+        return out
+
+    @functools.cached_property
+    def _parent(self) -> np.ndarray:
+        """The nesting's parent rows with a last slot, -1's: a root's parent (-1) reads it."""
+        return np.append(self.nest.parent, np.array(-1, dtype=self.nest.parent.dtype))
+
     @functools.cached_property
     def node_of_eval(self) -> pl.DataFrame:
         """(eval_id, eseq, estart): the backward node an `evaluate_function: XBackward0` range
         ran, its first child node range. Work after the node's own range but inside that range
         (bias-gradient sums, say) belongs to it. Made once for every _contexts of these kinds."""
-        nodes = np.flatnonzero(self.masks["bwd"])
+        nodes = np.flatnonzero(self.bits[:-1] & np.uint8(1 << self.BIT["bwd"]))
         up = self.nest.parent[nodes]
         ranges = self.nest.ranges
         if not any(ranges[c].null_count() for c in ("id", "start", "name_code")):
@@ -693,15 +730,9 @@ class _Kinds:
         """The autograd seq of each code's label (null where it has none)."""
         return pl.lit(self.seq).gather(name_code).alias("seq")
 
-    def _rows_of(self, inner: np.ndarray, key: str) -> np.ndarray:
-        """Per call: the tree row of the push/pop range of kind `key` around it, -1 where none."""
-        rows = self.rows[key]
-        return np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
-
-    def aligned(self, inner: np.ndarray, key: str, columns: list[str]) -> pl.DataFrame:
-        """`columns` of the push/pop range of kind `key` around each call (nulls where none) and
-        `hit`, whether there is one: a row per call in the calls' order."""
-        at = self._rows_of(inner, key)
+    def aligned(self, at: np.ndarray, columns: list[str]) -> pl.DataFrame:
+        """`columns` of the push/pop range around each call (`at`, a kind's `placed`; nulls where
+        none) and `hit`, whether there is one: a row per call in the calls' order."""
         hit = pl.Series("hit", at >= 0)
         if not columns:
             return hit.to_frame()
@@ -714,10 +745,10 @@ class _Kinds:
             return got.select(*(pl.when(hit).then(pl.col(c)).alias(c) for c in columns), hit)
         return self.nest.take(columns, _rows_or_null(at)).with_columns(hit)
 
-    def around(self, calls: pl.DataFrame, inner: np.ndarray, key: str) -> pl.DataFrame:
+    def around(self, calls: pl.DataFrame, at: np.ndarray, key: str) -> pl.DataFrame:
         """(call_id, id, name_code, start) of the range of kind `key` around each call that has one,
-        push/pop or start/end (a trace with push/pop ranges only asks `aligned`)."""
-        at = self._rows_of(inner, key)
+        push/pop (`at`, that kind's `placed`) or start/end (a trace with push/pop ranges only asks
+        `aligned`)."""
         hit = np.flatnonzero(at >= 0)
         got = self.nest.take(["id", "name_code", "start"], at[hit]).with_columns(
             pl.Series("call_id", calls["call_id"].to_numpy()[hit]), pl.Series("end", self.nest.end[at[hit]])
@@ -744,6 +775,11 @@ class _Kinds:
         )
 
 
+def _read_rows(rows: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Per call: the answer in `rows` (one per tree row) at its innermost tree row, -1 where none."""
+    return np.where(inner >= 0, rows[np.maximum(inner, 0)], -1) if len(rows) else np.full(len(inner), -1)
+
+
 def _rows_or_null(rows: np.ndarray) -> pl.Series:
     """Tree rows as a Series, null where there is none (-1)."""
     s = pl.Series("i", rows, dtype=pl.Int64)
@@ -757,7 +793,7 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     attribute()."""
     # Each question is the innermost (or outermost) range of one kind around the call: the
     # innermost range of all around the call, then that kind's nearest row above it.
-    inner = kinds.nest.innermost_rows(calls)
+    placed = kinds.placed(kinds.nest.innermost_rows(calls))
     per_call = calls.select("call_id")
     # (kind, the range columns its answer reads, the answer's columns)
     for key, read, cols in (
@@ -773,12 +809,12 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     ):
         if kinds.loose.height == 0:  # push/pop only: the answers line up with the calls, no join
             # only the columns an answer reads are gathered (each a random read of a million rows)
-            found = kinds.aligned(inner, key, read)
+            found = kinds.aligned(placed[key], read)
             if key == "bwd":
                 found = found.with_columns(kinds.seq_of(pl.col("name_code")))
             per_call = per_call.with_columns(found.select(pl.when("hit").then(c) for c in cols))
             continue
-        found = kinds.around(calls, inner, key)
+        found = kinds.around(calls, placed[key], key)
         if key == "bwd":
             found = found.with_columns(kinds.seq_of(pl.col("name_code")))
         per_call = per_call.join(found.select("call_id", *cols), on="call_id", how="left")
@@ -929,9 +965,6 @@ class _Named(NamedTuple):
     paths: pl.DataFrame  # user_paths
     labels: pl.DataFrame  # op_labels (its flags only, where the names went)
     texts: _OpTexts | _OpNames
-    # _Kinds' "fop" answer where made already (_op_candidates): taken out by the _Kinds made of
-    # it, so that it goes with it rather than with the caller's hold on this tuple
-    fop_rows: list[np.ndarray]
 
 
 def _range_names(trace: Trace, shapes: bool = True) -> _Named:
@@ -951,7 +984,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes freed
     # just before the nesting, whose arrays then do not reuse its pages)
     labels = op_labels(trace, heads=release and not shapes) if have_nvtx else _NO_OPS
-    fop_rows = candidates = None
+    candidates = None
     if release and shapes:
         # from here on only op_labels' flags and text are read: the names' own column and the
         # read's columns the ranges do not keep go before the nesting is made, which then fits
@@ -959,7 +992,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         # Overview, whose attribution keeps only the ops' names)
         labels = labels.drop("name")
         trace.store.drop(nv.labelled_ranges, nv.labels)
-        fop_rows, candidates = _op_candidates(trace, labels)
+        candidates = _op_candidates(trace, labels)
     # a table without the ops' shapes keeps only each op label's op name where the names go
     texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, candidates)
     del candidates
@@ -970,25 +1003,38 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
-    return _Named(have_nvtx, release, paths, labels, texts, [] if fop_rows is None else [fop_rows])
+    return _Named(have_nvtx, release, paths, labels, texts)
 
 
-def _op_candidates(trace: Trace, labels: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(_Kinds' "fop" answer: the outermost forward op at or above each push/pop range; the name
-    codes, sorted, of the forward-op labels a call can end up with): an op_code is the outermost
-    forward op around a call, a push/pop range among those answers or a start/end range."""
+def _op_candidates(trace: Trace, labels: pl.DataFrame) -> np.ndarray:
+    """The name codes, sorted, of the forward-op labels a call can end up with: an op_code is the
+    outermost forward op around a call, a push/pop forward op with none above it or a start/end
+    range."""
     nest = nv.projection_nesting(trace)
     codes = nest.ranges["name_code"].to_numpy()  # in the ranges' order, not gathered into the tree's
     fop = _by_code(labels, "fwd_op", _code_count(codes, labels))
-    at = fop[codes]
-    rows = nest.outermost(nest.in_tree_order(at))
-    del at
+    mask = nest.in_tree_order(fop[codes])
+    levels = nest.levels
+    if levels is None:  # too deep to go down level by level: the outermost answers by pointer jumping
+        rows = nest.outermost(mask)
+        top = rows == np.arange(len(rows), dtype=rows.dtype)
+        del rows
+    else:
+        # per tree row, whether a forward op is at or above it, a level at a time from the roots
+        # (a last slot, False, that a root's parent -1 reads); a forward op without one above
+        # it is an outermost one
+        covered = np.zeros(len(mask) + 1, dtype=bool)
+        top = mask.copy()
+        for rows in levels:
+            above = covered[nest.parent[rows]]
+            top[rows] &= ~above
+            covered[rows] = above | mask[rows]
+        del covered
     want = np.zeros(len(fop), dtype=bool)
-    # every answer is a range that answers for itself
-    want[codes[nest.rows(np.flatnonzero(rows == np.arange(len(rows), dtype=rows.dtype)))]] = True
+    want[codes[nest.rows(np.flatnonzero(top))]] = True
     loose = nv.projection_ranges(trace).filter(pl.col("style") != "PushPop")["name_code"].to_numpy()
     want[loose[fop[loose]]] = True
-    return rows, np.flatnonzero(want)
+    return np.flatnonzero(want)
 
 
 def _code_count(codes: np.ndarray, labels: pl.DataFrame) -> int:
@@ -1016,10 +1062,10 @@ def _call_columns(
     global_tid, start, end; a call_id without one gets nulls): Direction, layer, op_, Params,
     path_ and the integer keys behind them, in the order of `ids`; without `shapes`, Direction
     and op_ (and the keys) only."""
-    have_nvtx, release, paths, labels, texts, fop_rows = named
+    have_nvtx, release, paths, labels, texts = named
     w = ids  # the columns attribution adds, joined on this narrow frame
     if have_nvtx:
-        kinds = _Kinds(trace, labels, fop_rows.pop() if fop_rows else None)
+        kinds = _Kinds(trace, labels)
         ctx = _contexts(trace, calls, kinds)
         back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds
