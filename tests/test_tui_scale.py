@@ -232,12 +232,14 @@ def test_the_worker_lets_the_gaps_and_the_calls_go_before_the_critical_path(tmp_
 def test_the_worker_reads_the_runtime_calls_once(tmp_path, monkeypatch):
     """The worker reads the runtime calls' columns in one pass (the launched ops' and the
     Launches document's), not a second pass for the calls' names; and the kernels' columns
-    once, though it lets them go with the Kernels view's batch (the GPU ops are made)."""
+    once, though it lets them go before the attribution (the GPU ops are made)."""
     trace = open_trace(LM, use_cache=False)
     read = trace.source.read_columns
     passes = []
     monkeypatch.setattr(trace.source, "read_columns", lambda key, *a: passes.append(key) or read(key, *a))
     prepare._before_attribution(trace)
+    # the kernels' columns read for the GPU ops, and let go before the attribution (its peak)
+    assert passes.count("kernels") == 1 and "kernels" not in trace._frames
     for key in (k for b in prepare.BATCHES.values() for k in b):
         trace.store.make([key], str(tmp_path))
         prepare._let_go(trace, key)

@@ -21,6 +21,7 @@ peaks.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import tempfile
@@ -28,7 +29,7 @@ import threading
 import weakref
 
 from kview.analysis import nvtx_ranges
-from kview.analysis.attribution import LAUNCH_COLUMNS, attribute
+from kview.analysis.attribution import GPU_OP_TABLES, LAUNCH_COLUMNS, attribute
 from kview.analysis.nvtx_tree import paths_and_windows
 from kview.analysis.ranks import _start_resource_tracker
 from kview.analysis.timeline import nvtx_row_table
@@ -87,6 +88,16 @@ OF_LABELS = (nvtx_ranges.short_labels, nvtx_ranges.range_kinds, nvtx_ranges.user
 OF_NAMES = BATCHES["ranges"][: BATCHES["ranges"].index("steps") + 1]
 
 
+def _give_back() -> None:
+    """In the worker, the C heap's free pages returned to the system (glibc's malloc_trim; a
+    no-op elsewhere). What the trace's reads free there (SQLite's rows, Python's objects) is not
+    reused by polars, which allocates from an allocator of its own: it stayed resident through
+    the worker's peaks (0.15-0.2 GB of its peak before and in the attribution on dense_x25)."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
 def _before_attribution(trace: Trace) -> None:
     """In the worker, before the attribution: the tables that read the ranges' labels made
     first (held until their batch is written), so that the attribution lets the labels go as
@@ -102,11 +113,18 @@ def _before_attribution(trace: Trace) -> None:
     phase_instances(trace)
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         trace.columns("runtime", list(dict.fromkeys([*LAUNCH_COLUMNS, *API_COLUMNS])))
+    _give_back()
     for key in OF_NAMES:
         trace.store.by_key(key)
+        _give_back()
     for table in OF_LABELS:
         table(trace)
     trace.names_only_for_attribution = True
+    # the GPU ops are made (the range tables above read them): the kernels', copies' and sets'
+    # columns they were read from (0.13 GB on dense_x25) go before the attribution, the worker's
+    # peak, rather than with the Kernels view's batch; no table after reads them
+    trace.let_go(*GPU_OP_TABLES)
+    _give_back()
 
 
 def _let_go(trace: Trace, key: str) -> None:
@@ -114,8 +132,8 @@ def _let_go(trace: Trace, key: str) -> None:
     table let go that is asked again is read back from what was written, or made again):
 
     - after the Kernels view's, the attributed table and its groups (0.3 GB on dense_x25; the
-      documents read the attribution back) and the kernels' columns (0.12 GB, held through the
-      NVTX tree, the range batch's peak, before: the GPU ops are made of them by then);
+      documents read the attribution back) and the kernels' columns (where the attribution read
+      them: `_before_attribution` let them go);
     - after the last range table that reads the labels (the steps), the ranges' names and
       labels (0.7 GB): the Timeline's rows and the NVTX tree read only the short names, the
       range kinds and the user ranges' codes, made first;
@@ -161,6 +179,7 @@ def _let_go(trace: Trace, key: str) -> None:
         from kview.analysis.launches import launches  # made by then: imported then, as above
 
         trace.store.drop(launches)
+    _give_back()  # what the table's making and writing freed, before the next
 
 
 # tables the explorer does not read back whole: the NVTX view reads the tree's paths without
