@@ -245,3 +245,28 @@ def test_op_markers_are_the_labels_the_marker_regex_matches(path):
         pytest.skip("no NVTX")
     labels = nv.labels(t)
     assert labels["marker"].to_list() == [nv.is_op_marker(lab) for lab in labels["label"]]
+
+
+def test_a_range_ended_on_another_thread_is_labelled_but_not_projected(tmp_path):
+    """labelled() keeps whether a range ended on another thread (`other_thread`, the read's end
+    thread id let go); the projection reports, as nsys's, leave such a range out."""
+    import sqlite3
+
+    from deep_nvtx import GLOBAL_TID, make
+
+    path = make(tmp_path / "cross.sqlite", 4, leak=False)
+    con = sqlite3.connect(path)
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, endGlobalTid, text) VALUES (?, ?, ?, ?, ?, ?)",
+        (1_000_100, 1_030_000, 60, GLOBAL_TID, GLOBAL_TID + 1, "handed over"),
+    )
+    con.commit()
+    con.close()
+    trace = open_trace(path, use_cache=False)
+    lab = nv.with_names(trace, nv.labelled(trace))
+    assert "end_global_tid" not in lab.columns and "event_type" not in lab.columns
+    assert lab.height == 9 and lab.filter("other_thread")["name"].to_list() == [":handed over"]
+    assert lab.filter("other_thread")["style"].to_list() == ["StartEnd"]
+    proj = nv.projection_ranges(trace)
+    assert proj.height == 8 and "other_thread" not in proj.columns
+    assert proj.columns == ["id", "start", "end", "global_tid", "name_code", "style"]

@@ -94,7 +94,8 @@ def _op_markers(label: pl.Series) -> pl.Series:
 
 
 def labelled(trace: Trace) -> pl.DataFrame:
-    """All range events with an integer `name_code` (see `names`), `style`; `end` may be null.
+    """All range events with an integer `name_code` (see `names`), `style` and `other_thread`
+    (ended on a thread other than the one it started on); `end` may be null.
 
     Labels are built once per distinct (domain, textId, text) key, never per row, and rows
     carry only integers, so five million PyTorch ranges cost integers, not strings. Like
@@ -119,7 +120,7 @@ STYLED = Codec("frames:labelled,names; style enum", ("labelled", "names"), tuple
 
 
 # integers only, so a reopen skips the strings
-@derived(key="nvtx", version="1", persist=True, codec=STYLED)
+@derived(key="nvtx", version="2", persist=True, codec=STYLED)
 def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(labelled, names): see those two.
 
@@ -178,17 +179,24 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         text
     )
     del text
-    key_code, firsts = first_appearance(key)
-    labelled_ = pl.DataFrame([r[c] for c in ("id", "start", "end", "event_type", "global_tid", "end_global_tid")])
-    labelled_ = labelled_.with_columns(STYLE.alias("style"))
-    # the read's columns no one holds now handed back before the first keys' copy: kept by the
-    # C allocator, they and that copy were the read's peak (0.1 GB over it, dense trace)
+    # the event type as the style it says and the thread a range ended on as whether it is
+    # another: two integer columns of every range fewer (92 MB on a dense trace), held by every
+    # NVTX report and the Overview
+    labelled_ = pl.DataFrame([r[c] for c in ("id", "start", "end", "global_tid")]).hstack(
+        r.select(pl.col("end_global_tid").is_not_null().alias("other_thread"), STYLE.alias("style")).get_columns()
+    )
+    # the read's columns no one holds now handed back before the keys are numbered and copied:
+    # kept by the C allocator, they and that work were the read's peak (0.3 GB over it, dense
+    # trace: the event type, both thread ids, the domain, the string id and the text's views)
     del ev, r, doms
     return_freed_memory()
+    key_code, firsts = first_appearance(key)
     # The names are made from the first row of each key, one chunk of the read at a time, with
     # nothing else holding the read's text: each chunk's text is let go once its names are made,
     # so the read's text and the names' (both ~0.6 GB on a dense trace) are never all held at once.
-    pending = _by_chunk(key.filter(firsts), "_text")
+    # a key column that joins nothing below (no domains, no registered strings) is not copied
+    joined = [c for c, table in (("dom_ix", domains), ("_sid", sids)) if table.height]
+    pending = _by_chunk(pl.DataFrame([key[c] for c in (*joined, "_text")]).filter(firsts), "_text")
     del key
     # a table with no rows joins nothing: not joined (a left join of 5.7M keys costs 0.4 s even so)
     domain = pl.col("domain").fill_null("") if domains.height else pl.lit("")
@@ -209,11 +217,17 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     del made
     if domains.height or sids.height:
         name_of_key, named_first = first_appearance(keys)
-    else:  # every name is ":" + a distinct text: one name per key already
-        name_of_key = pl.Series("code", np.arange(keys.height, dtype=np.int64))
-        named_first = pl.Series("first", np.ones(keys.height, dtype=bool))
-    table = keys.filter(named_first).with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
-    labelled_ = _one_chunk(labelled_.insert_column(6, name_of_key.gather(key_code).alias("name_code")))
+        keys = keys.filter(named_first)
+        del named_first
+        code = name_of_key.gather(key_code)
+        del name_of_key
+    else:  # every name is ":" + a distinct text: one name per key already, its code the key's
+        code = key_code
+    del key_code
+    table = keys.with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
+    # the names' views held once, not in `keys` beside the table's through the copy below
+    del keys
+    labelled_ = _one_chunk(labelled_.insert_column(5, code.alias("name_code")))
     return labelled_, table
 
 
@@ -458,12 +472,11 @@ def projection_ranges(trace: Trace) -> pl.DataFrame:
     all_ranges = labelled(trace)
     hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
     # the usual trace (no cross-thread ranges, every range closed) shares labelled()'s columns
-    one_thread = pl.col("end_global_tid").is_null()
+    one_thread = ~pl.col("other_thread")
     r = all_ranges if all_ranges.select(one_thread.all()).item() else all_ranges.filter(one_thread)
     if r["end"].null_count():
         r = r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)))
-    # the style says all the event type does (a column of 5.7M rows on a dense trace)
-    return r.drop("end_global_tid", "event_type")
+    return r.drop("other_thread")
 
 
 def user_ranges(trace: Trace) -> pl.DataFrame:
