@@ -1064,22 +1064,34 @@ def _call_columns(
     and op_ (and the keys) only."""
     have_nvtx, release, paths, labels, texts = named
     w = ids  # the columns attribution adds, joined on this narrow frame
+    # every id a call (every GPU op launched in the trace's window): the calls' columns line up
+    # with the ids and are added, not joined
+    aligned = calls.height == ids.height
     if have_nvtx:
         kinds = _Kinds(trace, labels)
-        ctx = _contexts(trace, calls, kinds)
+        ctx = _contexts(trace, calls, kinds)  # in the calls' order
         back = _forward_of_backward(trace, kinds, ctx.select("bseq", "bstart").filter(pl.col("bseq").is_not_null()))
         del kinds
         # the kinds' arrays (numpy's, the C allocator's) handed back before the joins that follow:
         # kept, they were this step's peak
         return_freed_memory()
-        ctx = ctx.join(back, on=["bseq", "bstart"], how="left")
+        # the keys joined alone and the answers added (one row per key in `back`), in the calls' order
+        ctx = ctx.hstack(
+            ctx.select("bseq", "bstart")
+            .join(back, on=["bseq", "bstart"], how="left", maintain_order="left")
+            .select("b_uid", "b_fop_code")
+        )
         # calls without a path of their own (no user range, or one user_paths does not know)
         pathless = ~pl.col("uid").is_in(paths["uid"].implode()).fill_null(False)
-        orphan = calls.join(ctx.filter(pathless).select("call_id"), on="call_id", how="inner")
-        ctx = ctx.join(_paths_open_at(trace, labels, orphan), on="call_id", how="left")
+        orphan = calls.filter(ctx.select(pathless).to_series())
+        opened = _paths_open_at(trace, labels, orphan)  # one row per call at most
+        ctx = ctx.hstack(
+            ctx.select("call_id").join(opened, on="call_id", how="left", maintain_order="left").drop("call_id")
+        )
+        del opened
         if release and trace.ranges_only_for_attribution:  # every call placed: the ranges and their nesting go too
             nv.release(trace)
-        w = w.join(ctx, on="call_id", how="left", maintain_order="left")
+        w = w.hstack(ctx.drop("call_id")) if aligned else w.join(ctx, on="call_id", how="left", maintain_order="left")
     else:
         for c in ("uid", "fop_code", "bseq", "b_uid", "b_fop_code", "open_uid"):
             w = w.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
@@ -1096,7 +1108,7 @@ def _call_columns(
         w = w.with_columns(pl.lit(None, dtype=pl.Boolean).alias("open_bwd"))
     engine = autograd_threads(trace)
     tid_of = calls.select("call_id", pl.col("global_tid").is_in(engine.implode()).alias("on_engine"))
-    w = w.join(tid_of, on="call_id", how="left", maintain_order="left")
+    w = w.hstack(tid_of.drop("call_id")) if aligned else w.join(tid_of, on="call_id", how="left", maintain_order="left")
     direction = (
         pl.when(f("in_opt").fill_null(False) | f("any_opt").fill_null(False))
         .then(pl.lit("optim"))
