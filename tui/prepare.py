@@ -29,7 +29,7 @@ import threading
 import weakref
 
 from kview.analysis import nvtx_ranges
-from kview.analysis.attribution import GPU_OP_TABLES, LAUNCH_COLUMNS, attribute
+from kview.analysis.attribution import GPU_OP_TABLES, LAUNCH_COLUMNS, attribute, gpu_ops
 from kview.analysis.nvtx_tree import paths_and_windows
 from kview.analysis.ranks import _start_resource_tracker
 from kview.analysis.timeline import nvtx_row_table
@@ -111,6 +111,12 @@ def _before_attribution(trace: Trace) -> None:
     from kview.analysis.layers import phase_instances  # the worker's only: imported then, as above
 
     phase_instances(trace)
+    # the GPU ops first: the kernels', copies' and sets' columns they are made of (0.13 GB on
+    # dense_x25) go before the runtime calls are read and the ops joined to their launches, the
+    # worker's highest point, rather than with the Kernels view's batch; no table reads them again
+    gpu_ops(trace)
+    trace.let_go(*GPU_OP_TABLES)
+    _give_back()
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         trace.columns("runtime", list(dict.fromkeys([*LAUNCH_COLUMNS, *API_COLUMNS])))
     _give_back()
@@ -120,10 +126,6 @@ def _before_attribution(trace: Trace) -> None:
     for table in OF_LABELS:
         table(trace)
     trace.names_only_for_attribution = True
-    # the GPU ops are made (the range tables above read them): the kernels', copies' and sets'
-    # columns they were read from (0.13 GB on dense_x25) go before the attribution, the worker's
-    # peak, rather than with the Kernels view's batch; no table after reads them
-    trace.let_go(*GPU_OP_TABLES)
     _give_back()
 
 
