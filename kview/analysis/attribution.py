@@ -590,8 +590,19 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     carried = (
         pl.col("next").str.starts_with(pl.col("label") + ".") | pl.col("next").str.starts_with(pl.col("label") + ":")
     ).fill_null(False)
-    layers = q.filter(~carried).group_by("call_id").agg(pl.col("label").str.join(":").alias("layer"))
-    out = p.group_by("call_id", maintain_order=True).agg(pl.col("label").str.join(" > ").alias("path"))
+    # each call's labels gathered into a list and the lists joined: a text join as the aggregation
+    # makes each group's text on its own (0.14 against 0.02 CPU s for dense_x25's 105k calls)
+    layers = (
+        q.filter(~carried)
+        .group_by("call_id")
+        .agg(pl.col("label"))
+        .select("call_id", pl.col("label").list.join(":").alias("layer"))
+    )
+    out = (
+        p.group_by("call_id", maintain_order=True)
+        .agg(pl.col("label"))
+        .select("call_id", pl.col("label").list.join(" > ").alias("path"))
+    )
     # in a phase: any enclosing range of that name, shown or not (backward: any user range named
     # like it, `backward_pass`, `## backward ##`, `loss.backward`)
     for flag, named in (
