@@ -270,3 +270,17 @@ def test_a_range_ended_on_another_thread_is_labelled_but_not_projected(tmp_path)
     proj = nv.projection_ranges(trace)
     assert proj.height == 8 and "other_thread" not in proj.columns
     assert proj.columns == ["id", "start", "end", "global_tid", "name_code", "style"]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_labels_of_the_default_domain_alone_equal_the_split_by_domain(path):
+    """labels() of a trace whose every range is in the default domain (each name `:text`) skips
+    the split by domain and the merge: the same table as the split gives."""
+    trace = open_trace(path, use_cache=False)
+    names = nv.names(trace)
+    if names.height == 0 or not names["name"].str.starts_with(":").all():
+        pytest.skip("no NVTX, or ranges of a named domain")
+    got = nv.labels(trace)
+    assert got.equals(nv._labels_by_domain(names))
+    assert got.columns == ["name_code", "name", "label", "marker", "library", "module"]
+    assert got["marker"].any() or got.height < 100

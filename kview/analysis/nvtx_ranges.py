@@ -369,6 +369,22 @@ def labels(trace: Trace) -> pl.DataFrame:
     # range) it is a slice at a fixed offset, which polars keeps as views of the name; a split
     # would copy five million op labels (~600 MB on a dense trace). Other domains are split.
     default = pl.col("name").str.starts_with(":")
+    if n.select(default.all()).item():
+        # every range in the default domain (the usual trace): no filtered copy of each part and
+        # no merge of the two (each a copy of 5.6M names' views on a dense trace, at the
+        # Overview's highest point), and the empty domain's answers are constants
+        n = n.with_columns(pl.col("name").str.slice(1).alias("label"))
+        return n.with_columns(
+            _op_markers(n["label"]).alias("marker"),
+            (pl.lit("" in LIBRARY_DOMAINS) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias("library"),
+            pl.lit("" == MODULE_DOMAIN).alias("module"),
+        )
+    return _labels_by_domain(n)
+
+
+def _labels_by_domain(n: pl.DataFrame) -> pl.DataFrame:
+    """`labels` of the names `n`, the default domain's and the others' made apart and merged."""
+    default = pl.col("name").str.starts_with(":")
     plain = n.filter(default).with_columns(pl.col("name").str.slice(1).alias("label"), pl.lit("").alias("domain"))
     parts = pl.col("name").str.splitn(":", 2)
     other = n.filter(~default).with_columns(
