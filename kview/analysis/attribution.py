@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -223,24 +225,37 @@ class _OpTexts:
             return
         import pyarrow as pa  # type: ignore[import-untyped]  # deferred: only a large trace packs
 
-        for at in range(0, len(candidates), self.ROWS):
-            part = _labels_of(labels, candidates[at : at + self.ROWS])
-            # offsets and the rows' own bytes (the oldest layout): string views point into the
-            # buffers of every name
-            text = part["label"].to_arrow(compat_level=pl.CompatLevel.oldest())
-            assert text.offset == 0 and text.type == pa.large_string()
-            _, offsets, data = text.buffers()
-            # copied out: a buffer of the exported array holds all of it (the text too)
-            self.packed.append(
-                (
-                    part["name_code"].to_numpy(),
-                    np.frombuffer(offsets, dtype=np.int64).copy(),
-                    pa.compress(data, codec="lz4", asbytes=True),
-                    data.size,
+        # lz4 lets the interpreter go: a chunk is compressed on a thread while the next is cut,
+        # two chunks' text at most waiting for it
+        with ThreadPoolExecutor(1) as pool:
+            waiting: deque[tuple[np.ndarray, np.ndarray, Future[bytes], int]] = deque()
+            for at in range(0, len(candidates), self.ROWS):
+                part = _labels_of(labels, candidates[at : at + self.ROWS])
+                # offsets and the rows' own bytes (the oldest layout): string views point into the
+                # buffers of every name
+                text = part["label"].to_arrow(compat_level=pl.CompatLevel.oldest())
+                assert text.offset == 0 and text.type == pa.large_string()
+                _, offsets, data = text.buffers()
+                if len(waiting) == 2:
+                    self._packed(waiting.popleft())
+                # copied out: a buffer of the exported array holds all of it (the text too)
+                waiting.append(
+                    (
+                        part["name_code"].to_numpy(),
+                        np.frombuffer(offsets, dtype=np.int64).copy(),
+                        pool.submit(pa.compress, data, codec="lz4", asbytes=True),
+                        data.size,
+                    )
                 )
-            )
-            del text, offsets, data
+                del text, offsets, data
+            while waiting:
+                self._packed(waiting.popleft())
         self.labels = None
+
+    def _packed(self, chunk: tuple[np.ndarray, np.ndarray, Future[bytes], int]) -> None:
+        """A chunk kept once its bytes are compressed."""
+        codes, offsets, compressed, size = chunk
+        self.packed.append((codes, offsets, compressed.result(), size))
 
     def fields(self, codes: pl.Series, sizes: bool = True) -> pl.DataFrame:
         """op_fields of the forward-op labels `codes` (name_codes, no nulls); asked once. Without
