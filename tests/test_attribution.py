@@ -443,6 +443,25 @@ def test_the_kinds_around_each_call_are_the_nestings_answers_for_its_range(path)
         assert (rows >= 0).sum() > (100 if key != "opt" else 0), key
 
 
+@pytest.mark.parametrize("path", [LM, BERT], ids=lambda p: p.stem)
+def test_the_node_an_eval_range_ran_found_by_its_row_is_the_one_joined_on_its_id(path):
+    """_Kinds.eval_nodes (an eval range's first node child found by its tree row) gives what a
+    join of the range's id to node_of_eval gives: for every evaluate_function range, every range
+    of the first thousand and no range (-1)."""
+    from kview.analysis import attribution, nvtx_ranges
+
+    t = open_trace(path, use_cache=False)
+    kinds = attribution._Kinds(t, attribution.op_labels(t))
+    nest = nvtx_ranges.projection_nesting(t)
+    evals = np.flatnonzero(kinds.bits[:-1] & (1 << kinds.BIT["eval"]))
+    at = np.concatenate([evals, [-1], np.arange(min(1000, len(nest.depth)))])
+    got = kinds.eval_nodes(at)
+    ids = nest.take(["id"], attribution._rows_or_null(at)).rename({"id": "eval_id"})
+    want = ids.join(kinds.node_of_eval, on="eval_id", how="left", maintain_order="left").select("eseq", "estart")
+    assert got.equals(want)
+    assert got["estart"].head(len(evals)).drop_nulls().len() > 50
+
+
 @pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"])
 def test_a_gpu_op_read_refused_after_the_names_is_said_as_in_turn(tmp_path, table):
     """`kview kernels` reads the GPU ops and their launches after the names go: a table the

@@ -724,16 +724,10 @@ class _Kinds:
         """(eval_id, eseq, estart): the backward node an `evaluate_function: XBackward0` range
         ran, its first child node range. Work after the node's own range but inside that range
         (bias-gradient sums, say) belongs to it. Made once for every _contexts of these kinds."""
-        nodes = np.flatnonzero(self.bits[:-1] & np.uint8(1 << self.BIT["bwd"]))
-        up = self.nest.parent[nodes]
         ranges = self.nest.ranges
-        if not any(ranges[c].null_count() for c in ("id", "start", "name_code")):
-            # a parent's node ranges are on its thread, so in the tree's order they come by
-            # start: its first node there is its first by start. Found and read in numpy (a
-            # parent of none is no eval_id a call can have)
-            nodes, up = nodes[up >= 0], up[up >= 0]
-            _, first = np.unique(up, return_index=True)
-            at, above = self.nest.rows(nodes[first]), self.nest.rows(up[first])
+        if self.first_nodes is not None:
+            parents, first = self.first_nodes
+            at, above = self.nest.rows(first), self.nest.rows(parents)
             code = pl.Series("name_code", ranges["name_code"].to_numpy()[at])
             return pl.DataFrame(
                 [
@@ -742,6 +736,8 @@ class _Kinds:
                     pl.Series("estart", ranges["start"].to_numpy()[at]),
                 ]
             )
+        nodes = np.flatnonzero(self.bits[:-1] & np.uint8(1 << self.BIT["bwd"]))
+        up = self.nest.parent[nodes]
         return (
             self.nest.take(["start", "name_code"], nodes)
             .with_columns(self.nest.take(["id"], _rows_or_null(up))["id"].alias("parent"))
@@ -751,6 +747,42 @@ class _Kinds:
             .agg(pl.col("seq").first().alias("eseq"), pl.col("start").first().alias("estart"))
             .rename({"parent": "eval_id"})
         )
+
+    @functools.cached_property
+    def first_nodes(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the tree rows that parent a backward node range, ascending; the tree row of each
+        one's first such child), None where the ranges' id, start or name_code have nulls. A
+        parent's node ranges are on its thread, so in the tree's order they come by start: its
+        first node there is its first by start (a parent of none is no range a call's eval can be)."""
+        ranges = self.nest.ranges
+        if any(ranges[c].null_count() for c in ("id", "start", "name_code")):
+            return None
+        nodes = np.flatnonzero(self.bits[:-1] & np.uint8(1 << self.BIT["bwd"]))
+        up = self.nest.parent[nodes]
+        nodes, up = nodes[up >= 0], up[up >= 0]
+        parents, first = np.unique(up, return_index=True)
+        return parents, nodes[first]
+
+    def eval_nodes(self, at: np.ndarray) -> pl.DataFrame:
+        """(eseq, estart) of node_of_eval for each call's eval range (`at`, "eval"'s `placed`,
+        -1 where none; first_nodes made), nulls where none: found by its tree row among
+        first_nodes' parents, not joined on the range's id."""
+        parents, first = self.first_nodes or (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        if not len(parents):
+            return pl.DataFrame(schema={"eseq": self.seq.dtype, "estart": self.nest.ranges.schema["start"]}).clear(
+                len(at)
+            )
+        i = np.minimum(np.searchsorted(parents, at), len(parents) - 1)
+        hit = pl.Series("hit", (at >= 0) & (parents[i] == at))
+        node = self.nest.rows(first[i])
+        ranges = self.nest.ranges
+        found = pl.DataFrame(
+            [
+                self.seq.gather(pl.Series("name_code", ranges["name_code"].to_numpy()[node])).alias("eseq"),
+                pl.Series("estart", ranges["start"].to_numpy()[node]),
+            ]
+        )
+        return found.select(pl.when(hit).then(pl.col(c)).alias(c) for c in ("eseq", "estart"))
 
     def seq_of(self, name_code: pl.Expr) -> pl.Expr:
         """The autograd seq of each code's label (null where it has none)."""
@@ -850,7 +882,10 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
     ).drop("_node")
     # the keys joined alone and their answers added: a join of the whole frame copies every
     # column (a million calls' dozen, twice, this step's peak on a dense trace)
-    ev = per_call.select("eval_id").join(kinds.node_of_eval, on="eval_id", how="left", maintain_order="left")
+    if kinds.loose.height == 0 and kinds.first_nodes is not None:  # in the calls' order: found by row
+        ev = kinds.eval_nodes(placed["eval"])
+    else:
+        ev = per_call.select("eval_id").join(kinds.node_of_eval, on="eval_id", how="left", maintain_order="left")
     per_call = per_call.with_columns(
         pl.coalesce(pl.col("bseq"), ev["eseq"]).alias("bseq"),
         pl.coalesce(pl.col("bstart"), ev["estart"]).alias("bstart"),
