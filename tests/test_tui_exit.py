@@ -27,10 +27,10 @@ HELD = """
 import runpy, sys, threading
 import kview.analysis.attribution as attribution
 started = sys.argv.pop(1)
-def held(trace):
+def held(trace, shapes=True):
     open(started, "w").close()
     threading.Event().wait()
-attribution.attribute = held
+attribution._attributed = held
 sys.argv[0] = "kview"
 runpy.run_module("kview.cli", run_name="__main__")
 """
