@@ -21,7 +21,6 @@ peaks.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import tempfile
@@ -34,6 +33,7 @@ from kview.analysis.nvtx_tree import paths_and_windows
 from kview.analysis.ranks import _start_resource_tracker
 from kview.analysis.timeline import nvtx_row_table
 from kview.documents.kernels import kernel_groups
+from kview.io.sqlite_source import return_freed_memory
 from kview.trace import Trace, make_tables
 from kview.tui import kernel_words  # declares the Kernels view's words, which the worker makes
 
@@ -89,13 +89,11 @@ OF_NAMES = BATCHES["ranges"][: BATCHES["ranges"].index("steps") + 1]
 
 
 def _give_back() -> None:
-    """In the worker, the C heap's free pages returned to the system (glibc's malloc_trim; a
-    no-op elsewhere). What the trace's reads free there (SQLite's rows, Python's objects) is not
-    reused by polars, which allocates from an allocator of its own: it stayed resident through
-    the worker's peaks (0.15-0.2 GB of its peak before and in the attribution on dense_x25)."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
+    """In the worker, the C heap's free pages returned to the system (`return_freed_memory`).
+    What the trace's reads free there (SQLite's rows, Python's objects) is not reused by polars,
+    which allocates from an allocator of its own: it stayed resident through the worker's peaks
+    (0.15-0.2 GB of its peak before and in the attribution on dense_x25)."""
+    return_freed_memory()
 
 
 def _before_attribution(trace: Trace) -> None:
