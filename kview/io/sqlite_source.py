@@ -320,6 +320,10 @@ class SqliteSource:
             if not df["_kv_rid"].is_sorted():  # partitions usually arrive in order; sort only if not
                 df = df.sort("_kv_rid")
             df = df.drop("_kv_rid")
+            # what the reading threads and a sort's copy freed stays in the C allocator's arenas
+            # (0.09-0.12 GB after 2.4M runtime calls on 16 threads), counted in the process's
+            # memory through what follows: handed back
+            return_freed_memory()
         else:
             df = self.query(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where}" if where else ""))
         return df.rename({"_rid": "rowid"}) if "_rid" in df.columns else df
