@@ -104,7 +104,11 @@ class Table:
 
     def cache_keys(self) -> tuple[str, ...]:
         assert self.codec is not None
-        return tuple(f"{self.key}.{p}" if p else self.key for p in self.codec.parts)
+        return tuple(self.cache_key(p) for p in self.codec.parts)
+
+    def cache_key(self, part: str) -> str:
+        """The cache key of frame `part` of this table ("": the table's key alone)."""
+        return f"{self.key}.{part}" if part else self.key
 
     @functools.cached_property
     def deps(self) -> frozenset[Table]:
@@ -356,7 +360,7 @@ class Store:
             out = self._written.get(t)
         if out is None or t.codec is None or part not in t.codec.parts:
             return None
-        return made_file(out, f"{t.key}.{part}" if part else t.key)
+        return made_file(out, t.cache_key(part))
 
 
 def made_file(out: str, name: str) -> Path:
