@@ -668,8 +668,7 @@ class _Kinds:
         # a nesting too deep to walk call by call (a push never popped in a loop): the answers
         # for every range, by pointer jumping, and each call's read from them
         self.rows: dict[str, np.ndarray] | None = None
-        depth = self.nest.depth
-        if len(depth) and (depth.max() >= nv.Nesting.LEVELS_TOP_DOWN or depth.min() < 0):
+        if self.nest.too_deep:
             asks = [((self.bits[:-1] & (1 << bit)).astype(bool), outer) for bit, (_, _, outer) in enumerate(self.KINDS)]
             self.rows = {key: f for (key, _, _), f in zip(self.KINDS, self.nest.answers(asks))}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)

@@ -373,13 +373,18 @@ def labels(trace: Trace) -> pl.DataFrame:
         # every range in the default domain (the usual trace): no filtered copy of each part and
         # no merge of the two (each a copy of 5.6M names' views on a dense trace, at the
         # Overview's highest point), and the empty domain's answers are constants
-        n = n.with_columns(pl.col("name").str.slice(1).alias("label"))
-        return n.with_columns(
-            _op_markers(n["label"]).alias("marker"),
-            (pl.lit("" in LIBRARY_DOMAINS) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias("library"),
-            pl.lit("" == MODULE_DOMAIN).alias("module"),
-        )
+        return _with_flags(n.with_columns(pl.col("name").str.slice(1).alias("label")), pl.lit(""))
     return _labels_by_domain(n)
+
+
+def _with_flags(n: pl.DataFrame, domain: pl.Expr) -> pl.DataFrame:
+    """The names `n` (with their `label`) and labels' flags (marker, library, module), `domain`
+    the ranges' domain."""
+    return n.with_columns(
+        _op_markers(n["label"]).alias("marker"),
+        (domain.is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias("library"),
+        (domain == MODULE_DOMAIN).alias("module"),
+    )
 
 
 def _labels_by_domain(n: pl.DataFrame) -> pl.DataFrame:
@@ -391,14 +396,7 @@ def _labels_by_domain(n: pl.DataFrame) -> pl.DataFrame:
         parts.struct.field("field_1").fill_null("").alias("label"),
         parts.struct.field("field_0").fill_null("").alias("domain"),
     )
-    merged = plain.merge_sorted(other, key="name_code")
-    return merged.with_columns(
-        _op_markers(merged["label"]).alias("marker"),
-        (pl.col("domain").is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias(
-            "library"
-        ),
-        (pl.col("domain") == MODULE_DOMAIN).alias("module"),
-    ).drop("domain")
+    return _with_flags(plain.merge_sorted(other, key="name_code"), pl.col("domain")).drop("domain")
 
 
 @derived
@@ -902,9 +900,16 @@ class Nesting:
     @functools.cached_property
     def levels(self) -> list[np.ndarray] | None:
         """Rows of each depth (0, 1, ...), or None when the nesting is deeper than LEVELS_TOP_DOWN."""
-        if len(self.depth) == 0 or self.depth.max() >= self.LEVELS_TOP_DOWN or self.depth.min() < 0:
+        if len(self.depth) == 0 or self.too_deep:
             return None
         return _levels(self.depth, int(self.depth.max()))
+
+    @property
+    def too_deep(self) -> bool:
+        """Whether the nesting is deeper than LEVELS_TOP_DOWN (or a depth unknown): its answers
+        are made by pointer jumping, not level by level."""
+        d = self.depth
+        return len(d) > 0 and (int(d.max()) >= self.LEVELS_TOP_DOWN or int(d.min()) < 0)
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """Per row: the row of the nearest range at or above it where `mask` holds, -1 where none."""
