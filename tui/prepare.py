@@ -88,14 +88,6 @@ OF_LABELS = (nvtx_ranges.short_labels, nvtx_ranges.range_kinds, nvtx_ranges.user
 OF_NAMES = BATCHES["ranges"][: BATCHES["ranges"].index("steps") + 1]
 
 
-def _give_back() -> None:
-    """In the worker, the C heap's free pages returned to the system (`return_freed_memory`).
-    What the trace's reads free there (SQLite's rows, Python's objects) is not reused by polars,
-    which allocates from an allocator of its own: it stayed resident through the worker's peaks
-    (0.15-0.2 GB of its peak before and in the attribution on dense_x25)."""
-    return_freed_memory()
-
-
 def _before_attribution(trace: Trace) -> None:
     """In the worker, before the attribution: the tables that read the ranges' labels made
     first (held until their batch is written), so that the attribution lets the labels go as
@@ -114,17 +106,20 @@ def _before_attribution(trace: Trace) -> None:
     # worker's highest point, rather than with the Kernels view's batch; no table reads them again
     gpu_ops(trace)
     trace.let_go(*GPU_OP_TABLES)
-    _give_back()
+    # what the trace's reads free on the C heap (SQLite's rows, Python's objects) is not reused by
+    # polars, whose allocator is its own: handed back after each step here and each table made
+    # (`_let_go`), it stayed through the worker's peaks (0.15-0.2 GB of it on dense_x25)
+    return_freed_memory()
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         trace.columns("runtime", list(dict.fromkeys([*LAUNCH_COLUMNS, *API_COLUMNS])))
-    _give_back()
+    return_freed_memory()
     for key in OF_NAMES:
         trace.store.by_key(key)
-        _give_back()
+        return_freed_memory()
     for table in OF_LABELS:
         table(trace)
     trace.names_only_for_attribution = True
-    _give_back()
+    return_freed_memory()
 
 
 def _let_go(trace: Trace, key: str) -> None:
@@ -179,7 +174,7 @@ def _let_go(trace: Trace, key: str) -> None:
         from kview.analysis.launches import launches  # made by then: imported then, as above
 
         trace.store.drop(launches)
-    _give_back()  # what the table's making and writing freed, before the next
+    return_freed_memory()  # what the table's making and writing freed, before the next
 
 
 # tables the explorer does not read back whole: the NVTX view reads the tree's paths without
