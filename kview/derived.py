@@ -204,6 +204,8 @@ class DiskTier(Protocol):
 
     def load(self, table: Table) -> tuple[pl.DataFrame, ...] | None: ...
 
+    def verified(self, table: Table, part: str) -> bytes | None: ...
+
     def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None: ...
 
 
@@ -361,6 +363,15 @@ class Store:
         if out is None or t.codec is None or part not in t.codec.parts:
             return None
         return made_file(out, t.cache_key(part))
+
+    def cached_bytes(self, fn: Callable[..., Any], part: str = "") -> bytes | None:
+        """The Parquet bytes of frame `part` of persisted table `fn` in the disk tier, checked
+        as a read of the table checks them but not decoded (a caller reads the columns or rows
+        it needs of them), or None (no disk tier, not there, or not usable)."""
+        t = table_of(fn)
+        if self.disk is None or t.codec is None or part not in t.codec.parts:
+            return None
+        return self.disk.verified(t, part)
 
 
 def made_file(out: str, name: str) -> Path:

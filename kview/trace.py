@@ -246,6 +246,10 @@ class FrameCacheTier:
         found = cache.load_all(self.path, keys, table.digest)
         return None if found is None else tuple(found[k] for k in keys)
 
+    def verified(self, table: Table, part: str) -> bytes | None:
+        found = cache.verified(self.path, table.cache_key(part), table.digest)
+        return None if found is None else found[0]
+
     def save(self, table: Table, frames: tuple[pl.DataFrame, ...]) -> None:
         whole = table.codec is not None and table.codec.whole
         cache.store_all(self.path, dict(zip(table.cache_keys(), frames)), table.digest, whole)

@@ -121,7 +121,8 @@ class NvtxTree(ViewMessage):
     windows: pl.DataFrame | PathsWindows
     timeline: pl.DataFrame
     children: pl.DataFrame
-    texts_file: Path | None = None  # the path table with its Path texts, where `paths` lacks them
+    # the path table with its Path texts (its file, or its Parquet bytes), where `paths` lacks them
+    texts_file: Path | bytes | None = None
 
     @property
     def document(self) -> Document:

@@ -226,6 +226,25 @@ def _read_verified(f: Path) -> bytes | None:
 def load(trace_path: Path, key: str, version: str = "") -> pl.DataFrame | None:
     """The cached frame `key` of this trace made by `version` of its rules (a derived table's
     digest; "" for the readers' frames), or None (absent, unusable, stale, or not this trace's)."""
+    found = verified(trace_path, key, version)
+    if found is None:
+        return None
+    body, f = found
+    try:
+        return pl.read_parquet(body)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # verified bytes polars cannot read (another kview's format): rebuilt
+        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
+        _drop(f)
+        return None
+
+
+def verified(trace_path: Path, key: str, version: str = "") -> tuple[bytes, Path] | None:
+    """The Parquet bytes of cached frame `key` of this trace made by `version`, checked as
+    `load` checks them (checksum, trace, key, version) but not decoded, and their file; None
+    as `load`. A caller reads the columns or rows it needs of them (`pl.read_parquet(body,
+    columns=...)`, `pl.scan_parquet(body)`)."""
     found = _entry(trace_path)
     if found is None:
         return None
@@ -248,23 +267,22 @@ def load(trace_path: Path, key: str, version: str = "") -> pl.DataFrame | None:
         return None
     try:
         meta = pl.read_parquet_metadata(io.BytesIO(body))
-        if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
-            warn_once(
-                "a cache entry that belongs to another trace or frame was ignored; the frames are "
-                "rebuilt from the trace"
-            )
-            _drop(f)
-            return None
-        if meta.get(META_VERSION, "") != version:  # made by other rules: stale, made again
-            _drop(f)
-            return None
-        return pl.read_parquet(body)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # verified bytes polars cannot read (another kview's format): rebuilt
         warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
         _drop(f)
         return None
+    if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
+        warn_once(
+            "a cache entry that belongs to another trace or frame was ignored; the frames are rebuilt from the trace"
+        )
+        _drop(f)
+        return None
+    if meta.get(META_VERSION, "") != version:  # made by other rules: stale, made again
+        _drop(f)
+        return None
+    return body, f
 
 
 def _drop(f: Path) -> None:
