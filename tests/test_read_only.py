@@ -246,3 +246,31 @@ def test_large_tables_read_in_parallel_through_the_escaped_uri(tmp_path):
     head = next(i for i, line in enumerate(lines) if line.startswith("Time (%)"))
     row = dict(zip(lines[head].split(","), lines[head + 1].split(",")))
     assert (int(row["Total Time (ns)"]), int(row["Instances"])) == (total, n)
+
+
+@pytest.mark.parametrize("trace", [SAMPLES / "lm-small_ctx256_train_nsys.sqlite", FWD])
+def test_parallel_reads_keep_rowid_order(trace, monkeypatch):
+    """A table read as several rowid ranges at once (their batches arrive in the order the
+    threads finish) gives the rows in rowid order, as one plain read does: the runtime calls
+    (with and without a condition) and the NVTX rows, on a real trace."""
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from kview.io import nsys_reader, sqlite_source
+
+    src = sqlite_source.SqliteSource(trace)
+    table, cols = "CUPTI_ACTIVITY_KIND_RUNTIME", ["rowid", "start", "end", "globalTid", "correlationId"]
+    rows = src.scalar(f"SELECT count(*) FROM {table}")
+    con = sqlite3.connect(f"file:{trace}?mode=ro", uri=True)
+    for where in (None, "correlationId % 3 = 0"):
+        sql = f"SELECT rowid, start, end, globalTid, correlationId FROM {table}" + (f" WHERE {where}" if where else "")
+        want = pl.DataFrame(con.execute(sql + " ORDER BY rowid").fetchall(), schema=cols, orient="row")
+        monkeypatch.setattr(sqlite_source, "PARTITION_ROWS", rows // 10)
+        monkeypatch.setattr(sqlite_source, "read_threads", lambda: 7)
+        got = src.read_rows_in_order(table, cols, where)
+        assert got.height > 100
+        assert_frame_equal(got, want, check_dtypes=False)
+    con.close()
+    whole = nsys_reader.nvtx_events(src, part_rows=1 << 30, threads=1)
+    assert whole.height > 1000
+    assert_frame_equal(nsys_reader.nvtx_events(src, part_rows=whole.height // 9, threads=4), whole)

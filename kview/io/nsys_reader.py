@@ -27,7 +27,7 @@ from kview.io.schema import (
     RUNTIME,
     TABLES,
 )
-from kview.io.sqlite_source import SqliteSource, read_threads
+from kview.io.sqlite_source import SqliteSource, in_rowid_order, read_threads
 
 NSYS_MARKER_TABLES = (
     "StringIds",
@@ -138,22 +138,14 @@ def nvtx_events(src, part_rows: int = 500_000, threads: int | None = None) -> pl
     step, per_read = part_rows, threads or read_threads()
     for lo in range(0, hi + 1, step * per_read):
         starts = range(lo, lo + step * per_read, step)
-        df = src.query(
-            [
-                "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
-                f" AND rowid >= {a} AND rowid < {a + step}"
-                for a in starts
-            ]
-        )
+        sql = [
+            "SELECT " + ", ".join(cols) + f" FROM {NVTX} WHERE eventType IN ({types})"
+            f" AND rowid >= {a} AND rowid < {a + step}"
+            for a in starts
+        ]
+        df = in_rowid_order(src.read_arrow(sql), "rowid")
         if df.width == 0 or df.height == 0:
             continue
-        if "rowid" in df.columns and not df["rowid"].is_sorted():
-            # the parts arrive in interleaved batches, each in rowid order: a filter per part
-            # restores the order (no sort)
-            rid = pl.col("rowid")
-            df = pl.concat([df.filter((rid >= a) & (rid < a + step)) for a in starts], rechunk=False)
-            if not df["rowid"].is_sorted():
-                df = df.sort("rowid")
         exprs = [
             (
                 (pl.col(raw).cast(dtype).fill_null(0) if name in OWNER_IDS else pl.col(raw).cast(dtype))
