@@ -112,10 +112,16 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
     monkeypatch.setattr(prepare, "Worker", lambda *a: (_ for _ in ()).throw(AssertionError("no worker")))
     trace, again = _messages(use_cache=True)
     for a, b in zip(again, here):
+        if isinstance(a, AttributedKernels) and a.document is None:
+            _equal(kernels(trace, table=a.table.collect()), b.document, "AttributedKernels.document")
         _equal(a, b, type(a).__name__)
-    # the NVTX tree read in part from the frame cache too: its windows a path's at a time
+    # read in part from the frame cache too: the NVTX tree's windows a path's at a time, the
+    # attributed kernels by column
     [tree] = [m for m in again if isinstance(m, NvtxTree)]
     assert not isinstance(tree.windows, pl.DataFrame) and "nvtx_tree" not in trace.store.held()
+    [att] = [m for m in again if isinstance(m, AttributedKernels)]
+    assert isinstance(att.table, pl.LazyFrame)
+    assert not {"attribution", "documents.kernel_groups"} & trace.store.held()
 
 
 def test_the_views_of_every_trace_wait_for_the_workers_tables(tmp_path, monkeypatch):
