@@ -122,6 +122,8 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
     [att] = [m for m in again if isinstance(m, AttributedKernels)]
     assert isinstance(att.table, pl.LazyFrame)
     assert not {"attribution", "documents.kernel_groups"} & trace.store.held()
+    # the kernel summary (equal to the one made here, above) read back, not made of every kernel again
+    assert "explorer.kernel_summary" in trace.store.held() and trace.store.on_disk(["explorer.kernel_summary"])
 
 
 def test_the_views_of_every_trace_wait_for_the_workers_tables(tmp_path, monkeypatch):

@@ -134,21 +134,23 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     from kview.analysis.attribution import launched_ops
     from kview.analysis.gpu_time import launch_timeline
     from kview.documents.kernels import kernel_groups, kernels
+    from kview.io.schema import KERNEL
     from kview.reports import cuda_gpu_kern_sum
-    from kview.tui.kernel_words import kernel_words
+    from kview.tui.kernel_words import kernel_summary, kernel_words
 
     yield Stage("kernel summary")
-    report = cuda_gpu_kern_sum(trace)
-    if report.skipped or report.empty:  # no GPU kernels: say what the trace holds, show its CPU ops
+    # cuda_gpu_kern_sum's rows: of a trace with a kernel table, as kept in the frame cache
+    summary = kernel_summary(trace) if trace.has(KERNEL) else cuda_gpu_kern_sum(trace).frame
+    if summary.height == 0:  # no GPU kernels: say what the trace holds, show its CPU ops
         from kview.analysis.attribution import gpu_ops
 
         if gpu_ops(trace).height == 0:  # no GPU work: what `kview kernels` prints instead, and why
             doc = kernels(trace)
-            yield KernelSummary(report.frame, doc.notes[0], doc.frame("kernels"), doc)
+            yield KernelSummary(summary, doc.notes[0], doc.frame("kernels"), doc)
         else:  # copies and memsets only
-            yield KernelSummary(report.frame, "no GPU kernels in this trace (only memory copies and sets)")
+            yield KernelSummary(summary, "no GPU kernels in this trace (only memory copies and sets)")
     else:
-        yield KernelSummary(report.frame)
+        yield KernelSummary(summary)
     yield from ready(trace, use_cache, "kernels")
     yield Stage("attributing kernels")
     table = attributed(trace)
