@@ -179,7 +179,7 @@ def _large(table: pl.DataFrame, odd: str | None) -> pl.DataFrame:
     )
 
 
-@pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "table"])
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "md", "table", "json"])
 def test_a_large_tables_text_read_where_it_lies_writes_the_same_bytes(table, fmt, monkeypatch):
     """Text columns of text_bytes.MIN_ROWS rows or more are tested for what each format treats in
     their buffers' memory order and written a slice at a time with their bytes copied in row order:
@@ -198,6 +198,7 @@ def test_a_large_tables_text_read_where_it_lies_writes_the_same_bytes(table, fmt
         "tsv": ["tab\there"],
         "md": ["a|b\\c", "two\nlines"],
         "table": [],
+        "json": ['say "hi"', "two\nlines", "a long name in \u00b5s"],  # escaped; C1's lead byte, no C1
     }[fmt] + ["\x1b[2J", "a long name, then \x9b"]
     frames = [_large(table, None)] + [_large(table, odd) for odd in treated]
     frames.append(_large(table, "\x1b[2J").filter(pl.col("Kernel") != "\x1b[2J"))

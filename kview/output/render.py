@@ -333,8 +333,19 @@ def _json_rows(frame: pl.DataFrame, out: BinaryIO) -> None:
     """A JSON array of row objects, one row a line (polars' own JSON writer; NaN and infinities,
     which JSON cannot hold, as null)."""
     rows = _Rows(out, first=True)
-    if frame.height:
-        _out(lambda: frame.write_ndjson(cast(BinaryIO, rows)))
+
+    def one(part: pl.DataFrame) -> None:
+        _out(lambda: part.write_ndjson(cast(BinaryIO, rows)))
+
+    # a text column whose bytes lie out of row order is copied in row order a slice at a time,
+    # as `_written` does (nvtx_sum's 5.6M names: 7.1 -> 4.5 CPU s, the copy included)
+    texts = [c for c, t in frame.schema.items() if t == pl.String]
+    copied = [c for c in texts if frame.height > BATCH_ROWS and scattered(frame[c])]
+    if copied:
+        for offset in range(0, frame.height, BATCH_ROWS):
+            one(frame.slice(offset, BATCH_ROWS).with_columns(texts_in_row_order(pl.col(c)) for c in copied))
+    elif frame.height:
+        one(frame)
     out.write(b"[]" if rows.first else b"\n]")
 
 

@@ -53,6 +53,10 @@ def json_visible(data: bytes) -> bytes:
     """JSON text (UTF-8) whose DEL and C1 characters, which JSON may hold raw, are `\\u` escapes:
     the same document to a parser, nothing a terminal acts on. Outside strings JSON is ASCII
     without them, so every one found is inside a string."""
+    # the two lead bytes looked for alone first: a search for one byte runs at memory speed,
+    # where the pattern is tried at every byte (nvtx_sum's 1.6 GB of JSON: 12 CPU s)
+    if b"\x7f" not in data and b"\xc2" not in data:
+        return data
     return _JSON_RAW.sub(lambda m: b"\\u%04x" % (m.group()[-1]), data) if _JSON_RAW.search(data) else data
 
 
