@@ -126,6 +126,19 @@ def test_a_large_traces_views_made_in_a_worker_process_equal_those_made_here(tmp
     assert "explorer.kernel_summary" in trace.store.held() and trace.store.on_disk(["explorer.kernel_summary"])
 
 
+def test_a_small_traces_views_read_its_tables_in_the_frame_cache_whole(tmp_path, monkeypatch):
+    """A small trace reopened with the cache: its views hold its tables, read whole, as always
+    (a large trace's are read in part: above)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert not prepare.large(open_trace(LM, use_cache=False))
+    _messages(use_cache=True)  # fills the cache
+    trace, again = _messages(use_cache=True)
+    [att] = [m for m in again if isinstance(m, AttributedKernels)]
+    [tree] = [m for m in again if isinstance(m, NvtxTree)]
+    assert isinstance(att.table, pl.DataFrame) and isinstance(tree.windows, pl.DataFrame)
+    assert {"attribution", "nvtx_tree"} <= trace.store.held()
+
+
 def test_the_views_of_every_trace_wait_for_the_workers_tables(tmp_path, monkeypatch):
     """The Kernels view shows once the worker's first batch (the attribution) is read back; the
     Compare and Ranks views, which start then, wait for the batches they read (phases, steps,

@@ -101,6 +101,15 @@ def _worker(trace: Trace, use_cache: bool) -> Worker | None:
     )
 
 
+def large(trace: Trace) -> bool:
+    """Whether `trace` is large (kview.tui.prepare.large): its views read its tables in the
+    frame cache in part, as its worker's files (a small trace's are read whole, as always)."""
+    # deferred as in `_worker`, which the first view's document ran by then
+    from kview.tui import prepare
+
+    return prepare.large(trace)
+
+
 # what the views wait for while the worker makes each batch of tables (kview.tui.prepare.BATCHES)
 STAGES = {
     "kernels": "attributing kernels (in a worker process)",
@@ -187,7 +196,8 @@ def attributed(trace: Trace) -> pl.DataFrame | pl.LazyFrame:
     A large trace's, as its worker process wrote them, are not read whole: a LazyFrame over
     its files, which each question reads by the columns and rows it needs (the table is 0.4
     GB on dense_x25, held through the worker's later peaks if read); so are those in the frame
-    cache, over their Parquet bytes (read whole, 0.2 GB and 0.3 CPU s on dense_x25)."""
+    cache of a large trace, over their Parquet bytes (read whole, 0.2 GB and 0.3 CPU s on
+    dense_x25)."""
     # imported in the worker, off the UI thread: the explorer's first screen waits for none of it
     from kview.analysis.attribution import attribute
     from kview.documents.kernels import kernel_groups
@@ -196,7 +206,7 @@ def attributed(trace: Trace) -> pl.DataFrame | pl.LazyFrame:
         if trace.store.peek(attribute) is None:
             parts = ((attribute, ""), (kernel_groups, "columns"))
             files: tuple[Path | bytes | None, ...] = tuple(trace.store.made_file(f, p) for f, p in parts)
-            if None in files:
+            if None in files and large(trace):
                 files = tuple(trace.store.cached_bytes(f, p) for f, p in parts)
             if files[0] is not None and files[1] is not None:
                 return pl.concat([pl.scan_parquet(files[0]), pl.scan_parquet(files[1])], how="horizontal")
@@ -284,12 +294,12 @@ def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield Stage("NVTX tree")
     timeline = launch_timeline(trace).select("Idx", "t")
     if trace.store.peek(paths_and_windows) is None:
-        # a large trace's tree, as its worker wrote it, or the tree in the frame cache: read in
+        # a large trace's tree, as its worker wrote it or as the frame cache keeps it: read in
         # part (kview.tui.prepare.READ_IN_PART; from the cache, 0.12 GB and 0.25 CPU s less on
         # dense_x25 than read whole)
         parts = ("paths", "windows")
         made: tuple[Path | bytes | None, ...] = tuple(trace.store.made_file(paths_and_windows, p) for p in parts)
-        if None in made:
+        if None in made and large(trace):
             made = tuple(trace.store.cached_bytes(paths_and_windows, p) for p in parts)
         paths_file, windows_file = made
         if paths_file is not None and windows_file is not None:
