@@ -58,7 +58,8 @@ def kernel_words(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
 def kernel_summary(trace: Trace) -> pl.DataFrame:
     """The rows of cuda_gpu_kern_sum, the Kernels view's first table, of a trace that has a
     kernel table. Kept in the frame cache: a reopen shows them without reading every
-    kernel's start, end and name again (1.1M kernels on dense_x25)."""
+    kernel's start, end and name again (1.1M kernels on dense_x25). Its version changes with
+    cuda_gpu_kern_sum's rules (the cache keys a table by its own version, not by the code it calls)."""
     # deferred as the view's document defers it: the explorer's first screen waits for none of it
     from kview.reports import cuda_gpu_kern_sum
 
