@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -1037,21 +1038,24 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # marker's name_code) until the end; the strings come from small tables by joins, which
     # polars makes as views of those tables' bytes. A string `when/then` or `replace` over a
     # million rows would copy every string instead (an op's Params text is up to 9 kB).
+    nesting = None
     if have_nvtx:  # what user_paths reads of the names and ranges, taken before the names go
-        user_labels(trace)
         nv.projection_ranges(trace)
+        # the nesting reads the ranges alone: made on a thread while the labels are flagged, each
+        # mostly one core's work that lets the interpreter go (numpy's sorts, polars' text scans)
+        nesting = _on_a_thread(nv.projection_nesting, trace)
+        user_labels(trace)
     release = have_nvtx and (trace.ranges_only_for_attribution or trace.names_only_for_attribution)
-    # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes freed
-    # just before the nesting, whose arrays then do not reuse its pages)
+    # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes)
     labels = op_labels(trace, heads=release and not shapes) if have_nvtx else _NO_OPS
     candidates = None
     if release and shapes:
         # from here on only op_labels' flags and text are read: the names' own column and the
-        # read's columns the ranges do not keep go before the nesting is made, which then fits
-        # in what they held (not so where a command made other tables of the names first: the
-        # Overview, whose attribution keeps only the ops' names)
+        # read's columns the ranges do not keep go before the texts are packed
         labels = labels.drop("name")
         trace.store.drop(nv.labelled_ranges, nv.labels)
+        if nesting is not None:
+            nesting.result()
         candidates = _op_candidates(trace, labels)
     # a table without the ops' shapes keeps only each op label's op name where the names go
     texts = _OpNames(labels) if release and not shapes else _OpTexts(labels, candidates)
@@ -1063,7 +1067,18 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
+    if nesting is not None:  # made (or its error raised) here, not on a later ask
+        nesting.result()
     return _Named(have_nvtx, release, paths, labels, texts)
+
+
+def _on_a_thread(table: Callable[[Trace], object], trace: Trace) -> Future:
+    """Table `table` of `trace` started on a thread of its own; a later ask waits for it."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="kview-table")
+    try:
+        return pool.submit(table, trace)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends once the table is made
 
 
 def _op_candidates(trace: Trace, labels: pl.DataFrame) -> np.ndarray:
