@@ -332,31 +332,55 @@ GPU_OP_TABLES = {
 def gpu_ops(trace: Trace) -> pl.DataFrame:
     """Kernels, memcpys and memsets in one frame ordered by start, with `Idx` from 1."""
     cols = ["start", "end", "device", "stream", "correlation", "global_pid"]
-    parts = []
+    # Each op's name is an integer code (`Kernel`) until the ops are sorted, then its text, joined
+    # from the few distinct names: the sort gathers four bytes an op, not a view of its name in
+    # each of the read's parts. The copies' codes follow every kernel name's id.
+    parts, texts = [], []
+    base = 0
     if trace.has(GPU_OP_TABLES["kernels"]):
         dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if trace.launch_dims else []
         k = trace.columns("kernels", cols + ["name_id", *dims])
-        k = trace.with_strings(k, "name_id", "Kernel").drop("name_id")
-        parts.append(k.with_columns(pl.lit("kernel").alias("kind")))
+        names = trace.string_values(k["name_id"]).select(pl.col("id").cast(pl.Int64).alias("Kernel"), "value")
+        texts.append(names)
+        top = pl.concat([names["Kernel"], k["name_id"].cast(pl.Int64)]).max()
+        base = 0 if top is None else int(top) + 1
+        parts.append(
+            k.select(*cols, *dims, pl.col("name_id").cast(pl.Int64).alias("Kernel"), pl.lit("kernel").alias("kind"))
+        )
     if trace.has(GPU_OP_TABLES["memcpy"]):
         labels = trace.memcpy_kind_labels
         lab = pl.DataFrame(
             {"copy_kind": list(labels), "label": list(labels.values())},
             schema={"copy_kind": pl.Int64, "label": pl.String},
         )
-        m = trace.columns("memcpy", cols + ["copy_kind", "bytes"]).join(lab, on="copy_kind", how="left")
-        parts.append(
-            m.with_columns(
-                pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("Kernel"),
-                pl.lit("memcpy").alias("kind"),
-            ).drop("copy_kind", "label")
+        m = trace.columns("memcpy", cols + ["copy_kind", "bytes"])
+        kinds = (
+            m.select("copy_kind")
+            .unique(maintain_order=True)
+            .join(lab, on="copy_kind", how="left", maintain_order="left")
+            .select(
+                "copy_kind",
+                (base + pl.int_range(pl.len(), dtype=pl.Int64)).alias("Kernel"),
+                pl.format("[CUDA memcpy {}]", pl.col("label").fill_null("?")).alias("value"),
+            )
         )
+        base += kinds.height
+        texts.append(kinds.drop("copy_kind"))
+        m = m.join(kinds.drop("value"), on="copy_kind", how="left", nulls_equal=True, maintain_order="left")
+        parts.append(m.with_columns(pl.lit("memcpy").alias("kind")).drop("copy_kind"))
     if trace.has(GPU_OP_TABLES["memset"]):
         s = trace.columns("memset", cols + ["bytes"])
-        parts.append(s.with_columns(pl.lit("[CUDA memset]").alias("Kernel"), pl.lit("memset").alias("kind")))
+        texts.append(
+            pl.DataFrame(
+                {"Kernel": [base], "value": ["[CUDA memset]"]}, schema={"Kernel": pl.Int64, "value": pl.String}
+            )
+        )
+        parts.append(s.with_columns(pl.lit(base, dtype=pl.Int64).alias("Kernel"), pl.lit("memset").alias("kind")))
     if not parts:
         return pl.DataFrame()
     ops = pl.concat(parts, how="diagonal_relaxed").sort(["start", "device", "stream"], maintain_order=True)
+    named = ops.select("Kernel").join(pl.concat(texts), on="Kernel", how="left", maintain_order="left")["value"]
+    ops = ops.with_columns(named.alias("Kernel"))
     del parts
     if trace.only_attribution:  # the ops hold what attribution reads of these: gone before the runtime read
         trace.let_go(*GPU_OP_TABLES)
