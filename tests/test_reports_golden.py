@@ -212,6 +212,28 @@ def test_kern_sum_ranks_names_as_their_texts_sort():
     assert kernels.to_list() == [first, second, second, None, first]
 
 
+def test_kern_sum_text_order_is_the_texts_bytes_order():
+    """nvtx_kern_sum's order of the distinct names present (each sorted with its row after a NUL):
+    the texts' own byte order on the LM trace's names with a shorter text before each one it
+    begins, equal texts, text past ASCII and more rows than one digit counts; a text holding
+    NUL or a NULL takes polars' arg_sort."""
+    import polars as pl
+
+    from kview.analysis import nvtx_ranges as nv
+    from kview.reports import nvtx as rn
+
+    real = nv.names(open_trace(LM_TRACES[0], use_cache=False))["name"]
+    assert real.len() > 100
+    edges = [":ab", ":a", ":ab ", ":a", ":\u00b5s", ":z", "", ":ab!", ":a\x01"]
+    for texts in (pl.concat([real.reverse(), pl.Series(edges)]), pl.Series(edges), pl.Series([":b", ":a\x00", ":a"])):
+        order = rn._text_order(texts)
+        assert order.dtype == texts.arg_sort().dtype
+        assert sorted(order.to_list()) == list(range(texts.len()))
+        assert texts.gather(order).to_list() == sorted(texts.to_list(), key=lambda t: t.encode())
+    with_null = pl.Series([":b", None, ":a"])
+    assert with_null.gather(rn._text_order(with_null)).to_list() == [None, ":a", ":b"]
+
+
 def test_texts_at_rows_gathered_chunk_by_chunk():
     """nvtx_kern_sum's names at the codes present, gathered a chunk at a time from the names
     table's column: the texts a gather from the whole column gives, nulls and empty chunks
