@@ -110,6 +110,16 @@ def large(trace: Trace) -> bool:
     return prepare.large(trace)
 
 
+def read_in_part(trace: Trace, *frames: tuple[Callable[..., Any], str]) -> tuple[Path | bytes, ...] | None:
+    """Frames (table, part) to be read by the columns and rows a view needs, not whole: the
+    files the trace's worker wrote, else a large trace's verified bytes in the frame cache;
+    None where any is in neither."""
+    made: tuple[Path | bytes | None, ...] = tuple(trace.store.made_file(fn, part) for fn, part in frames)
+    if None in made and large(trace):
+        made = tuple(trace.store.cached_bytes(fn, part) for fn, part in frames)
+    return None if None in made else made  # type: ignore[return-value]
+
+
 # what the views wait for while the worker makes each batch of tables (kview.tui.prepare.BATCHES)
 STAGES = {
     "kernels": "attributing kernels (in a worker process)",
@@ -163,13 +173,9 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield from ready(trace, use_cache, "kernels")
     yield Stage("attributing kernels")
     table = attributed(trace)
-    names_file: Path | bytes | None = None
-    if isinstance(table, pl.LazyFrame):  # a row per kernel name, read alone
-        names_file = trace.store.made_file(kernel_groups, "names") or trace.store.cached_bytes(kernel_groups, "names")
-    if names_file is not None:
-        shown = pl.read_parquet(names_file)
-    else:
-        shown = kernel_groups(trace)[1]
+    # a row per kernel name, read alone
+    names_file = read_in_part(trace, (kernel_groups, "names")) if isinstance(table, pl.LazyFrame) else None
+    shown = pl.read_parquet(names_file[0]) if names_file else kernel_groups(trace)[1]
     widths_row, words = kernel_words(trace)
     names = tuple(words.filter(pl.col("field") == "")["word"].to_list())
     widths = {c: int(v or 0) for c, v in widths_row.row(0, named=True).items()} if widths_row.height else {}
@@ -203,13 +209,13 @@ def attributed(trace: Trace) -> pl.DataFrame | pl.LazyFrame:
     from kview.documents.kernels import kernel_groups
 
     def make() -> pl.DataFrame | pl.LazyFrame:
-        if trace.store.peek(attribute) is None:
-            parts = ((attribute, ""), (kernel_groups, "columns"))
-            files: tuple[Path | bytes | None, ...] = tuple(trace.store.made_file(f, p) for f, p in parts)
-            if None in files and large(trace):
-                files = tuple(trace.store.cached_bytes(f, p) for f, p in parts)
-            if files[0] is not None and files[1] is not None:
-                return pl.concat([pl.scan_parquet(files[0]), pl.scan_parquet(files[1])], how="horizontal")
+        files = (
+            read_in_part(trace, (attribute, ""), (kernel_groups, "columns"))
+            if trace.store.peek(attribute) is None
+            else None
+        )
+        if files:
+            return pl.concat([pl.scan_parquet(f) for f in files], how="horizontal")
         return attribute(trace).hstack(kernel_groups(trace)[0].get_columns())
 
     return once(trace, "attributed", make)
@@ -293,22 +299,19 @@ def nvtx_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     yield from ready(trace, use_cache, "ranges")
     yield Stage("NVTX tree")
     timeline = launch_timeline(trace).select("Idx", "t")
-    if trace.store.peek(paths_and_windows) is None:
-        # a large trace's tree, as its worker wrote it or as the frame cache keeps it: read in
-        # part (kview.tui.prepare.READ_IN_PART; from the cache, 0.12 GB and 0.25 CPU s less on
-        # dense_x25 than read whole)
-        parts = ("paths", "windows")
-        made: tuple[Path | bytes | None, ...] = tuple(trace.store.made_file(paths_and_windows, p) for p in parts)
-        if None in made and large(trace):
-            made = tuple(trace.store.cached_bytes(paths_and_windows, p) for p in parts)
+    # a large trace's tree, as its worker wrote it or as the frame cache keeps it: read in part
+    # (kview.tui.prepare.READ_IN_PART; from the cache, 0.12 GB and 0.25 CPU s less on dense_x25
+    # than read whole)
+    parts = ((paths_and_windows, "paths"), (paths_and_windows, "windows"))
+    made = read_in_part(trace, *parts) if trace.store.peek(paths_and_windows) is None else None
+    if made:
         paths_file, windows_file = made
-        if paths_file is not None and windows_file is not None:
-            paths = read_paths(paths_file)
-            texts = None if "Path" in paths.columns else paths_file
-            # the order kept in the frame cache beside the tree, else made of the paths read
-            children = children_order(trace) if trace.store.on_disk(["nvtx_tree.children"]) else tree_order(paths)
-            yield NvtxTree(trace.name, paths, PathWindows(windows_file), timeline, children, texts)
-            return
+        paths = read_paths(paths_file)
+        texts = None if "Path" in paths.columns else paths_file
+        # the order kept in the frame cache beside the tree, else made of the paths read
+        children = children_order(trace) if trace.store.on_disk(["nvtx_tree.children"]) else tree_order(paths)
+        yield NvtxTree(trace.name, paths, PathWindows(windows_file), timeline, children, texts)
+        return
     yield NvtxTree(trace.name, path_table(trace), path_windows(trace), timeline, children_order(trace))
 
 
