@@ -1065,9 +1065,13 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     nesting = None
     if have_nvtx:  # what user_paths reads of the names and ranges, taken before the names go
         nv.projection_ranges(trace)
-        # the nesting reads the ranges alone: made on a thread while the labels are flagged, each
-        # mostly one core's work that lets the interpreter go (numpy's sorts, polars' text scans)
-        nesting = _on_a_thread(nv.projection_nesting, trace)
+        if shapes and trace.ranges_only_for_attribution:
+            # the nesting reads the ranges alone: made on a thread while the labels are flagged,
+            # each mostly one core's work that lets the interpreter go (numpy's sorts, polars' text
+            # scans). Only where the names go and nothing else was made of them (`kview kernels`):
+            # beside the names held longer (the Overview's, the explorer worker's) it raised the
+            # peak (the Overview's 1.43 -> 1.63 GB on dense_x25)
+            nesting = _on_a_thread(nv.projection_nesting, trace)
         user_labels(trace)
     release = have_nvtx and (trace.ranges_only_for_attribution or trace.names_only_for_attribution)
     # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes)
