@@ -462,6 +462,35 @@ def test_the_node_an_eval_range_ran_found_by_its_row_is_the_one_joined_on_its_id
     assert got["estart"].head(len(evals)).drop_nulls().len() > 50
 
 
+def test_launch_dims_written_per_shape_are_each_ops_text():
+    """Grid and Block, written once per distinct launch shape, are each op's own text (copies
+    `-`), and a shape past the packing's bounds has its ops' text made one by one."""
+    from kview.analysis.attribution import _launch_dims, gpu_ops
+
+    ops = gpu_ops(open_trace(DLRM, use_cache=False))
+    assert ops["kind"].n_unique() > 1 and ops.select(pl.col("grid_x").n_unique()).item() > 5
+    f = pl.col
+
+    def each(frame: pl.DataFrame, what: str) -> list[str]:
+        return [
+            "x".join(str(1 if r[f"{what}_{a}"] is None else r[f"{what}_{a}"]) for a in "xyz")
+            if r["kind"] == "kernel" and (r[f"{what}_x"] or 0) > 0
+            else "-"
+            for r in frame.iter_rows(named=True)
+        ]
+
+    for what in ("grid", "block"):
+        assert _launch_dims(ops, what).to_list() == each(ops, what)
+    wide = ops.with_columns(
+        pl.when(f("Idx") == f("Idx").filter(f("kind") == "kernel").first())
+        .then(70000)
+        .otherwise(f("grid_y"))
+        .alias("grid_y")
+    )
+    got = _launch_dims(wide, "grid")
+    assert got.to_list() == each(wide, "grid") and got.str.contains("x70000x").sum() == 1
+
+
 @pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"])
 def test_a_gpu_op_read_refused_after_the_names_is_said_as_in_turn(tmp_path, table):
     """`kview kernels` reads the GPU ops and their launches after the names go: a table the
