@@ -213,15 +213,10 @@ def in_rowid_order(got: pa.Table, key: str) -> pl.DataFrame:
     import pyarrow as pa
 
     batches = [b for b in got.to_batches() if b.num_rows]
-    keys = [b.column(key) for b in batches]
-    order = sorted(range(len(batches)), key=lambda i: keys[i][0].as_py())
-    runs = [(keys[i][0].as_py(), keys[i][-1].as_py()) for i in order]
-    in_order = all(a[1] < b[0] for a, b in zip(runs, runs[1:])) and all(pl.Series(k).is_sorted() for k in keys)
-    if in_order:
-        got = pa.Table.from_batches([batches[i] for i in order], got.schema)
-    df = pl.from_arrow(got)  # as connectorx makes its polars frames
+    batches.sort(key=lambda b: b.column(key)[0].as_py())
+    df = pl.from_arrow(pa.Table.from_batches(batches, got.schema))  # as connectorx makes its polars frames
     assert isinstance(df, pl.DataFrame)
-    return df if in_order else df.sort(key)  # a part out of order, or parts overlapping: row by row
+    return df if df[key].is_sorted() else df.sort(key)  # a part out of order, or parts overlapping
 
 
 class SqliteSource:
