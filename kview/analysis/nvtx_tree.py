@@ -61,11 +61,12 @@ def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(ids[found] == wanted, found, -1)
 
 
-def _path_ids(r: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+def _path_ids(r: pl.DataFrame, up: np.ndarray | None = None) -> tuple[pl.Series, pl.Series]:
     """(pid, parent_pid) of every range of `r` (id, parent, depth, lc), in its rows' order: an
     integer per distinct path of labels from the root, numbered level by level (ascending
     depth) in the order (parent's path, label), nulls first. A parent counts where it is in the
-    level before; elsewhere (or absent) the range starts a path as a root does.
+    level before; elsewhere (or absent) the range starts a path as a root does. `up`: the row
+    of each range's parent (-1: none) where the caller knows it, else searched by id.
 
     Every range is handled once, by row: the levels are slices of one stable sort by depth, and
     a level's paths are the distinct (parent's path, label) keys of one integer, so the cost
@@ -73,7 +74,8 @@ def _path_ids(r: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     n = r.height
     depth = r["depth"].to_numpy()
     lc = r["lc"].fill_null(-1).to_numpy()
-    up = _rows_of(r["id"].to_numpy(), r["parent"].fill_null(-1).to_numpy())
+    if up is None:
+        up = _rows_of(r["id"].to_numpy(), r["parent"].fill_null(-1).to_numpy())
     pid = np.full(n, -1, dtype=np.int64)
     parent_pid = np.full(n, -1, dtype=np.int64)
     if n and 0 <= int(depth.min()) and int(depth.max()) < 1 << 16:
@@ -312,16 +314,51 @@ def _moved(other: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _moved_in_preorder(
+    other: pl.DataFrame, roots: pl.DataFrame, found: pl.DataFrame, at: np.ndarray
+) -> tuple[np.ndarray, pl.Series, pl.Series, np.ndarray]:
+    """(pos, new_depth, new_parent, the new parent's row where it changes, else -1) of
+    `_moved(_in_preorder(other), found)` (`at`: the row of each found user range), where `other` is in preorder (_preorder)
+    and each root is in `found` at most once: a row's root is the last root at or before it, so
+    the roots' index of every row is a running count of roots."""
+    is_root = other["parent"].is_null().to_numpy()
+    of_row = np.cumsum(is_root) - 1  # the preorder's first row is a root: never -1
+    k = _rows_of(roots["id"].to_numpy(), found["root"].to_numpy())
+    keep = (k >= 0) & found["pdepth"].is_not_null().to_numpy()
+    k = k[keep]
+    has = np.zeros(roots.height, dtype=bool)
+    has[k] = True
+    up_depth = np.zeros(roots.height, dtype=np.int64)
+    up_depth[k] = found["pdepth"].fill_null(0).to_numpy()[keep]
+    up = np.zeros(roots.height, dtype=np.int64)
+    up[k] = found["new_parent"].to_numpy()[keep]
+    up_row = np.zeros(roots.height, dtype=np.int64)
+    up_row[k] = at[keep]
+    rows = np.flatnonzero(has[of_row])
+    of_root = of_row[rows]
+    depth = other["depth"]
+    new_depth = pl.Series("new_depth", depth.to_numpy()[rows] + up_depth[of_root] + 1).cast(depth.dtype)
+    parent = other["parent"]
+    roots_moved = is_root[rows]
+    new_parent = np.where(roots_moved, up[of_root], parent.fill_null(0).to_numpy()[rows])
+    pos = other["pos"].to_numpy()[rows]
+    new_up = np.where(roots_moved, up_row[of_root], -1)  # only a root's parent changes
+    return pos, new_depth, pl.Series("new_parent", new_parent).cast(parent.dtype), new_up
+
+
 def _repeats(moved: pl.DataFrame, n: int) -> bool:
     """Whether a row of the `n` ranges moves twice in `moved` (`_moved`: under two user ranges)."""
     pos = moved["pos"].to_numpy()
     return bool(pos.size) and int(np.bincount(pos, minlength=n).max()) > 1
 
 
-def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
+def _placed(trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None) -> tuple[pl.DataFrame, np.ndarray | None]:
     """`tree` with the ranges of threads without user ranges moved under the user range open
-    (in the same process) when their top-level range began; depths follow."""
-    users = tree.join(nv.user_codes(trace), on="name_code", how="semi")
+    (in the same process) when their top-level range began; depths follow. With `up`, the
+    row of each range's parent in `tree` (-1 at a root), also those rows after the move where
+    they are known (else None): the path ids then need no search of the ranges' ids."""
+    user = tree["name_code"].is_in(nv.user_codes(trace)["name_code"].implode()).fill_null(False)
+    users = tree.filter(user)
     user_threads = users["global_tid"].unique().implode()
     # the columns the move reads: a copy of most of five million ranges, not of every column
     other = (
@@ -331,18 +368,32 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
     )
     roots = other.filter(pl.col("parent").is_null())
     if users.height == 0 or roots.height == 0:
-        return tree
+        return tree, up
     found = nv.user_range_open_at(
         users, roots.select(pl.col("id").alias("call_id"), "global_tid", pl.col("start").alias("t"))
     )
     depth = tree["depth"]
-    at = _rows_of(tree["id"].to_numpy(), found["id"].to_numpy())
+    # the rows of the user ranges found: searched among the user ranges' ids (a few thousand
+    # rows), not every range's
+    user_rows = np.flatnonzero(user.to_numpy())
+    at = _rows_of(users["id"].to_numpy(), found["id"].to_numpy())
+    at = np.where(at >= 0, user_rows[np.maximum(at, 0)], -1)
     found = found.select(
         pl.col("call_id").alias("root"),
         pl.col("id").alias("new_parent"),
         pl.Series("pdepth", depth.to_numpy()[np.maximum(at, 0)], dtype=depth.dtype).set(pl.Series(at < 0), None),
     )
     fast = _preorder(other)
+    if fast and found["root"].n_unique() == found.height:
+        # each root under at most one user range: the moves by row, numpy gathers through the
+        # index of each row's root among the roots (a join of the rows on their roots, and a
+        # count of moves per row to find repeats, took 0.7 CPU s on dense_x25)
+        pos, new_depth, new_parent, new_up = _moved_in_preorder(other, roots, found, at)
+        if up is not None:
+            up = up.copy()
+            moves = new_up >= 0
+            up[pos[moves]] = new_up[moves]
+        return tree.with_columns(depth.scatter(pos, new_depth), tree["parent"].scatter(pos, new_parent)), up
     moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
     repeated = _repeats(moved, tree.height)
     if fast and repeated:
@@ -361,11 +412,63 @@ def _placed(trace: Trace, tree: pl.DataFrame) -> pl.DataFrame:
                 .alias("parent"),
             )
             .drop("new_depth", "new_parent")
-        )
+        ), None
     # the moved rows' depths and parents written in place of theirs, by row (no join on ids)
     return tree.with_columns(
         depth.scatter(moved["pos"], moved["new_depth"]),
         tree["parent"].scatter(moved["pos"], moved["new_parent"]),
+    ), None
+
+
+def _per_path(r: pl.DataFrame, n: int) -> pl.DataFrame | None:
+    """Per path id 0 .. n-1 of the ranges `r` (pid, parent_pid, lc, depth, start, end,
+    global_tid), in path order: its parent's path, label and depth (one per path by its
+    numbering), instances, CPU time and first instance (start, end, thread), by numpy counts
+    and scatters indexed by path (a group-by and a sort of five million rows were ~1 CPU s on
+    dense_x25). None where a null, a sum past 2**53 ns or a path with two instances at its
+    first start leaves the answer to a group-by."""
+    if n == 0 or any(r[c].null_count() for c in ("start", "end", "global_tid", "depth")):
+        return None
+    pid = r["pid"].to_numpy()
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    dur = end - start
+    # float sums of integers: exact while every partial sum stays below 2**53
+    if float(np.abs(dur).sum(dtype=np.float64)) >= 2.0**52:
+        return None
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, pid, start)
+    rows = np.flatnonzero(start == first[pid])
+    at = pid[rows]
+    if rows.size != n:  # a path with two instances at its first start: the group-by's pick
+        return None
+
+    def by_path(values: np.ndarray, where: np.ndarray = pid) -> np.ndarray:
+        out = np.empty(n, dtype=values.dtype)
+        out[where] = values
+        return out
+
+    parent = by_path(r["parent_pid"].fill_null(-1).to_numpy())
+    lc = by_path(r["lc"].fill_null(-1).to_numpy())
+    return pl.DataFrame(
+        {
+            "pid": np.arange(n, dtype=np.int64),
+            "parent_pid": pl.Series(parent, dtype=pl.Int64).set(pl.Series(parent < 0), None),
+            "lc": pl.Series(lc, dtype=pl.Int64).set(pl.Series(lc < 0), None),
+            "depth": by_path(r["depth"].to_numpy()),
+            "Instances": np.bincount(pid, minlength=n).astype(np.uint32),
+            "CPU (ns)": np.bincount(pid, weights=dur, minlength=n).astype(np.int64),
+            "_first_start": first,
+            "_first_end": by_path(end[rows], at),
+            "_first_tid": by_path(r["global_tid"].to_numpy()[rows], at),
+        },
+        schema={
+            **r.select("pid", "parent_pid", "lc", "depth").schema,
+            "Instances": pl.UInt32,
+            "CPU (ns)": r.head(0).select(pl.col("end") - pl.col("start")).dtypes[0],
+            "_first_start": r.schema["start"],
+            "_first_end": r.schema["end"],
+            "_first_tid": r.schema["global_tid"],
+        },
     )
 
 
@@ -379,29 +482,36 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     nesting = nv.projection_nesting(trace)
     if len(nesting.depth) == 0:
         return empty
-    tree = _placed(trace, nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"]))
+    tree, up = _placed(trace, nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"]), nesting.parent)
     distinct, short_of = nv.short_labels(trace)
     names = distinct["short"]  # by label code
     code = pl.col("name_code")
     lc = pl.lit(pl.Series(short_of, dtype=pl.Int64)).gather(pl.when(code.is_between(0, len(short_of) - 1)).then(code))
     r = tree.select("id", "parent", pl.col("depth").cast(pl.Int64), "start", "end", "global_tid", lc.alias("lc"))
     del tree
-    r = r.with_columns(*_path_ids(r))
+    r = r.with_columns(*_path_ids(r, up))
+    del up
     # a path's GPU time counts each op launched inside any of its instances once: the instances'
     # windows merged first (a range re-entered while open, or open on two threads at once)
     windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
     paths_n = int(r["pid"].to_numpy().max()) + 1
-    g = r.group_by("pid").agg(
-        pl.col("parent_pid").first(),
-        pl.col("lc").first(),
-        pl.col("depth").first(),
-        pl.len().alias("Instances"),
-        (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
-        # the first instance, for the Timeline to show
-        pl.col("start").min().alias("_first_start"),
-        pl.col("end").sort_by("start").first().alias("_first_end"),
-        pl.col("global_tid").sort_by("start").first().alias("_first_tid"),
-    )
+    g = _per_path(r, paths_n)
+    if g is None:
+        g = (
+            r.group_by("pid")
+            .agg(
+                pl.col("parent_pid").first(),
+                pl.col("lc").first(),
+                pl.col("depth").first(),
+                pl.len().alias("Instances"),
+                (pl.col("end") - pl.col("start")).sum().alias("CPU (ns)"),
+                # the first instance, for the Timeline to show
+                pl.col("start").min().alias("_first_start"),
+                pl.col("end").sort_by("start").first().alias("_first_end"),
+                pl.col("global_tid").sort_by("start").first().alias("_first_tid"),
+            )
+            .sort("pid")  # every path id once: a row's path id is its row
+        )
     # the ranges' rows (0.4 GB on dense_x25) go before the GPU time's searches and the paths'
     # texts, which read the windows and the paths only
     del r
@@ -412,7 +522,6 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     gpu = np.bincount(at, weights=gpu, minlength=paths_n).astype(np.int64)
     kern = np.bincount(at, weights=kern, minlength=paths_n).astype(np.int64)
     del at
-    g = g.sort("pid")  # every path id once: a row's path id is its row
     g = g.with_columns(
         pl.Series("GPU (ns)", gpu, dtype=pl.Int64),
         pl.Series("GPU ops", kern, dtype=pl.Int64),
