@@ -129,15 +129,16 @@ class Trace:
         assert have is not None  # every name was loaded above
         return have.select(names)
 
-    def rows_where(self, key: str, names: list[str], column: str, values: list[int]) -> pl.DataFrame:
+    def rows_where(self, key: str, names: list[str], column: str, values: list[int], keep: bool = True) -> pl.DataFrame:
         """Columns `names` of logical table `key`, of the rows whose `column` holds one of
         `values`, in the table's order (not kept): from the frame where it holds them, from the
-        trace where nothing is kept for later (no cache) and the rows are few of many."""
+        trace where nothing is kept for later (no cache, or not `keep`: a lookup of one op's
+        rows, which would hold whole columns for it) and the rows are few of many."""
         have = self._frames.get(key)
         wanted = list(dict.fromkeys([*names, column]))
         if have is not None and all(n in have.columns for n in wanted):
             return have.filter(pl.col(column).is_in(values)).select(names)
-        if self.use_cache and self.source.persist_frames:  # the columns read are kept for later
+        if keep and self.use_cache and self.source.persist_frames:  # the columns read are kept for later
             return self.columns(key, wanted).filter(pl.col(column).is_in(values)).select(names)
         return self._from_zero(self.source.read_columns(key, names, (column, values)))
 

@@ -358,3 +358,40 @@ async def test_a_large_traces_kernels_read_by_column_show_what_the_table_in_memo
 
     here, there = await shown(False), await shown(True)
     _equal(there, here, "shown")
+
+
+@pytest.mark.parametrize("name", ["lm", "nsysai_h100_2gpu_fsdp_nsys2026.2.sqlite"])
+def test_a_large_traces_kernel_context_read_in_part_equals_the_one_in_memory(tmp_path, monkeypatch, name):
+    """`c` on a large trace reads the op's rows, its launch call and the ranges around it in
+    part (its attributed kernels and labelled ranges in the frame cache, the calls of one
+    correlation id): the same context as the in-memory path, on one process and on two (the
+    second trace holds ops whose launch lies outside its window)."""
+    from kview.analysis import kernel_context as kc
+    from kview.analysis.attribution import attribute, launched_ops
+    from kview.tui.loading import kernel_context
+
+    from conftest import PUBLIC
+
+    path = LM if name == "lm" else PUBLIC / name
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    here = open_trace(path, use_cache=True)
+    ops = launched_ops(here)
+    n = ops.height
+    # ops spread over the trace, the first copy or set, and the first op launched outside the window
+    picks = {1, 2, n // 3, n // 2, 2 * n // 3, n - 1, n}
+    picks |= set(ops.filter(pl.col("kind") != "kernel")["Idx"].head(1).to_list())
+    picks |= set(ops.filter(pl.col("r_start").is_null())["Idx"].head(1).to_list())
+    want = {i: kc.kernel_context(here, i) for i in sorted(picks)}  # keeps the tables in the frame cache
+    assert any(c.launch is None for c in want.values()) == (name != "lm")
+    assert any(c.ranges for c in want.values())
+    assert here.store.peek(nv.labelled_ranges) is not None and here.store.peek(attribute) is not None
+
+    monkeypatch.setattr(prepare, "PREPARE_BYTES", 0)  # a large trace: its tables are read in part
+    trace = open_trace(path, use_cache=True)
+    for i, b in want.items():
+        _equal(kernel_context(trace, i), b, f"op {i}")
+    # none of the tables the in-memory path reads whole was made or read
+    for fn in (attribute, launched_ops, nv.labelled_ranges, nv.projection_ranges):
+        assert trace.store.peek(fn) is None, fn
+    with pytest.raises(ValueError, match="no GPU op"):
+        kernel_context(trace, n + 1)

@@ -42,6 +42,7 @@ from kview.tui.messages import (
 )
 
 if TYPE_CHECKING:
+    from kview.analysis.kernel_context import KernelContext
     from kview.analysis.memory_timeline import MemoryTimeline, Snapshot
     from kview.analysis.rank_files import SummarizedRun
     from kview.documents import Document
@@ -219,6 +220,27 @@ def attributed(trace: Trace) -> pl.DataFrame | pl.LazyFrame:
         return attribute(trace).hstack(kernel_groups(trace)[0].get_columns())
 
     return once(trace, "attributed", make)
+
+
+def kernel_context(trace: Trace, idx: int) -> KernelContext:
+    """The context of GPU op `idx` (kview.analysis.kernel_context): of a large trace's tables
+    read in part where its views read them so (its attributed kernels, its labelled ranges),
+    else of the tables in memory."""
+    # deferred: only when a context is asked for
+    from kview.analysis import kernel_context as kc
+    from kview.analysis import nvtx_ranges as nv
+    from kview.analysis.attribution import attribute
+
+    made = read_in_part(trace, (attribute, "")) if trace.store.peek(attribute) is None else None
+    if not made:
+        return kc.kernel_context(trace, idx)
+    held = trace.store.peek(nv.labelled_ranges) is not None or trace.store.peek(nv.projection_ranges) is not None
+
+    def ranges(part: str) -> Path | bytes | None:
+        found = None if held else read_in_part(trace, (nv.labelled_ranges, part))
+        return found[0] if found else None
+
+    return kc.kernel_context_in_part(trace, idx, made[0], ranges)
 
 
 def timeline_document(trace: Trace, use_cache: bool) -> Iterator[Message]:

@@ -480,16 +480,30 @@ def with_names(trace: Trace, frame: pl.DataFrame, out: str = "name", table: pl.D
     return frame.join(table.rename({"name": out}), on="name_code", how="left", maintain_order="left")
 
 
+# projection_ranges' rules, for a table of labelled ranges (labelled()'s columns) in memory or
+# read in part: a range ended on another thread is left out; an open one ends at the last timestamp
+ONE_THREAD = ~pl.col("other_thread")
+
+
+def last_timestamp(all_ranges: pl.DataFrame | pl.LazyFrame) -> int | None:
+    """Where a range still open ends: the last start or end of any range (`labelled` rows)."""
+    return all_ranges.lazy().select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).collect().item()
+
+
+def ended(hi: int | None) -> pl.Expr:
+    """The `end` of a range, `hi` (last_timestamp) where it is open."""
+    return pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64))
+
+
 @derived
 def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
     all_ranges = labelled(trace)
-    hi = all_ranges.select(pl.max_horizontal(pl.col("start").max(), pl.col("end").max())).item()
+    hi = last_timestamp(all_ranges)
     # the usual trace (no cross-thread ranges, every range closed) shares labelled()'s columns
-    one_thread = ~pl.col("other_thread")
-    r = all_ranges if all_ranges.select(one_thread.all()).item() else all_ranges.filter(one_thread)
+    r = all_ranges if all_ranges.select(ONE_THREAD.all()).item() else all_ranges.filter(ONE_THREAD)
     if r["end"].null_count():
-        r = r.with_columns(pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)))
+        r = r.with_columns(ended(hi))
     return r.drop("other_thread")
 
 

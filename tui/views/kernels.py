@@ -26,6 +26,7 @@ from kview.analysis.kernel_groups import STATS, frequency, group_stats
 from kview.notation import bar, distinct_short_names, fmt_ns
 from kview.output.format import SECONDARY_COLUMNS
 from kview.tui.keymap import VIEW_KEYS, bindings
+from kview.tui.loading import kernel_context as context_of
 from kview.tui.loading import kernels_document
 from kview.tui.messages import (
     AttributedKernels,
@@ -500,10 +501,8 @@ class KernelsView(View):
 
     @work(thread=True, exit_on_error=False, exclusive=True, group="context")
     def kernel_context(self, trace, idx: int) -> None:
-        from kview.analysis.kernel_context import kernel_context  # deferred: only when a context is asked for
-
         try:
-            ctx = kernel_context(trace, idx)
+            ctx = context_of(trace, idx)
         except Exception as e:  # a lookup that fails must not end the session
             self.app.call_from_thread(
                 self.app.notify, f"no context for op {idx}: {e}".splitlines()[0], severity="error"
