@@ -316,13 +316,15 @@ def _moved(other: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
 
 def _moved_in_preorder(
     other: pl.DataFrame, roots: pl.DataFrame, found: pl.DataFrame, at: np.ndarray
-) -> tuple[np.ndarray, pl.Series, pl.Series, np.ndarray]:
-    """(pos, new_depth, new_parent, the new parent's row where it changes, else -1) of
-    `_moved(_in_preorder(other), found)` (`at`: the row of each found user range), where `other` is in preorder (_preorder)
-    and each root is in `found` at most once: a row's root is the last root at or before it, so
-    the roots' index of every row is a running count of roots."""
+) -> tuple[np.ndarray, pl.Series, np.ndarray, pl.Series, np.ndarray]:
+    """What `_moved(_in_preorder(other), found)` writes (`at`: the row of each found user
+    range), where `other` is in preorder (_preorder) and each root is in `found` at most once:
+    (pos, new_depth) of the moved ranges, and (pos, new_parent, the new parent's row) of the
+    moved roots, the only ranges whose parent changes. A row's root is the last root at or
+    before it, so the roots' index of every row is a running count of roots."""
     is_root = other["parent"].is_null().to_numpy()
-    of_row = np.cumsum(is_root) - 1  # the preorder's first row is a root: never -1
+    of_row = np.cumsum(is_root)
+    of_row -= 1  # the preorder's first row is a root: never -1
     k = _rows_of(roots["id"].to_numpy(), found["root"].to_numpy())
     keep = (k >= 0) & found["pdepth"].is_not_null().to_numpy()
     k = k[keep]
@@ -330,20 +332,18 @@ def _moved_in_preorder(
     has[k] = True
     up_depth = np.zeros(roots.height, dtype=np.int64)
     up_depth[k] = found["pdepth"].fill_null(0).to_numpy()[keep]
-    up = np.zeros(roots.height, dtype=np.int64)
-    up[k] = found["new_parent"].to_numpy()[keep]
-    up_row = np.zeros(roots.height, dtype=np.int64)
-    up_row[k] = at[keep]
-    rows = np.flatnonzero(has[of_row])
-    of_root = of_row[rows]
+    pos = other["pos"].to_numpy()
     depth = other["depth"]
-    new_depth = pl.Series("new_depth", depth.to_numpy()[rows] + up_depth[of_root] + 1).cast(depth.dtype)
-    parent = other["parent"]
-    roots_moved = is_root[rows]
-    new_parent = np.where(roots_moved, up[of_root], parent.fill_null(0).to_numpy()[rows])
-    pos = other["pos"].to_numpy()[rows]
-    new_up = np.where(roots_moved, up_row[of_root], -1)  # only a root's parent changes
-    return pos, new_depth, pl.Series("new_parent", new_parent).cast(parent.dtype), new_up
+    new_depth = up_depth[of_row]
+    new_depth += depth.to_numpy()
+    new_depth += 1
+    if not has.all():  # the ranges under a root that moves (on dense_x25, every root moves)
+        rows = np.flatnonzero(has[of_row])
+        pos, new_depth = pos[rows], new_depth[rows]
+    # roots' rows in `other` in order: the k-th root is `roots`' k-th row
+    root_pos = other["pos"].to_numpy()[np.flatnonzero(is_root)[k]]
+    new_parent = found["new_parent"].filter(pl.Series(keep)).cast(other.schema["parent"])
+    return pos, pl.Series("new_depth", new_depth).cast(depth.dtype), root_pos, new_parent, at[keep]
 
 
 def _repeats(moved: pl.DataFrame, n: int) -> bool:
@@ -388,12 +388,11 @@ def _placed(trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None) -> t
         # each root under at most one user range: the moves by row, numpy gathers through the
         # index of each row's root among the roots (a join of the rows on their roots, and a
         # count of moves per row to find repeats, took 0.7 CPU s on dense_x25)
-        pos, new_depth, new_parent, new_up = _moved_in_preorder(other, roots, found, at)
+        pos, new_depth, root_pos, new_parent, new_up = _moved_in_preorder(other, roots, found, at)
         if up is not None:
             up = up.copy()
-            moves = new_up >= 0
-            up[pos[moves]] = new_up[moves]
-        return tree.with_columns(depth.scatter(pos, new_depth), tree["parent"].scatter(pos, new_parent)), up
+            up[root_pos] = new_up
+        return tree.with_columns(depth.scatter(pos, new_depth), tree["parent"].scatter(root_pos, new_parent)), up
     moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
     repeated = _repeats(moved, tree.height)
     if fast and repeated:
