@@ -11,7 +11,7 @@ from kview.analysis.nvtx_tree import path_table
 from kview.analysis.overview import build
 from kview.trace import open_trace
 
-from conftest import PUBLIC, SAMPLES
+from conftest import KINETO, PUBLIC, SAMPLES
 from in_process import kview_here
 
 LM = SAMPLES / "lm-small_ctx256_train_nsys.sqlite"
@@ -293,6 +293,22 @@ def test_ranges_placed_by_their_threads_preorder_as_by_a_search_of_roots(path, m
     searched = nt.paths_and_windows(open_trace(path, use_cache=False))
     assert fast[0].height > 100 and fast[0]["Depth"].max() > 3
     assert fast[0].equals(searched[0]) and fast[1].equals(searched[1])
+
+
+@pytest.mark.parametrize("path", [LM, KINETO / "triton_example__triton_example.json.gz"])
+def test_paths_counted_by_path_id_as_by_a_group_by(path, monkeypatch):
+    """Each path's instances, CPU time, parent, label and first instance, counted by path id
+    (`_per_path`), equal a group-by's, on a trace whose autograd-thread ranges all move under a
+    user range and on one where some roots move under none; every range is one instance."""
+    from kview.analysis import nvtx_ranges as nv
+    from kview.analysis import nvtx_tree as nt
+
+    fast = nt.paths_and_windows(open_trace(path, use_cache=False))
+    monkeypatch.setattr(nt, "_per_path", lambda r, n: None)
+    grouped = nt.paths_and_windows(open_trace(path, use_cache=False))
+    assert fast[0].equals(grouped[0]) and fast[1].equals(grouped[1])
+    assert fast[0]["Instances"].sum() == len(nv.projection_nesting(open_trace(path, use_cache=False)).depth)
+    assert fast[0].height >= 4
 
 
 def test_the_trees_order_lists_each_parents_children_most_gpu_time_first():
