@@ -216,7 +216,7 @@ def test_start_end_ranges_attribute_as_the_same_push_pop_ranges(tables, tmp_path
 def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     """The launch call of every kernel (matched on one packed integer of process and correlation
     id) is the one SQLite's own join finds, and the two-column join kview falls back to agrees."""
-    from kview.analysis.attribution import _launch_joined, _launch_of, gpu_ops, launch_calls, launched_ops
+    from kview.analysis.attribution import _launch_joined, gpu_ops, launch_calls, launch_of, launched_ops
 
     t = open_trace(path, use_cache=False)
     ops = launched_ops(t)
@@ -230,7 +230,7 @@ def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
     assert sorted(got.rows()) == sorted(want)
     assert sum(r[2] is not None for r in want) > 1000
     runtime = t.columns("runtime", ["start", "end", "global_tid", "correlation"])
-    assert _launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), launch_calls(runtime)))
+    assert launch_of(gpu_ops(t), runtime).equals(_launch_joined(gpu_ops(t), launch_calls(runtime)))
     # calls out of the keys' order, one call of each ten repeated later with another time (the
     # first is the launch), a tenth of the launches missing: still the join's answer
     moved = pl.concat(
@@ -239,7 +239,7 @@ def test_each_kernel_gets_the_runtime_call_of_its_correlation_id(path):
             runtime.gather_every(10).with_columns(pl.col("start") + 1, pl.col("end") + 1),
         ]
     )
-    got = _launch_of(gpu_ops(t), moved)
+    got = launch_of(gpu_ops(t), moved)
     assert got.equals(_launch_joined(gpu_ops(t), launch_calls(moved)))
     assert got["r_start"].null_count() > 0 and got.schema == {
         "r_start": runtime.schema["start"],

@@ -416,7 +416,7 @@ def launched_ops(trace: Trace) -> pl.DataFrame:
     runtime = trace.columns("runtime", LAUNCH_COLUMNS)
     if trace.only_attribution:  # the ops hold what attribution reads of the launches
         trace.let_go("runtime")
-    launch = _launch_of(ops, runtime)
+    launch = launch_of(ops, runtime)
     return ops.with_columns(launch.select("r_start", "r_end", "global_tid"))
 
 
@@ -461,7 +461,7 @@ def launch_calls(runtime: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
+def launch_of(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     """(r_start, r_end, global_tid) of each op's launch call, in the ops' order: the runtime
     call of the op's correlation id in its process (the first, should one repeat)."""
     calls = launch_calls(runtime)
@@ -507,7 +507,7 @@ def _searched(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _launch_joined(ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """_launch_of by a join on the two columns (nulls, or ids past _CORRELATION_BITS) of
+    """launch_of by a join on the two columns (nulls, or ids past _CORRELATION_BITS) of
     `calls` (launch_calls)."""
     # one launch per op: a correlation id is unique per process. Only the launches of GPU ops are
     # made unique (most runtime calls launch nothing)

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import GPU_OP_TABLES, _launch_of, attribute, launched_ops
+from kview.analysis.attribution import GPU_OP_TABLES, attribute, launch_of, launched_ops
 from kview.analysis.summary_stats import strip_version_suffix
 from kview.trace import Trace
 
@@ -67,7 +67,7 @@ def kernel_context_in_part(
 def _launched_op(trace: Trace, kernel: dict) -> tuple[dict, pl.DataFrame]:
     """(the op of attributed row `kernel` as launched_ops gives it: start, correlation, r_start,
     r_end, global_tid; the runtime calls of its correlation id), of the rows of that id alone,
-    its launch matched by launched_ops' own rule (`_launch_of`)."""
+    its launch matched by launched_ops' own rule (`launch_of`)."""
     start, corr = kernel["Start (ns)"], kernel["Correlation"]
     op = {"start": start, "correlation": corr, "r_start": None, "r_end": None, "global_tid": None}
     none = pl.DataFrame(schema={c: pl.Int64 for c in CALL_COLUMNS})
@@ -84,7 +84,7 @@ def _launched_op(trace: Trace, kernel: dict) -> tuple[dict, pl.DataFrame]:
     if mine is None or mine.height == 0:
         return op, none
     calls = trace.rows_where("runtime", CALL_COLUMNS, "correlation", [corr], keep=False)
-    launch = _launch_of(mine, calls.select("start", "end", "global_tid", "correlation")).row(0, named=True)
+    launch = launch_of(mine, calls.select("start", "end", "global_tid", "correlation")).row(0, named=True)
     return {**op, **launch}, calls
 
 
