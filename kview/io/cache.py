@@ -235,8 +235,7 @@ def load(trace_path: Path, key: str, version: str = "") -> pl.DataFrame | None:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # verified bytes polars cannot read (another kview's format): rebuilt
-        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
-        _drop(f)
+        _damaged(f)
         return None
 
 
@@ -262,16 +261,14 @@ def verified(trace_path: Path, key: str, version: str = "") -> tuple[bytes, Path
             _drop(f)
         return None
     except ValueError:
-        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
-        _drop(f)
+        _damaged(f)
         return None
     try:
         meta = pl.read_parquet_metadata(io.BytesIO(body))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # verified bytes polars cannot read (another kview's format): rebuilt
-        warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
-        _drop(f)
+        _damaged(f)
         return None
     if meta.get(META_FINGERPRINT) != digest or meta.get(META_KEY) != key:
         warn_once(
@@ -283,6 +280,12 @@ def verified(trace_path: Path, key: str, version: str = "") -> tuple[bytes, Path
         _drop(f)
         return None
     return body, f
+
+
+def _damaged(f: Path) -> None:
+    """Cache file `f` found damaged: said once and removed (the frames are made again)."""
+    warn_once("a damaged cache entry was ignored; the frames are rebuilt from the trace")
+    _drop(f)
 
 
 def _drop(f: Path) -> None:
