@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from kview.analysis import nvtx_ranges as nv
-from kview.analysis.attribution import GPU_OP_TABLES, attribute, launch_of, launched_ops
+from kview.analysis.attribution import GPU_OP_TABLES, LAUNCH_COLUMNS, attribute, launch_of, launched_ops
 from kview.analysis.summary_stats import strip_version_suffix
 from kview.trace import Trace
 
@@ -38,7 +38,8 @@ def kernel_context(trace: Trace, idx: int, around: int = 5) -> KernelContext:
     return KernelContext(kernel, _launch(trace, op, calls), _ranges(trace, op), _around(a, kernel, around))
 
 
-CALL_COLUMNS = ["start", "end", "global_tid", "correlation", "name_id"]  # the runtime calls' a launch reads
+# the runtime calls' columns a launch reads: those launch_of matches by, and the call's name
+CALL_COLUMNS = [*LAUNCH_COLUMNS, "name_id"]
 
 
 def kernel_context_in_part(
@@ -84,7 +85,7 @@ def _launched_op(trace: Trace, kernel: dict) -> tuple[dict, pl.DataFrame]:
     if mine is None or mine.height == 0:
         return op, none
     calls = trace.rows_where("runtime", CALL_COLUMNS, "correlation", [corr], keep=False)
-    launch = launch_of(mine, calls.select("start", "end", "global_tid", "correlation")).row(0, named=True)
+    launch = launch_of(mine, calls.select(LAUNCH_COLUMNS)).row(0, named=True)
     return {**op, **launch}, calls
 
 
