@@ -333,8 +333,13 @@ class Store:
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
                 for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
-                    # no statistics: a file is read back whole or by rows, never searched by them
-                    frame.write_parquet(made_file(out, name), row_group_size=MADE_ROW_GROUP, statistics=False)
+                    # no statistics: a file is read back whole or by rows, never searched by them;
+                    # lz4, as the frame cache: written and read once, in the same minute, where zstd's
+                    # smaller files cost 0.7 CPU s more to write on dense_x25 (1.5 for the attributed
+                    # table: 1.3 with lz4) and more to read back
+                    frame.write_parquet(
+                        made_file(out, name), compression="lz4", row_group_size=MADE_ROW_GROUP, statistics=False
+                    )
                 self._written[t] = out
 
     def read_made(self, keys: Iterable[str], out: str, later: Iterable[str] = ()) -> None:
