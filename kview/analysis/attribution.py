@@ -16,7 +16,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import polars as pl
@@ -1032,6 +1032,19 @@ def params_of(op: str | None, sizes: str | None) -> tuple[str, int | None, int |
     return ";".join("[" + ",".join(str(v) for v in d) + "]" for d in dims), None, elems
 
 
+def _kernel_columns(ops: pl.DataFrame, shapes: bool) -> pl.DataFrame:
+    """The columns of each GPU op that its kernel alone decides, in the ops' order: the name's
+    category and `tc` (categories.name_categories), and with `shapes` Grid and Block."""
+    got = (
+        ops.select("Kernel")
+        .join(name_categories(ops["Kernel"]), on="Kernel", how="left", maintain_order="left")
+        .drop("Kernel")
+    )
+    if shapes:
+        got = got.with_columns(_launch_dims(ops, "grid").alias("Grid"), _launch_dims(ops, "block").alias("Block"))
+    return got
+
+
 def _launch_dims(ops: pl.DataFrame, what: str) -> pl.Series:
     """`128x1x1`, or `-` where the trace has no launch dimensions (copies, AMD and old
     torch.profiler traces) rather than a made-up 0x0x0. Written once per distinct launch shape
@@ -1126,11 +1139,14 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     return _Named(have_nvtx, release, paths, labels, texts)
 
 
-def _on_a_thread(table: Callable[[Trace], object], trace: Trace) -> Future:
-    """Table `table` of `trace` started on a thread of its own; a later ask waits for it."""
+T = TypeVar("T")
+
+
+def _on_a_thread(table: Callable[[T], object], of: T) -> Future:
+    """`table(of)` started on a thread of its own; a later ask waits for it."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="kview-table")
     try:
-        return pool.submit(table, trace)
+        return pool.submit(table, of)
     finally:
         pool.shutdown(wait=False)  # the thread ends once the table is made
 
@@ -1358,16 +1374,14 @@ def _attributed(trace: Trace, shapes: bool) -> pl.DataFrame:
     calls = ops.filter(pl.col("r_start").is_not_null()).select(
         "call_id", "global_tid", pl.col("r_start").alias("start"), pl.col("r_end").alias("end")
     )
+    # what is read of the kernels alone is made on a thread while the calls' contexts are found
+    # (their numpy walks hold one core, the other waits)
+    kernel_side = _on_a_thread(functools.partial(_kernel_columns, shapes=shapes), ops)
     w = _call_columns(trace, ops.select("call_id"), calls, taken or _range_names(trace, shapes), shapes)
     del taken
     f = pl.col
-    kernel_cats = (
-        ops.select("Kernel")
-        .join(name_categories(ops["Kernel"]), on="Kernel", how="left", maintain_order="left")
-        .drop("Kernel")
-    )
     # the context columns were joined on a narrow frame in the ops' order: added, not joined
-    ops = ops.hstack(w.drop("call_id")).hstack(kernel_cats)
+    ops = ops.hstack(w.drop("call_id")).hstack(kernel_side.result())
     named = f("name_category")
     cat = (
         pl.when(f("kind") == "memcpy")
@@ -1422,8 +1436,8 @@ def _attributed(trace: Trace, shapes: bool) -> pl.DataFrame:
         f("start").alias("Start (ns)"),
         f("stream").alias("Stream"),
         f("device").alias("Device"),
-        _launch_dims(ops, "grid").alias("Grid"),
-        _launch_dims(ops, "block").alias("Block"),
+        "Grid",
+        "Block",
         f("correlation").alias("Correlation"),
         f("path_").fill_null("-").alias("NVTX Path"),
         # on Tensor Cores: true or false for GEMM and attention kernels, missing for the rest
