@@ -115,8 +115,6 @@ def _flagged(labels: pl.DataFrame, heads: bool = True) -> pl.DataFrame:
         .select(lab.str.extract(r", seq = (\d+)", 1).cast(pl.Int64).alias("seq"), head.alias("head"))
         .collect(engine="streaming")
     )
-    # `seq` in one chunk: gathered by name code later (a gather across chunks finds each row's)
-    new = new.with_columns(new["seq"].rechunk())
     kinds = _head_kinds(new["head"])
     return (
         labels.hstack(new if heads else new.drop("head"))
@@ -724,7 +722,10 @@ class _Kinds:
             self.rows = {key: f for (key, _, _), f in zip(self.KINDS, self.nest.answers(asks))}
         # each label's seq by name_code, gathered instead of joined (codes are 0..n-1 in order)
         if labels.height == size and nv.codes_are_rows(labels):
-            self.seq = labels["seq"]  # already in code order: the labels' own column, not a copy
+            # already in code order: the labels' column, in one chunk (the streaming engine's
+            # morsels are many, and a gather across chunks finds each row's), made one here once
+            # the names have gone rather than beside them
+            self.seq = labels["seq"].rechunk()
         else:
             seq = pl.repeat(None, size, dtype=pl.Int64, eager=True).alias("seq")
             self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
