@@ -11,13 +11,11 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, calls_by_search, launch_calls
 from kview.analysis.summary_stats import (
-    gathered,
     grouped_apart,
     grouped_stats,
     one_row_stats,
     order_like_sqlite,
     percent_of_total,
-    sqlite_order,
     sqlite_round,
     texts_in_row_order,
 )
@@ -48,7 +46,7 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
         "name_code", "style", (pl.col("end").fill_null(pl.lit(hi, dtype=pl.Int64)) - pl.col("start")).alias("dur")
     )
     table = nv.names(trace)
-    # the ranges' other columns go before the sort, which holds the names twice (`sqlite_order`)
+    # the ranges' other columns go before the sort, which holds the names twice (`order_like_sqlite`)
     _let_go(trace, nv.labelled_ranges)
     g, several = _groups(r, ["name_code", "style"] if with_style else ["name_code"])
     del r
@@ -56,7 +54,7 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
     g = nv.with_names(trace, g, table=table).drop("name_code")
     del table
     keys = ["name", "style"] if with_style else ["name"]
-    g = gathered(g, sqlite_order(g, keys, ["total"], [True]))
+    g = order_like_sqlite(g, keys, ["total"], [True])
     cols = [pl.col("Time (%)"), *[pl.col(k).alias(v) for k, v in HEADERS.items()]]
     if with_style:
         cols.append(pl.col("style").alias("Style"))
@@ -89,19 +87,22 @@ def _with_stats(g: pl.DataFrame, several: pl.DataFrame) -> pl.DataFrame:
     at = g["several"]
     mine = at.is_not_null().arg_true()  # the rows of aggregated groups, and theirs in `several`
     theirs = at.gather(mine)
-    # every group's statistics as a group of one range's, in several's types
-    one = g.select(one_row_stats(pl.col("total"))).drop("total")
-    one = one.cast({c: several.schema[c] for c in one.columns})
-
-    def stat(c: str) -> pl.Series:
-        # a column of the one-range value with the few aggregated values written in: one pass
-        # over the rows, where a when/then over a gather of `several` was three
-        return one[c].scatter(mine, several[c].gather(theirs)) if mine.len() else one[c]
-
+    made = []
+    # every group's statistics as a group of one range's, in several's types, with the few
+    # aggregated values written in: one pass over the rows, where a when/then over a gather of
+    # `several` was three. Each column made alone is the only holder of its values, so they are
+    # written in place; made together, a frame held each and the written one was a copy.
+    for e in one_row_stats(pl.col("total")):
+        c = e.meta.output_name()
+        if c == "total":
+            continue
+        col = g.select("total", e.cast(several.schema[c])).to_series(1)  # beside total: as many rows
+        made.append(col.scatter(mine, several[c].gather(theirs)) if mine.len() else col)
+        del col
     g = g.select(
         percent_of_total().alias("Time (%)"),
         "total",
-        *(stat(c) for c in one.columns),
+        *made,
         *[c for c in g.columns if c not in ("total", "several")],
     )
     return sqlite_round(g, ["Time (%)", *stats])
