@@ -354,7 +354,8 @@ def test_op_fields_read_as_the_regexes_do():
 def test_op_labels_kinds_from_the_head_are_the_regexes_on_the_label():
     """op_labels tests each label's kinds on its head (the text before its first comma), once per
     distinct head: the same answers as the anchored regexes on every whole label, on a capture's
-    labels and on labels whose head is odd (no comma, non-ASCII, a line break, empty, null)."""
+    labels, on labels whose head is odd (no comma, non-ASCII, a line break, empty, null) and on
+    more labels than the streaming engine cuts at once."""
     from kview.analysis import attribution, nvtx_ranges
 
     lab = pl.col("label")
@@ -398,7 +399,11 @@ def test_op_labels_kinds_from_the_head_are_the_regexes_on_the_label():
         {"name_code": range(len(odd)), "label": odd, "marker": [i % 3 != 2 for i in range(len(odd))]},
         schema={"name_code": pl.Int64, "label": pl.String, "marker": pl.Boolean},
     )
-    for frame in (labels, edge):
+    # more labels than the streaming engine's morsel: its parts come back in the labels' order
+    many = pl.concat([labels] * (300_000 // labels.height + 1)).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("name_code")
+    )
+    for frame in (labels, edge, many):
         got = attribution._flagged(frame)
         assert got.drop("head").equals(by_regex(frame))
         assert got["head"].cast(pl.String).equals(frame["label"].str.extract(r"^([^,]*)", 1), check_names=False)
