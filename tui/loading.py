@@ -159,10 +159,6 @@ def kernels_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     from kview.tui.kernel_words import kernel_summary, kernel_words
 
     yield Stage("kernel summary")
-    # a large trace's worker process started first (0.05 s here): its interpreter's start, its
-    # imports and its open (0.5-1 s, the head of the path every other view waits on) overlap
-    # the summary rather than follow it
-    _worker(trace, use_cache)
     # cuda_gpu_kern_sum's rows: of a trace with a kernel table, as kept in the frame cache
     summary = kernel_summary(trace) if trace.has(KERNEL) else cuda_gpu_kern_sum(trace).frame
     if summary.height == 0:  # no GPU kernels: say what the trace holds, show its CPU ops
