@@ -733,19 +733,20 @@ class _Kinds:
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
         self.labels = labels
 
-    def placed(self, inner: np.ndarray) -> dict[str, np.ndarray]:
-        """Per kind: for each call (its innermost push/pop range's tree row, -1 where none), the
-        tree row of the range of that kind around it, -1 where none.
+    def placed(self, inner: np.ndarray, keys: frozenset[str] | None = None) -> dict[str, np.ndarray]:
+        """Per kind (of `keys`, None: every kind): for each call (its innermost push/pop range's
+        tree row, -1 where none), the tree row of the range of that kind around it, -1 where none.
 
         Each call's chain of ranges (its innermost, that one's parent, ...) as a column of rows,
         every call's at once, a level per step; then per kind each level's rows of that kind
         written over the answer, from the top down (from the innermost up, for the outermost):
         the last written is the nearest. Only the calls' chains are read, not an answer for each
         of millions of ranges (four of them ~0.1 GB on a dense trace)."""
+        asked = [(bit, key, outer) for bit, (key, _, outer) in enumerate(self.KINDS) if keys is None or key in keys]
         if self.rows is not None:
-            return {key: _read_rows(rows, inner) for key, rows in self.rows.items()}
+            return {key: _read_rows(self.rows[key], inner) for _, key, _ in asked}
         parent = self._parent
-        out = {key: np.full(len(inner), -1, dtype=parent.dtype) for key, _, _ in self.KINDS}
+        out = {key: np.full(len(inner), -1, dtype=parent.dtype) for _, key, _ in asked}
         depth = self.nest.depth
         for at in range(0, len(inner), self.CALLS):
             part = inner[at : at + self.CALLS]
@@ -758,7 +759,7 @@ class _Kinds:
             for up in range(1, levels):
                 chain[up] = parent[chain[up - 1]]
             bits = self.bits[chain]
-            for bit, (key, _, outermost) in enumerate(self.KINDS):
+            for bit, key, outermost in asked:
                 hit = (bits & np.uint8(1 << bit)) != 0
                 got = out[key][at : at + len(part)]
                 for level in range(levels) if outermost else range(levels - 1, -1, -1):
@@ -895,14 +896,15 @@ def _rows_or_null(rows: np.ndarray) -> pl.Series:
     return pl.select(pl.when(s >= 0).then(s)).to_series()
 
 
-def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
+def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds, full: bool = True) -> pl.DataFrame:
     """For each call (call_id, global_tid, start, end): its innermost user range (`uid`, a key of
     user_paths), outermost forward op (`fop_code`, a name_code), innermost backward node (seq,
-    start), and direction flags. Integers only: the strings are joined once, at the end of
-    attribute()."""
+    start), and direction flags; without `full`, (call_id, uid, fop_code) alone. Integers only:
+    the strings are joined once, at the end of attribute()."""
     # Each question is the innermost (or outermost) range of one kind around the call: the
     # innermost range of all around the call, then that kind's nearest row above it.
-    placed = kinds.placed(kinds.nest.innermost_rows(calls))
+    keys = None if full else _LAYER_AND_OP
+    placed = kinds.placed(kinds.nest.innermost_rows(calls), keys)
     per_call = calls.select("call_id")
     # (kind, the range columns its answer reads, the answer's columns)
     for key, read, cols in (
@@ -916,6 +918,8 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         ("eval", ["id"], [pl.col("id").alias("eval_id")]),
         ("opt", [], [pl.lit(True).alias("any_opt")]),
     ):
+        if keys is not None and key not in keys:
+            continue
         if kinds.loose.height == 0:  # push/pop only: the answers line up with the calls, no join
             # only the columns an answer reads are gathered (each a random read of a million rows)
             found = kinds.aligned(placed[key], read)
@@ -927,6 +931,10 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         if key == "bwd":
             found = found.with_columns(kinds.seq_of(pl.col("name_code")))
         per_call = per_call.join(found.select("call_id", *cols), on="call_id", how="left")
+    if not full:
+        if kinds.loose.height:  # joined answers: back in the calls' order
+            per_call = calls.select("call_id").join(per_call, on="call_id", how="left", maintain_order="left")
+        return per_call
     per_call = per_call.with_columns(
         (pl.col("_node").is_not_null() | pl.col("eval_id").is_not_null()).alias("any_bwd"),
         pl.col("any_opt").fill_null(False),
@@ -946,6 +954,9 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds) -> pl.DataFrame:
         per_call = calls.select("call_id").join(per_call, on="call_id", how="left", maintain_order="left")
     flags = user_paths(trace).select("uid", "in_fwd", "in_bwd", "in_opt")
     return per_call.hstack(per_call.select("uid").join(flags, on="uid", how="left", maintain_order="left").drop("uid"))
+
+
+_LAYER_AND_OP = frozenset({"uid", "fop"})  # the kinds _contexts answers without `full`
 
 
 def _paths_open_at(trace: Trace, labels: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -987,7 +998,7 @@ def _forward_of_backward(trace: Trace, kinds: _Kinds, nodes: pl.DataFrame) -> pl
     calls = m.select(
         pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"), "global_tid", pl.col("fstart").alias("start"), "end"
     )
-    ctx = _contexts(trace, calls, kinds)
+    ctx = _contexts(trace, calls, kinds, full=False)  # a forward op's layer and op, nothing more
     return (
         m.with_columns(pl.int_range(pl.len()).cast(pl.Int64).alias("call_id"))
         .join(ctx, on="call_id", how="left")
