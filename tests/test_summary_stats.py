@@ -143,11 +143,13 @@ _TEXTS = st.one_of(st.none(), st.text(alphabet="ab\x00\u00e9", max_size=4))
     st.lists(st.tuples(_TEXTS, st.integers(0, 2), st.one_of(st.none(), st.integers(0, 3))), max_size=40),
     st.booleans(),
     st.booleans(),
+    st.booleans(),
 )
-def test_order_like_sqlite_is_sqlites_order(rows, total_first, copied):
+def test_order_like_sqlite_is_sqlites_order(rows, total_first, copied, by_slices):
     """The rows of a GROUP BY (name, style) ordered as SQLite orders them, by the total (ties in
     the keys' order) or by the name then the total; slices of two rows, so ties cross slices;
-    the slices' texts copied side by side or sorted where they lie (`copied`)."""
+    the slices' texts copied side by side or sorted where they lie (`copied`); the frame
+    gathered in that order whole or a slice at a time (`by_slices`)."""
     seen, unique = set(), []
     for name, style, total in rows:
         if (name, style) not in seen:
@@ -169,7 +171,7 @@ def test_order_like_sqlite_is_sqlites_order(rows, total_first, copied):
     summary_stats.SLICE_ROWS = 2
     summary_stats.SIDE_BY_SIDE_ROWS = 0 if copied else side_by_side
     try:
-        ordered = order_like_sqlite(frame, ["name", "style"], by, descending)
+        ordered = order_like_sqlite(frame, ["name", "style"], by, descending, by_slices=by_slices)
     finally:
         summary_stats.SLICE_ROWS, summary_stats.SIDE_BY_SIDE_ROWS = slice_rows, side_by_side
     assert ordered.drop("row").rows() == got_sqlite

@@ -193,7 +193,9 @@ def percent_of_total(total: str = "total") -> pl.Expr:
     return pl.col(total).cast(pl.Float64) * 100.0 / pl.col(total).sum().cast(pl.Float64)
 
 
-def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool]) -> pl.DataFrame:
+def order_like_sqlite(
+    df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool], by_slices: bool = False
+) -> pl.DataFrame:
     """ORDER BY after GROUP BY: ties keep the group order, which SQLite emits sorted by the keys.
 
     That is one order on `by`, then the group keys not in it (ascending, NULL first): the keys
@@ -208,13 +210,15 @@ def order_like_sqlite(df: pl.DataFrame, group_keys: list[str], by: list[str], de
     Otherwise the texts are sorted alone first (one sort of a text column reads less than a
     sort comparing it only after other keys) and `by` sorted stably after.
 
-    Sorted a slice of ties at a time, the frame is gathered a slice at a time too: each slice's
-    rows gathered once from the whole frame, then put in order within the slice, where a
-    gather of the whole frame in the final order read each row's values far from the last
-    one's again (nvtx_sum's 5.6M rows).
+    `by_slices`: where sorted a slice of ties at a time, the frame is gathered a slice at a time
+    too: each slice's rows gathered once from the whole frame, then put in order within the
+    slice, where a gather of the whole frame in the final order read each row's values far
+    from the last one's again (nvtx_sum's 5.6M rows of four columns). The slices are held
+    until each column is joined: for a frame of many columns (nvtx_gpu_proj_sum's fourteen)
+    that raised the peak by 0.35 GB, where the gather makes one column at a time.
     """
     keys, desc, texts, lead = _sort_keys(df, group_keys, by, descending)
-    if texts and lead > 0 and df.height >= 2:
+    if by_slices and texts and lead > 0 and df.height >= 2:
         return cast(pl.DataFrame, _by_ties(df, keys, desc, lead, texts, whole=True))
     return gathered(df, sqlite_order(df, group_keys, by, descending))
 
@@ -307,9 +311,20 @@ def _by_ties(
 
     parts = _in_order(ordered, bounds, threads=SORT_THREADS if arrow else 1)
     if whole:
-        # one chunk, as `gathered` makes it: what reads it next works a chunk at a time
-        return pl.concat(cast(list[pl.DataFrame], parts), rechunk=True) if parts else keys.clear()
+        return _one_chunk_each(cast(list[pl.DataFrame], parts)) if parts else keys.clear()
     return pl.concat(cast(list[pl.Series], parts))
+
+
+def _one_chunk_each(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The frames `parts` one under the other, each column in one chunk, as `gathered` makes it
+    (what reads it next works a chunk at a time), made a column at a time and each column's
+    parts let go once it is (dropped from the frames of the list itself, which the caller
+    holds): one copy of the frame held, and a column, not two copies."""
+    columns = []
+    for c in parts[0].columns:
+        columns.append(pl.concat([p[c] for p in parts], rechunk=True))
+        parts[:] = [p.drop(c) for p in parts]
+    return pl.DataFrame(columns)
 
 
 SORT_THREADS = 4  # slices sorted at once, each with its texts' copy (~30 MB on a dense trace)

@@ -54,7 +54,7 @@ def _range_summary(trace: Trace, name: str, title: str, styles: tuple[str, ...],
     g = nv.with_names(trace, g, table=table).drop("name_code")
     del table
     keys = ["name", "style"] if with_style else ["name"]
-    g = order_like_sqlite(g, keys, ["total"], [True])
+    g = order_like_sqlite(g, keys, ["total"], [True], by_slices=True)
     cols = [pl.col("Time (%)"), *[pl.col(k).alias(v) for k, v in HEADERS.items()]]
     if with_style:
         cols.append(pl.col("style").alias("Style"))
