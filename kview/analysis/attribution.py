@@ -218,6 +218,9 @@ class _OpTexts:
     bytes lz4-compressed, and only the labels asked for taken out again."""
 
     ROWS = 1 << 16  # labels a chunk (each chunk's copies go before the next is cut)
+    # threads that compress or read chunks: a chunk's text each in flight (~8 MB on dense_x25),
+    # at the names' peak while packing, so a few, not one a core (16 on the GPU machine)
+    THREADS = 4
     PACK_BYTES = 1 << 26  # less text than this is kept as it is (nothing to gain, pyarrow to load)
 
     def __init__(self, labels: pl.DataFrame, candidates: np.ndarray | None):
@@ -234,7 +237,7 @@ class _OpTexts:
         # lz4 lets the interpreter go: chunks are compressed on a pool's threads while the next
         # is cut, a chunk's text a thread and one more at most waiting (on one thread the cutting
         # waited for it: 0.18 s of wall on 16 cores)
-        workers = read_threads()
+        workers = min(read_threads(), self.THREADS)
         with ThreadPoolExecutor(workers) as pool:
             waiting: deque[tuple[np.ndarray, np.ndarray, Future[bytes], int]] = deque()
             for at in range(0, len(candidates), self.ROWS):
@@ -279,7 +282,7 @@ class _OpTexts:
         # each chunk's labels asked for, decompressed and parsed on a thread of a pool (lz4 and
         # polars let the interpreter go): one at a time they held one core (0.25-0.45 s on dense_x25)
         made = []
-        workers = read_threads()
+        workers = min(read_threads(), self.THREADS)
         with ThreadPoolExecutor(workers) as pool:
             waiting: deque[Future[pl.DataFrame]] = deque()
             while self.packed:  # chunks in name_code order, each let go once read
