@@ -341,8 +341,11 @@ def _in_order(each: Callable[[int, int], T], bounds: list[tuple[int, int]], thre
         return [each(a, b) for a, b in bounds]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(workers) as pool:
+    pool = ThreadPoolExecutor(workers)
+    try:
         return list(pool.map(each, *zip(*bounds)))
+    finally:  # an error or Ctrl-C does not wait for the slices not yet begun
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _packed_order(col: pl.Series, descending: bool) -> tuple[pl.Series, pl.Series] | None:
