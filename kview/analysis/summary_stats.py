@@ -239,8 +239,8 @@ def _sort_keys(
 
 def sqlite_order(df: pl.DataFrame, group_keys: list[str], by: list[str], descending: list[bool]) -> pl.Series:
     """The rows of `df` in `order_like_sqlite`'s order (their numbers), the frame not gathered."""
-    rest = [k for k in group_keys if k not in by]
     keys, desc, texts, lead = _sort_keys(df, group_keys, by, descending)
+    rest = keys[len(by) :]  # the group keys not in `by`, as _sort_keys put them after it
     if not texts or df.height < 2:
         return df.select(pl.arg_sort_by(keys, descending=desc, nulls_last=desc, maintain_order=True)).to_series()
     if lead > 0:
