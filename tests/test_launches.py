@@ -242,6 +242,35 @@ def test_idle_gaps_by_cause(case):
             assert row[col] == sum(x[3] for x in mine if x[4] == cause)
 
 
+def test_idle_gaps_name_the_op_after_each_gap_and_the_op_waited_on(case):
+    """Each gap's Kernel and Op are those of the op that ends it, and waited_on is the name of
+    an op of the device that ended last inside the gap (null where none did): the names gap_rows
+    leaves out, taken back from the launches' rows it points at."""
+    trace, _, _ = case
+    lt = la.launches(trace).select("Idx", "device", "stream", "start", "end", "Kernel", "Op")
+    by_idx = {r[0]: r for r in lt.iter_rows()}
+    ends = defaultdict(list)
+    for _, dev, _, _, end, kernel, _ in lt.iter_rows():
+        ends[dev].append((end, kernel))
+    for e in ends.values():
+        e.sort(key=lambda x: x[0])
+    g = la.idle_gaps(trace)
+    assert g.height > 10
+    if lt.select(pl.struct("device", "stream").n_unique()).item() > 1:  # some gap waited on another stream
+        assert g["waited_on"].null_count() < g.height
+    for dev, st, g0, g1, idx, kernel, op, waited in g.select(
+        "device", "stream", "gap_start", "gap_end", "Idx", "Kernel", "Op", "waited_on"
+    ).iter_rows():
+        after = by_idx[idx]
+        assert (after[1], after[2], after[3], after[5], after[6]) == (dev, st, g1, kernel, op)
+        before = [x for x in ends[dev] if x[0] <= g1]
+        last = before[-1][0] if before else None
+        if last is None or last <= g0:
+            assert waited is None
+        else:
+            assert waited in {k for e, k in before if e == last}
+
+
 def test_gap_table_names_the_cpu_call_around_each_gap(case):
     trace, ops, calls = case
     table = la.gap_table(trace, top=10)

@@ -223,7 +223,7 @@ def test_the_worker_lets_the_gaps_and_the_calls_go_before_the_critical_path(tmp_
     trace, held through the critical path's walk before): the documents after them make or read
     none of them again, and the Overview's idle time by cause is the one of the gaps."""
     from kview.analysis.efficiency import kernel_efficiency
-    from kview.analysis.launches import CAUSES, idle_gaps, idle_totals
+    from kview.analysis.launches import CAUSES, gap_rows, idle_gaps, idle_totals
     from kview.derived import table_of
 
     want = open_trace(LM, use_cache=False)
@@ -235,13 +235,14 @@ def test_the_worker_lets_the_gaps_and_the_calls_go_before_the_critical_path(tmp_
     for key in keys[:at]:
         trace.store.make([key], str(tmp_path))
         prepare._let_go(trace, key)
-    assert trace.store.peek(idle_gaps) is None and trace.store.peek(kernel_efficiency) is None
+    assert trace.store.peek(gap_rows) is None and trace.store.peek(kernel_efficiency) is None
+    assert trace.store.peek(idle_gaps) is None  # the gaps' names: never made for the documents
     assert not {"kernels", "runtime"} & set(trace._frames)
 
     def again(*a, **k):
         raise AssertionError("made again")
 
-    for fn in (idle_gaps, kernel_efficiency):
+    for fn in (gap_rows, idle_gaps, kernel_efficiency):
         monkeypatch.setattr(table_of(fn), "fn", again)
     read = trace.source.read_columns
     monkeypatch.setattr(

@@ -161,10 +161,10 @@ def _let_go(trace: Trace, key: str) -> None:
 
         trace.store.drop(kernel_efficiency, ops_by_launch)
     elif key == "documents.launches":
-        from kview.analysis.launches import idle_gaps, idle_totals, queue_series  # made by then: as above
+        from kview.analysis.launches import gap_rows, idle_totals, queue_series  # made by then: as above
 
         idle_totals(trace)  # all the Overview asks of the gaps, kept while they are held
-        trace.store.drop(queue_series, idle_gaps)
+        trace.store.drop(queue_series, gap_rows)
         trace.let_go("runtime")
     elif key == "documents.compare_phases":
         from kview.analysis.compare import ops_by_launch, ops_by_launch_time  # made by then: as above

@@ -264,39 +264,66 @@ def _syncs(trace: Trace) -> pl.DataFrame:
     return sync_calls(trace).select("global_tid", pl.col("end").alias("sync_end"), pl.col("api").alias("sync_api"))
 
 
+GAP_SCHEMA = {
+    "device": pl.Int64,
+    "stream": pl.Int64,
+    "gap_start": pl.Int64,
+    "gap_end": pl.Int64,
+    "idle": pl.Int64,
+    "cause": pl.String,
+    "Idx": pl.Int64,
+    "Kernel": pl.String,
+    "Op": pl.String,
+    "global_tid": pl.Int64,
+    "r_start": pl.Int64,
+    "waited_on": pl.String,
+}
+NAMED = ("Kernel", "Op", "waited_on")  # idle_gaps' names, which gap_rows holds as launches' rows
+
+
 @derived
 def idle_gaps(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
     """Every idle gap of every stream: device, stream, gap_start (the previous op's end), gap_end
     (the next op's start), idle (ns), cause (CAUSES), Idx, Kernel and Op of the op after the
     gap, global_tid of its launch, and the op of another stream that ended last inside the gap
     (waited_on: its Kernel, null where none). Times count from the trace's zero, as every frame's."""
+    return _named(trace, gap_rows(trace, kernel_wait_ns))
+
+
+@derived
+def gap_rows(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
+    """idle_gaps without its names: the row of `launches` of the op after each gap (`at`) and
+    of the op waited on (`waited_at`, null where none) in place of Kernel, Op and waited_on
+    (`_named` gives them). What the Launches document reads of every gap: its names are joined
+    to the gaps it shows (a million gaps' names, carried through their sorts and joins, were
+    0.5 GB on the dense 1.1M-kernel trace: the explorer's worker's highest point)."""
     lt = launches(trace)
     if lt.height == 0:
-        return pl.DataFrame(
-            schema={
-                "device": pl.Int64,
-                "stream": pl.Int64,
-                "gap_start": pl.Int64,
-                "gap_end": pl.Int64,
-                "idle": pl.Int64,
-                "cause": pl.String,
-                "Idx": pl.Int64,
-                "Kernel": pl.String,
-                "Op": pl.String,
-                "global_tid": pl.Int64,
-                "r_start": pl.Int64,
-                "waited_on": pl.String,
-            }
-        )
+        schema = {c: t for c, t in GAP_SCHEMA.items() if c not in NAMED}
+        return pl.DataFrame(schema={**schema, "at": pl.get_index_type(), "waited_at": pl.get_index_type()})
     return _gaps(trace, lt, kernel_wait_ns, whole=True)
 
 
+def _named(trace: Trace, g: pl.DataFrame) -> pl.DataFrame:
+    """Gaps of gap_rows with idle_gaps' names, of the launches' rows they point at."""
+    lt = launches(trace)
+    if lt.height == 0:
+        return pl.DataFrame(schema=GAP_SCHEMA)
+    kernel = lt["Kernel"]
+    names = {
+        "Kernel": kernel.gather(g["at"]),
+        "Op": lt["Op"].gather(g["at"]),
+        "waited_on": kernel.gather(g["waited_at"]),
+    }
+    return g.with_columns(**names).select(GAP_SCHEMA.keys())
+
+
 def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> pl.DataFrame:
-    """idle_gaps of the launches `lt`; without `whole`, each gap's idle time and cause only (no
-    kernel or op names carried through the sorts and joins of a million gaps)."""
-    names = ["Kernel", "Op"] if whole else []
+    """gap_rows of the launches `lt`; without `whole`, each gap's idle time and cause only."""
+    at = ["at"] if whole else []
+    lt = lt.with_row_index("at") if whole else lt
     s = (
-        lt.select("device", "stream", "start", "end", "Idx", *names, "global_tid", "r_start")
+        lt.select("device", "stream", "start", "end", "Idx", *at, "global_tid", "r_start")
         .sort("device", "stream", "start", "Idx")
         .with_columns(pl.col("end").shift(1).over("device", "stream").alias("gap_start"))
     )
@@ -307,7 +334,7 @@ def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> p
         pl.col("start").alias("gap_end"),
         (pl.col("start") - pl.col("gap_start")).alias("idle"),
         "Idx",
-        *names,
+        *at,
         "global_tid",
         "r_start",
     )
@@ -323,8 +350,8 @@ def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> p
     )
     # the op of the device that ended last at or before the gap's end (another stream's, when
     # that is inside the gap: this stream's own ops end outside its gaps)
-    kernel = [pl.col("Kernel").alias("o_kernel")] if whole else []
-    ends = lt.select("device", pl.col("end").alias("o_end"), *kernel).sort("o_end")
+    waited = [pl.col("at").alias("o_at")] if whole else []
+    ends = lt.select("device", pl.col("end").alias("o_end"), *waited).sort("o_end")
     g = g.sort("gap_end").join_asof(
         ends, left_on="gap_end", right_on="o_end", by="device", strategy="backward", check_sortedness=False
     )
@@ -346,7 +373,7 @@ def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> p
     return (
         g.with_columns(
             cause.alias("cause"),
-            pl.when(other).then(pl.col("o_kernel")).alias("waited_on"),
+            pl.when(other).then(pl.col("o_at")).alias("waited_at"),
         )
         .select(
             "device",
@@ -356,11 +383,10 @@ def _gaps(trace: Trace, lt: pl.DataFrame, kernel_wait_ns: int, whole: bool) -> p
             "idle",
             "cause",
             "Idx",
-            "Kernel",
-            "Op",
             "global_tid",
             "r_start",
-            "waited_on",
+            "at",
+            "waited_at",
         )
         .sort("device", "stream", "gap_start")
     )
@@ -371,7 +397,7 @@ def idle_by_stream(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.Dat
     time by cause (CAUSE_COLUMNS), with the share of the idle time the host was responsible for
     (host + sync)."""
     lt = launches(trace)
-    g = idle_gaps(trace, kernel_wait_ns)
+    g = gap_rows(trace, kernel_wait_ns)
     per = lt.group_by("device", "stream").agg(
         pl.len().alias("Ops"),
         (pl.col("end").max() - pl.col("start").min()).alias("Span (ns)"),
@@ -423,10 +449,11 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
     """The `top` longest idle gaps (0: every one), each with its cause, the op after it (and the
     CPU op that launched it), and the CPU call around it on the launching thread: the API call in
     progress when the stream went idle, else the first one that started inside the gap."""
-    g = idle_gaps(trace, kernel_wait_ns).filter(pl.col("idle") > 0)
+    g = gap_rows(trace, kernel_wait_ns).filter(pl.col("idle") > 0)
     g = g.sort(["idle", "gap_start"], descending=[True, False])
     if top:
         g = g.head(top)
+    g = _named(trace, g)  # the names of the gaps shown alone
     calls = api_calls(trace).rename({"start": "c_start", "end": "c_end", "api": "c_api"})
     g = g.with_columns(pl.col("global_tid").cast(pl.Int64))
     before = _call_around(g, calls, "backward", pl.col("c_end") > pl.col("gap_start"))
@@ -457,9 +484,9 @@ def idle_totals(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str,
     """Idle time of every stream together, by cause (for the Overview's finding). Kept: the
     explorer's worker asks it while the gaps are held, and lets them go before the Overview."""
     # the gaps where made (the Launches view), else their causes alone
-    g = trace.store.peek(idle_gaps, kernel_wait_ns)
+    g = trace.store.peek(gap_rows, kernel_wait_ns)
     if g is None and kernel_wait_ns == KERNEL_WAIT_NS:
-        g = trace.store.peek(idle_gaps)
+        g = trace.store.peek(gap_rows)
     if g is None:
         lt = launches(trace)
         g = _gaps(trace, lt, kernel_wait_ns, whole=False) if lt.height else pl.DataFrame(schema=CAUSE_SCHEMA)
