@@ -271,6 +271,19 @@ def test_idle_gaps_name_the_op_after_each_gap_and_the_op_waited_on(case):
             assert waited in {k for e, k in before if e == last}
 
 
+def test_the_longest_gaps_are_the_first_of_every_gap_sorted(case):
+    """gap_table's top N (sorted alone, of the gaps at least as long as the N-th) are the first N
+    rows of every gap's table (the whole sort), at cuts inside a run of equal lengths too."""
+    trace, _, _ = case
+    every = la.gap_table(trace, top=0)
+    idle = every["Idle (ns)"].to_list()
+    # cuts where the gap after the cut is as long as the one before it (the threshold's ties)
+    tied = [k for k in range(1, len(idle)) if idle[k] == idle[k - 1]][:3]
+    assert len(idle) > 20 and tied
+    for k in [1, 5, 20, *tied]:
+        assert la.gap_table(trace, top=k).equals(every.head(k)), k
+
+
 def test_gap_table_names_the_cpu_call_around_each_gap(case):
     trace, ops, calls = case
     table = la.gap_table(trace, top=10)

@@ -431,18 +431,25 @@ def idle_by_stream(trace: Trace, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.Dat
     )
 
 
-def _call_around(g: pl.DataFrame, calls: pl.DataFrame, strategy: str, inside: pl.Expr) -> pl.DataFrame:
+def _call_around(trace: Trace, g: pl.DataFrame, calls: pl.DataFrame, strategy: str, inside: pl.Expr) -> pl.DataFrame:
     """Each gap with the API call of its thread that starts nearest before (`backward`) or after
-    (`forward`) the gap's start, kept only where `inside` holds (the call overlaps the gap)."""
+    (`forward`) the gap's start, kept only where `inside` holds (the call overlaps the gap).
+    `calls`: the runtime calls' global_tid, c_start, c_end and name_id, sorted by c_start; the
+    calls found are named here (api_calls' names), not every call before the search."""
     found = g.sort("gap_start").join_asof(
-        calls.sort("c_start"),
+        calls,
         left_on="gap_start",
         right_on="c_start",
         by="global_tid",
         strategy=strategy,  # type: ignore[arg-type]
         check_sortedness=False,
     )
-    return found.with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api"))
+    used = found["name_id"].drop_nulls().unique()
+    names = _api_names(trace.string_values(used).filter(pl.col("id").is_in(used.implode())))
+    found = found.join(names.rename({"api": "c_api"}), on="name_id", how="left", maintain_order="left")
+    return found.drop("name_id").with_columns(
+        pl.when(inside).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")
+    )
 
 
 def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pl.DataFrame:
@@ -450,14 +457,28 @@ def gap_table(trace: Trace, top: int = 20, kernel_wait_ns: int = KERNEL_WAIT_NS)
     CPU op that launched it), and the CPU call around it on the launching thread: the API call in
     progress when the stream went idle, else the first one that started inside the gap."""
     g = gap_rows(trace, kernel_wait_ns).filter(pl.col("idle") > 0)
+    if top and g.height > top:
+        # the gaps at least as long as the top-th longest, sorted alone (not a million gaps for
+        # 20), where no two of them have the same length and start: else the order of such a
+        # tie is the whole sort's, and the whole is sorted
+        few = g.filter(pl.col("idle") >= g["idle"].top_k(top).min())
+        if not few.select(pl.struct("idle", "gap_start").is_duplicated().any()).item():
+            g = few
     g = g.sort(["idle", "gap_start"], descending=[True, False])
     if top:
         g = g.head(top)
     g = _named(trace, g)  # the names of the gaps shown alone
-    calls = api_calls(trace).rename({"start": "c_start", "end": "c_end", "api": "c_api"})
+    # the calls by their name's id, sorted once for both searches (a sort of every call with its
+    # name, twice, was most of this table's time at a million launches)
+    if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        calls = trace.columns("runtime", API_COLUMNS).cast({"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+    else:
+        calls = pl.DataFrame(schema={"global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64, "name_id": pl.Int64})
+    calls = calls.rename({"start": "c_start", "end": "c_end"}).sort("c_start")
     g = g.with_columns(pl.col("global_tid").cast(pl.Int64))
-    before = _call_around(g, calls, "backward", pl.col("c_end") > pl.col("gap_start"))
+    before = _call_around(trace, g, calls, "backward", pl.col("c_end") > pl.col("gap_start"))
     after = _call_around(
+        trace,
         before.filter(pl.col("c_api").is_null()).drop("c_start", "c_end", "c_api"),
         calls,
         "forward",
