@@ -1,7 +1,7 @@
 """`kview stats TRACE -r cuda_gpu_kern_sum` of an nsys export, answered straight from SQLite without
 the trace model: a small trace with the standard library (no polars: on a trace of a few thousand
 kernels importing the table library costs more than the whole answer; issue 28: a 3k-kernel summary
-in 0.3 s), a large one from the three kernel columns alone, read by connectorx on a thread per core into
+in 0.3 s), a large one from the three kernel columns alone, read by connectorx on two threads into
 polars without pyarrow or numpy and grouped there with the report's own expressions (issue 28: the
 summary of 1.1M kernels in at most 0.35x of SQLite's own GROUP BY). A large trace whose kernel
 columns are in the frame cache is left to the columnar path, which reads them from there.
@@ -30,7 +30,7 @@ from typing import cast
 from kview.errors import OutOfMemory, TraceError, is_out_of_memory
 from kview.io.converted import REPORT_SUFFIXES
 from kview.io.paths import named
-from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, read_into_polars, read_threads, sqlite_uri
+from kview.io.sqlite_source import SQLITE_MAGIC, check_sqlite_file, read_into_polars, sqlite_uri
 from kview.output.table_text import table_text
 from kview.output.visible import visible_lines
 
@@ -256,16 +256,13 @@ def _cached(path: Path) -> bool:
 
 
 def _grouped(path: Path, last: int, session: int | None) -> list[Stats] | None:
-    """Every kernel name's statistics from the three kernel columns, read by connectorx in a
-    rowid range per core (a thread each: SQLite decodes a row at a time) into polars and grouped
-    there with the report's own aggregates (the same values, float for float); None as `_looped`."""
-    parts = read_threads()
-    cuts = [last * i // parts + 1 for i in range(1, parts)]
+    """Every kernel name's statistics from the three kernel columns, read by connectorx in two
+    rowid ranges (two threads) into polars and grouped there with the report's own aggregates
+    (the same values, float for float); None as `_looped`."""
+    half = last // 2 + 1
     cols = f'rowid AS "_kv_rid", start, end, demangledName FROM {KERNEL}'
-    where = [f"rowid < {cuts[0]}"] + [f"rowid >= {a} AND rowid < {b}" for a, b in zip(cuts, cuts[1:])]
-    where.append(f"rowid >= {cuts[-1]}")
     try:
-        rows = read_into_polars(path, [f"SELECT {cols} WHERE {w}" for w in where])
+        rows = read_into_polars(path, [f"SELECT {cols} WHERE rowid < {half}", f"SELECT {cols} WHERE rowid >= {half}"])
         # deferred: polars loads only for a large trace, while its rows are read
         import polars as pl
 
