@@ -48,6 +48,23 @@ def test_first_appearance_numbers_rows_as_a_dictionary_would(path):
 
 
 @pytest.mark.parametrize("path", TRACES[:3], ids=lambda p: p.name)
+def test_keys_hashed_a_slice_per_thread_are_numbered_as_by_one(path, monkeypatch):
+    """A large frame's keys are hashed a slice per thread: the codes are a dictionary's, as
+    where they are hashed at once (the frames here made large enough at a test's size)."""
+    keys = _keys(path)
+    if keys.height < 2:
+        pytest.skip("no NVTX")
+    for cols in (["domain_id", "text_id", "text"], ["global_tid", "prefix"]):
+        frame = keys.select(cols)
+        want = nv.first_appearance(frame)
+        monkeypatch.setattr(nv, "KEYS_APART", 2)
+        got = nv.first_appearance(frame)
+        monkeypatch.undo()
+        assert got[0].to_list() == want[0].to_list() == _numbered_in_python(frame.rows())[0]
+        assert got[1].to_list() == want[1].to_list()
+
+
+@pytest.mark.parametrize("path", TRACES[:3], ids=lambda p: p.name)
 def test_hash_collisions_are_found_not_merged(path, monkeypatch):
     frame = _keys(path).select("prefix", "text")
     want = nv.first_appearance(frame)

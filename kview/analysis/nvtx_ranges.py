@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,7 @@ from kview.io.schema import (
     PID_MASK,
     PID_ONLY,
 )
-from kview.io.sqlite_source import return_freed_memory
+from kview.io.sqlite_source import read_threads, return_freed_memory
 from kview.trace import Trace
 
 STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
@@ -285,8 +286,12 @@ def first_appearance(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     if not varying:
         return pl.Series("code", np.zeros(n, dtype=np.int64)), pl.Series("first", np.arange(n) == 0)
     h = _row_hash(frame.select(varying))
-    first, shared = _first_distinct(h)
-    rank = first.cast(pl.Int64).cum_sum() - 1
+    is_first, shared = _first_distinct(h)
+    # in numpy, in place: polars' cast, sum and difference were three columns of every row
+    ranks = np.cumsum(is_first, dtype=np.int64)
+    ranks -= 1
+    first, rank = pl.Series("first", is_first), pl.Series("rank", ranks)
+    del is_first, ranks
     # only the rows whose hash another row shares are looked at: each first one of them is the
     # head of the later ones (a join over every row would hash millions of distinct labels again)
     rows = pl.Series("row", shared)
@@ -318,18 +323,46 @@ def _constant(col: pl.Series) -> bool:
 def _row_hash(frame: pl.DataFrame) -> pl.Series:
     """Each column hashed alone and the hashes mixed: a struct of the columns hashes 3-4 times
     slower (0.5 s for a dense trace's 5.7M keys, the text's hash alone 0.12 s). Equal rows hash
-    equal; an unequal pair that does not is caught by first_appearance's comparison."""
-    cols = [frame[c].hash(_SEED).to_numpy() for c in frame.columns]
-    h = cols[0]
-    for other in cols[1:]:
-        h = h * _MIX ^ other  # wraps modulo 2**64, as a hash combine should
+    equal; an unequal pair that does not is caught by first_appearance's comparison. A large
+    frame is hashed a slice per thread (a value's hash is its own, wherever it lies)."""
+    n, columns = frame.height, frame.columns
+    h = np.empty(n, dtype=np.uint64)
+
+    def hashed(at: int, end: int) -> None:
+        part = frame.slice(at, end - at)
+        mine = h[at:end]
+        for i, c in enumerate(columns):
+            x = part[c].hash(_SEED).to_numpy()
+            if i:
+                mine *= _MIX
+                mine ^= x  # wraps modulo 2**64, as a hash combine should
+            else:
+                mine[:] = x
+
+    _on_threads(hashed, n)
     return pl.Series("h", h)
 
 
 _MIX = np.uint64(0x100000001B3)  # the 64-bit FNV prime: an odd multiplier, so no bits are lost
+KEY_THREADS = 4  # threads hashing a large frame's keys at once
+KEYS_APART = 1 << 18  # keys from which they are hashed on threads
 
 
-def _first_distinct(h: pl.Series) -> tuple[pl.Series, np.ndarray]:
+def _on_threads(each: Callable[[int, int], None], n: int) -> None:
+    """`each(at, end)` of a slice of range(n) per thread (one for a small n)."""
+    parts = min(KEY_THREADS, read_threads()) if n >= KEYS_APART else 1
+    cuts = [n * i // parts for i in range(parts + 1)]
+    if parts < 2:
+        each(0, n)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(parts) as pool:
+        for _ in pool.map(each, cuts[:-1], cuts[1:]):
+            pass
+
+
+def _first_distinct(h: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """(`h.is_first_distinct()`, the rows whose value another row shares, ascending), sorting
     first: only those rows go through a hash table. polars' own probes a table of every distinct
     value, which on 5.7M mostly distinct hashes (a dense trace's labels) is 1.7 s against 0.3 s
@@ -342,7 +375,7 @@ def _first_distinct(h: pl.Series) -> tuple[pl.Series, np.ndarray]:
     if shared.size:
         rows = np.flatnonzero(h.is_in(pl.Series(shared).implode()).to_numpy())
         first[rows] = h.gather(rows).is_first_distinct().to_numpy()
-    return pl.Series("first", first), rows
+    return first, rows
 
 
 def _first_appearance_exact(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
