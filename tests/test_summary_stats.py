@@ -47,6 +47,17 @@ def test_sqlite_round_keeps_nulls_and_non_finite():
     assert str(got[5]) == "-0.0"
 
 
+def test_sqlite_round_a_slice_per_thread_equals_decimal_rounding(monkeypatch):
+    """A large frame's column is rounded a slice per thread: every value as decimal arithmetic
+    rounds it, ties and the values beside a slice's edge included (at a test's size)."""
+    values = [n / 20 for n in range(-2000, 2000)] + [7866.24, 7866.25, -0.04, 1e12 / 3, -1e9 / 7]
+    monkeypatch.setattr(summary_stats, "ROUND_APART", 2)
+    df = pl.DataFrame({"v": values, "w": [None if i % 7 == 0 else v for i, v in enumerate(values)]})
+    got = sqlite_round(df, ["v", "w"])
+    assert got["v"].to_list() == [_decimal_round(v, 1) for v in values]
+    assert got["w"].to_list() == [None if i % 7 == 0 else _decimal_round(v, 1) for i, v in enumerate(values)]
+
+
 def _same_groups(got: pl.DataFrame, want: pl.DataFrame, keys: list[str]) -> None:
     assert got.schema == want.schema
     assert got.sort(keys).equals(want.sort(keys))

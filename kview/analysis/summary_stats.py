@@ -88,11 +88,13 @@ def grouped_apart(
         return frame.group_by(keys).agg(aggs), None
     import numpy as np  # deferred with sqlite_round's: the small kernel summary never needs it
 
-    # one integer per key tuple, each key's codes shifted into its own bits
-    combined = np.zeros(frame.height, dtype=np.uint64)
+    # one integer per key tuple, each key's codes shifted into its own bits (63 at most: signed
+    # integers, which the count by bins below takes as they are, not copied into its type)
+    combined = np.empty(frame.height, dtype=np.int64)
     # each key's bits made in one array, in place: a fresh array per step is fresh pages, each a
-    # fault (dense_x25's nvtx_kern_sum: 5 keys of 2.4M rows, four arrays a key)
-    part = np.empty(frame.height, dtype=np.int64)
+    # fault (dense_x25's nvtx_kern_sum: 5 keys of 2.4M rows, four arrays a key); the first key's
+    # made where they stay
+    part = None
     shift = 0
     for k in keys:
         x = frame[k].to_physical()
@@ -105,15 +107,19 @@ def grouped_apart(
         bits = max(span.bit_length(), 1)
         if shift + bits > 63 or int(hi) >= 2**63:  # type: ignore[arg-type]
             return frame.group_by(keys).agg(aggs), None
-        np.subtract(x.to_numpy(), int(lo), out=part, dtype=np.int64, casting="unsafe")  # type: ignore[arg-type]
-        bits_of = part.view(np.uint64)
-        bits_of <<= np.uint64(shift)
-        combined |= bits_of
+        if not shift:
+            np.subtract(x.to_numpy(), int(lo), out=combined, dtype=np.int64, casting="unsafe")  # type: ignore[arg-type]
+        else:
+            part = np.empty(frame.height, dtype=np.int64) if part is None else part
+            np.subtract(x.to_numpy(), int(lo), out=part, dtype=np.int64, casting="unsafe")  # type: ignore[arg-type]
+            part <<= shift
+            combined |= part
         shift += bits
     del part
     if frame.height and int(combined.max()) < 4 * frame.height:  # dense codes: count by bins
-        bins = combined.astype(np.int64)
-        single = pl.Series(np.bincount(bins)[bins] == 1)
+        # which counts are one, then each row's: the gather reads a byte per bin, not eight (a
+        # dense trace's 11M bins: 11 MB, where the counts are 90 MB and each row's a cache miss)
+        single = pl.Series((np.bincount(combined) == 1)[combined])
     else:
         # the values that repeat, from a sorted copy, then one look-up of each row among those
         # few: polars' is_unique hashes every row into a table of its own (dense_x25's
@@ -158,27 +164,45 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
 
     scale = 10**digits
     out = []
+    n = df.height
     # the scratch columns made once for every column: a fresh array of a large frame's rows is
     # fresh pages from the system, each page a fault (most of this step's time)
-    y, frac = np.empty(df.height), np.empty(df.height)
+    y, frac = np.empty(n), np.empty(n)
+    # a large frame's rows a slice per thread (numpy releases the GIL): one after another they
+    # were one core's work (nvtx_sum's Time (%) of 5.6M names: 0.15-0.2 s)
+    parts = 1 if n < ROUND_APART else _round_threads()
+    cuts = [n * i // parts for i in range(parts + 1)]
     for c in cols:
         col = df[c].cast(pl.Float64)
         x = col.to_numpy()  # NULL as NaN
-        # each column once through numpy: polars' own arithmetic on it allocated a column per
-        # step; in place where numpy allows
-        with np.errstate(invalid="ignore"):
-            np.abs(x, out=y)
-            y *= scale
-            q = y + 0.5  # the result's own array: the Series made of it shares it
-            np.floor(q, out=q)
-            q /= scale
-            np.negative(q, out=q, where=x < 0)
-            finite = np.isfinite(x)
-            if not finite.all():
-                np.copyto(q, x, where=~finite)
-            np.floor(y, out=frac)
-            np.subtract(y, frac, out=frac)
-            tie = np.flatnonzero(frac == 0.5)
+        q = np.empty(n)  # the result's own array: the Series made of it shares it
+
+        def rounded_part(at: int, end: int, x: np.ndarray = x, q: np.ndarray = q) -> np.ndarray:
+            """q's rows at:end; where a row of them looks like a tie (its number in the frame)."""
+            xs, ys, qs, fs = x[at:end], y[at:end], q[at:end], frac[at:end]
+            # each column once through numpy: polars' own arithmetic on it allocated a column
+            # per step; in place where numpy allows
+            with np.errstate(invalid="ignore"):
+                np.abs(xs, out=ys)
+                ys *= scale
+                np.add(ys, 0.5, out=qs)
+                np.floor(qs, out=qs)
+                qs /= scale
+                np.negative(qs, out=qs, where=xs < 0)
+                finite = np.isfinite(xs)
+                if not finite.all():
+                    np.copyto(qs, xs, where=~finite)
+                np.floor(ys, out=fs)
+                np.subtract(ys, fs, out=fs)
+                return np.flatnonzero(fs == 0.5) + at
+
+        if parts < 2:
+            tie = rounded_part(0, n)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(parts) as pool:
+                tie = np.concatenate(list(pool.map(rounded_part, cuts[:-1], cuts[1:])))
         if tie.size:  # exact decision for the few values that look like ties
             q[tie] = [_exact_round(v, digits) for v in x[tie].tolist()]
         rounded = pl.Series(c, q, dtype=pl.Float64)
@@ -186,6 +210,16 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
             rounded = rounded.zip_with(col.is_not_null(), col)
         out.append(rounded)
     return df.with_columns(out)
+
+
+ROUND_APART = 1 << 18  # rows from which a column is rounded a slice per thread
+ROUND_THREADS = 4
+
+
+def _round_threads() -> int:
+    from kview.io.sqlite_source import read_threads  # deferred with numpy: see sqlite_round
+
+    return min(ROUND_THREADS, read_threads())
 
 
 def percent_of_total(total: str = "total") -> pl.Expr:
