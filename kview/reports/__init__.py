@@ -57,6 +57,8 @@ _REPORTS: dict[str, Callable[[Trace], Report]] = {
     "nvtx_gpu_proj_sum": nvtx_gpu_proj_sum,
     "cuda_kern_exec_sum": cuda_kern_exec_sum,
 }
+# the reports that read no GPU table (kernels, memory copies and sets), only NVTX ranges
+NO_GPU_TABLES = frozenset({"nvtx_sum", "nvtx_pushpop_sum", "nvtx_startend_sum"})
 REPORTS: dict[str, Callable[[Trace], Report]] = {name: _kept(name, build) for name, build in _REPORTS.items()}
 
 # What `nsys stats` runs when no report is named (nsys 2023.2 and later).
