@@ -8,7 +8,7 @@ import pytest
 from kview.analysis import nvtx_ranges as nv
 from kview.trace import open_trace
 
-from conftest import KINETO_TRACES, LM_TRACES, PUBLIC_TRACES, SAMPLES
+from conftest import KINETO_TRACES, LM_TRACES, PUBLIC, PUBLIC_TRACES, SAMPLES
 
 TRACES = [*PUBLIC_TRACES, *LM_TRACES[:3], *KINETO_TRACES[:3]]
 
@@ -264,6 +264,25 @@ def test_op_markers_are_the_labels_the_marker_regex_matches(path):
     assert labels["marker"].to_list() == [nv.is_op_marker(lab) for lab in labels["label"]]
 
 
+@pytest.mark.parametrize("path", [*TRACES, PUBLIC / "nsysai_2gpu_fsdp_before_nsys2026.2.sqlite"], ids=lambda p: p.name)
+def test_library_ranges_are_the_library_domains_and_labels(path):
+    """library_ranges (asked of the labels that need it, not a column of labels()) is, for every
+    label, its domain being a library's or its label matching LIBRARY_LABEL_RE."""
+    import re
+
+    t = open_trace(path, use_cache=False)
+    if not t.has("NVTX_EVENTS") or nv.labelled(t).height == 0:
+        pytest.skip("no NVTX")
+    labels = nv.labels(t)
+    want = [
+        name.split(":", 1)[0] in nv.LIBRARY_DOMAINS or re.search(nv.LIBRARY_LABEL_RE, label) is not None
+        for name, label in labels.select("name", "label").iter_rows()
+    ]
+    assert nv.library_ranges(labels).to_list() == want
+    if path.name.startswith("nsysai_2gpu_fsdp"):  # NCCL's own ranges
+        assert sum(want) > 0
+
+
 def test_a_range_ended_on_another_thread_is_labelled_but_not_projected(tmp_path):
     """labelled() keeps whether a range ended on another thread (`other_thread`, the read's end
     thread id let go); the projection reports, as nsys's, leave such a range out."""
@@ -299,5 +318,5 @@ def test_labels_of_the_default_domain_alone_equal_the_split_by_domain(path):
         pytest.skip("no NVTX, or ranges of a named domain")
     got = nv.labels(trace)
     assert got.equals(nv._labels_by_domain(names))
-    assert got.columns == ["name_code", "name", "label", "marker", "library", "module"]
+    assert got.columns == ["name_code", "name", "label", "marker", "module"]
     assert got["marker"].any() or got.height < 100

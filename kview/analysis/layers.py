@@ -242,7 +242,8 @@ def user_range_tree(trace: Trace) -> pl.DataFrame:
     # the labels' text copied (a string of its own, not a view): a view keeps the buffers of
     # every range's name alive (0.6 GB on a dense trace) after the names go (`kview overview`
     # lets them go during attribution, and keeps this tree, the phases and the steps made of it)
-    users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("library") & ~pl.col("module"))
+    users = nv.labels(trace).filter(~pl.col("marker") & ~pl.col("module"))
+    users = users.filter(~nv.library_ranges(users))
     users = users.select("name_code", pl.concat_str(pl.col("label"), pl.lit("")).alias("label"))
     # the user ranges picked by one filter before the join: a filter of the push/pop ranges alone
     # copied every range's columns (0.2 GB on a dense trace) to keep a few thousand

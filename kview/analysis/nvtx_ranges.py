@@ -395,8 +395,8 @@ def _first_appearance_exact(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
 @derived
 def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
-    whether a library opened it (`library`), and whether it is a module call torch.profiler
-    recorded (`module`: a layer range, never a phase)."""
+    and whether it is a module call torch.profiler recorded (`module`: a layer range, never a
+    phase). Whether a library opened it is `library_ranges`', asked of the labels that need it."""
     n = names(trace)
     # `label` shares the name's bytes where it can: in the default domain (`:text`, nearly every
     # range) it is a slice at a fixed offset, which polars keeps as views of the name; a split
@@ -411,24 +411,9 @@ def labels(trace: Trace) -> pl.DataFrame:
 
 
 def _with_flags(n: pl.DataFrame, domain: pl.Expr) -> pl.DataFrame:
-    """The names `n` (with their `label`) and labels' flags (marker, library, module), `domain`
-    the ranges' domain. `library`'s regex over every label runs on a thread beside the markers'
-    search (both release the GIL): one after the other they were ~0.4 s of one core on a dense
-    trace's 5.6M labels."""
-    library = (domain.is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)).alias("library")
-    if n.height < LABELS_APART:
-        return n.with_columns(
-            _op_markers(n["label"]).alias("marker"), library, (domain == MODULE_DOMAIN).alias("module")
-        )
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        libraries = pool.submit(lambda: n.select(library).to_series())
-        marker = _op_markers(n["label"]).alias("marker")
-        return n.with_columns(marker, libraries.result(), (domain == MODULE_DOMAIN).alias("module"))
-
-
-LABELS_APART = 1 << 16  # labels from which `library` is found on a thread of its own
+    """The names `n` (with their `label`) and labels' flags (marker, module), `domain` the ranges'
+    domain."""
+    return n.with_columns(_op_markers(n["label"]).alias("marker"), (domain == MODULE_DOMAIN).alias("module"))
 
 
 def _labels_by_domain(n: pl.DataFrame) -> pl.DataFrame:
@@ -441,6 +426,17 @@ def _labels_by_domain(n: pl.DataFrame) -> pl.DataFrame:
         parts.struct.field("field_0").fill_null("").alias("domain"),
     )
     return _with_flags(plain.merge_sorted(other, key="name_code"), pl.col("domain")).drop("domain")
+
+
+def library_ranges(labels: pl.DataFrame) -> pl.Series:
+    """Whether a library opened each of `labels` (rows of `labels()`): its domain is a library's
+    or its label reads as one. Asked only where it is read (the phases' user ranges, a few
+    hundred; the Timeline's kinds): over a dense trace's 5.6M labels it was ~0.2 s of a core that
+    `kernels` and the Overview never read."""
+    # the domain as _labels_by_domain splits it from the name: empty in the default domain
+    domain = pl.col("name").str.splitn(":", 2).struct.field("field_0").fill_null("")
+    library = domain.is_in(list(LIBRARY_DOMAINS)) | pl.col("label").str.contains(LIBRARY_LABEL_RE)
+    return labels.select(library.alias("library")).to_series()
 
 
 @derived
@@ -456,8 +452,9 @@ def range_kinds(trace: Trace) -> np.ndarray:
     """Each name code's range kind (0 user range, 1 op marker, 2 library), by name code (the
     codes are 0..n-1): what the Timeline's range rows read of the labels, so they are made
     without every range's name held."""
-    kind = pl.when(pl.col("library")).then(2).when(pl.col("marker")).then(1).otherwise(0)
-    cls = labels(trace).select("name_code", kind.cast(pl.Int8).alias("kind"))
+    lab = labels(trace)
+    kind = pl.when(library_ranges(lab)).then(2).when(pl.col("marker")).then(1).otherwise(0)
+    cls = lab.select("name_code", kind.cast(pl.Int8).alias("kind"))
     if not cls["name_code"].is_sorted():
         cls = cls.sort("name_code")
     return cls["kind"].to_numpy()
