@@ -64,16 +64,18 @@ def holdings(trace: Trace) -> dict[str, int]:
     # counted, not made: the Overview asks before attribution reads the GPU ops
     out = {"CPU ops": 0, "ranges": 0, "API calls": 0, "GPU ops": gpu_op_count(trace)}
     if trace.has("NVTX_EVENTS"):
-        # counted per name code, then summed over the codes that are op markers: a join of five
-        # million ranges with five million labels cost seconds, a bincount milliseconds
+        # each range's kind gathered by its name code: a join of five million ranges with five
+        # million labels cost seconds, a gather milliseconds; a byte a code and a range (0 no
+        # label, 1 user range, 2 op marker), not counts of eight bytes (90 MB over the names)
         labels = nv.labels(trace)
         codes = nv.projection_ranges(trace)["name_code"].drop_nulls().to_numpy()
         known = labels["name_code"].to_numpy()
         size = int(max(codes.max(initial=-1), known.max(initial=-1))) + 1
-        per_code = np.bincount(codes, minlength=size)[known]
-        marker = labels["marker"].fill_null(False).to_numpy()
-        out["CPU ops"] = int(per_code[marker].sum())
-        out["ranges"] = int(per_code[~marker].sum())
+        kind = np.zeros(size, dtype=np.uint8)
+        kind[known] = np.where(labels["marker"].fill_null(False).to_numpy(), np.uint8(2), np.uint8(1))
+        of_range = kind[codes]
+        out["CPU ops"] = int(np.count_nonzero(of_range == 2))
+        out["ranges"] = int(np.count_nonzero(of_range == 1))
     if trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         out["API calls"] = trace.row_count("runtime")
     return out
