@@ -153,12 +153,15 @@ def _head_kinds(heads: pl.Series) -> pl.DataFrame:
     bits = np.zeros(int(codes.max(initial=-1)) + 1, dtype=np.uint8)
     for bit, c in enumerate(names):
         bits[codes] |= kinds[c].to_numpy().astype(np.uint8) << bit
-    at = heads.to_physical()
-    got = bits[at.fill_null(0).to_numpy()] if len(bits) else np.zeros(heads.len(), dtype=np.uint8)
-    flags = pl.DataFrame([pl.Series(c, (got & np.uint8(1 << bit)) != 0) for bit, c in enumerate(names)])
-    if at.null_count():  # a null label's head: no answers
-        flags = flags.select(pl.when(pl.Series(at.is_not_null())).then(pl.col(c)).alias(c) for c in names)
-    return flags
+    # gathered and tested by polars, a bit a label out: numpy's gather and tests held a byte a
+    # label per step and a copy of the codes, at the highest point of a command that lets the
+    # names go (the Overview); a null head gathers null, so its answers are null
+    got = (
+        pl.Series("bits", bits).gather(heads.to_physical())
+        if len(bits)
+        else pl.repeat(None, heads.len(), dtype=pl.UInt8, eager=True)
+    )
+    return got.to_frame("bits").select(((pl.col("bits") & (1 << bit)) != 0).alias(c) for bit, c in enumerate(names))
 
 
 def op_fields(labels: pl.DataFrame, sizes: bool = True) -> pl.DataFrame:
@@ -1147,14 +1150,18 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
             nesting = _on_a_thread(nv.projection_nesting, trace)
         user_labels(trace)
     release = have_nvtx and (trace.ranges_only_for_attribution or trace.names_only_for_attribution)
-    # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes)
-    labels = op_labels(trace, heads=release and not shapes) if have_nvtx else _NO_OPS
+    if release:
+        # from here on only the labels' text and flags are read: the names' own column (their
+        # views, 90 MB on a dense trace; the labels' text shares their bytes) goes before the
+        # labels are flagged, the highest point of a command that lets the names go
+        labels = nv.labels(trace).drop("name")
+        trace.store.drop(nv.labelled_ranges, nv.labels)
+        # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes)
+        labels = _flagged(labels, heads=not shapes)
+    else:
+        labels = op_labels(trace, heads=False) if have_nvtx else _NO_OPS
     candidates = None
     if release and shapes:
-        # from here on only op_labels' flags and text are read: the names' own column and the
-        # read's columns the ranges do not keep go before the texts are packed
-        labels = labels.drop("name")
-        trace.store.drop(nv.labelled_ranges, nv.labels)
         if nesting is not None:
             nesting.result()
         candidates = _op_candidates(trace, labels)
@@ -1163,8 +1170,11 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     del candidates
     labels = labels.drop("head", strict=False)  # read by _OpNames alone
     if release:
-        labels = labels.drop("name", "label", strict=False)
-        trace.store.drop(nv.labelled_ranges, nv.labels)
+        labels = labels.drop("label")
+        # `seq` in one chunk once the names went (the streaming engine made it a morsel at a
+        # time): _Kinds reads it by code from one chunk, and its copy there sat beside this one
+        # through attribution (45 MB on a dense trace)
+        labels.replace_column(labels.get_column_index("seq"), labels["seq"].rechunk())
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS
