@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import pytest
 
@@ -268,8 +270,6 @@ def test_op_markers_are_the_labels_the_marker_regex_matches(path):
 def test_library_ranges_are_the_library_domains_and_labels(path):
     """library_ranges (asked of the labels that need it, not a column of labels()) is, for every
     label, its domain being a library's or its label matching LIBRARY_LABEL_RE."""
-    import re
-
     t = open_trace(path, use_cache=False)
     if not t.has("NVTX_EVENTS") or nv.labelled(t).height == 0:
         pytest.skip("no NVTX")
@@ -320,3 +320,18 @@ def test_labels_of_the_default_domain_alone_equal_the_split_by_domain(path):
     assert got.equals(nv._labels_by_domain(names))
     assert got.columns == ["name_code", "name", "label", "marker", "module"]
     assert got["marker"].any() or got.height < 100
+
+
+def test_library_ranges_split_the_domain_at_the_first_colon():
+    """A library's domain is the text before a name's first `:`, or the whole of a name without
+    one, as labels() splits it: prefixes, lookalikes and a missing name each as the rule says."""
+    names = ["NCCL:AllReduce", "NCCL", "NCCLx:op", ":NCCL:x", "cuDNN:conv:fwd", ":ncclAllReduce", "NCCL_x", None]
+    labels = pl.DataFrame({"name": names}).with_columns(
+        pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label")
+    )
+    want = [
+        n is not None and (n.split(":", 1)[0] in nv.LIBRARY_DOMAINS or re.search(nv.LIBRARY_LABEL_RE, lab) is not None)
+        for n, lab in labels.iter_rows()
+    ]
+    assert want == [True, True, False, False, True, True, False, False]
+    assert nv.library_ranges(labels).to_list() == want
