@@ -16,7 +16,7 @@ from kview.analysis.cpu_ops import cpu_op_summary, holdings, no_gpu_work_note
 from kview.analysis.critical_path import path_walk, step_table
 from kview.analysis.efficiency import finding as tensor_core_finding
 from kview.analysis.gpu_time import merge_intervals
-from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, idle_gaps, idle_totals, launches, sync_calls
+from kview.analysis.launches import SYNC_APIS, SYNC_MEMCPY_APIS, gap_rows, idle_totals, launches, sync_calls
 from kview.analysis.layers import phase_labels, phase_table, phase_times
 from kview.analysis.rank_summary import rank_summary
 from kview.analysis.ranks import make_run
@@ -219,7 +219,7 @@ def build(trace: Trace, launch_bound_run: int = 20) -> Overview:
     if n_ops:
         findings += launch_findings(trace)
         if trace.one_command:  # each table of a million rows goes once its last question is asked
-            trace.store.drop(idle_gaps)
+            trace.store.drop(gap_rows)
         steps, line = critical_path_section(trace)
         if trace.one_command:
             trace.store.drop(path_walk, launches)
