@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from kview.analysis.summary_stats import in_slices
 from kview.derived import Codec, derived
 from kview.io.kineto_reader import MODULE_DOMAIN
 from kview.io.memory_budget import budget
@@ -37,7 +37,7 @@ from kview.io.schema import (
     PID_MASK,
     PID_ONLY,
 )
-from kview.io.sqlite_source import read_threads, return_freed_memory
+from kview.io.sqlite_source import return_freed_memory
 from kview.trace import Trace
 
 STYLES = pl.Enum(["PushPop", "StartEnd", "Unknown"])
@@ -341,27 +341,14 @@ def _row_hash(frame: pl.DataFrame) -> pl.Series:
             else:
                 mine[:] = x
 
-    _on_threads(hashed, n)
+    parts = KEY_THREADS if n >= KEYS_APART else 1
+    in_slices(hashed, [(n * i // parts, n * (i + 1) // parts) for i in range(parts)], KEY_THREADS)
     return pl.Series("h", h)
 
 
 _MIX = np.uint64(0x100000001B3)  # the 64-bit FNV prime: an odd multiplier, so no bits are lost
 KEY_THREADS = 4  # threads hashing a large frame's keys at once
 KEYS_APART = 1 << 18  # keys from which they are hashed on threads
-
-
-def _on_threads(each: Callable[[int, int], None], n: int) -> None:
-    """`each(at, end)` of a slice of range(n) per thread (one for a small n)."""
-    parts = min(KEY_THREADS, read_threads()) if n >= KEYS_APART else 1
-    cuts = [n * i // parts for i in range(parts + 1)]
-    if parts < 2:
-        each(0, n)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(parts) as pool:
-        for _ in pool.map(each, cuts[:-1], cuts[1:]):
-            pass
 
 
 def _first_distinct(h: pl.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -170,8 +170,8 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     y, frac = np.empty(n), np.empty(n)
     # a large frame's rows a slice per thread (numpy releases the GIL): one after another they
     # were one core's work (nvtx_sum's Time (%) of 5.6M names: 0.15-0.2 s)
-    parts = 1 if n < ROUND_APART else _round_threads()
-    cuts = [n * i // parts for i in range(parts + 1)]
+    parts = 1 if n < ROUND_APART else ROUND_THREADS
+    bounds = [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
     for c in cols:
         col = df[c].cast(pl.Float64)
         x = col.to_numpy()  # NULL as NaN
@@ -196,13 +196,7 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
                 np.subtract(ys, fs, out=fs)
                 return np.flatnonzero(fs == 0.5) + at
 
-        if parts < 2:
-            tie = rounded_part(0, n)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(parts) as pool:
-                tie = np.concatenate(list(pool.map(rounded_part, cuts[:-1], cuts[1:])))
+        tie = np.concatenate(in_slices(rounded_part, bounds, ROUND_THREADS))
         if tie.size:  # exact decision for the few values that look like ties
             q[tie] = [_exact_round(v, digits) for v in x[tie].tolist()]
         rounded = pl.Series(c, q, dtype=pl.Float64)
@@ -214,12 +208,6 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
 
 ROUND_APART = 1 << 18  # rows from which a column is rounded a slice per thread
 ROUND_THREADS = 4
-
-
-def _round_threads() -> int:
-    from kview.io.sqlite_source import read_threads  # deferred with numpy: see sqlite_round
-
-    return min(ROUND_THREADS, read_threads())
 
 
 def percent_of_total(total: str = "total") -> pl.Expr:
@@ -343,7 +331,7 @@ def _by_ties(
             return part.select(pl.col(c).gather(order) for c in keys.columns)
         return rows.gather(order)
 
-    parts = _in_order(ordered, bounds, threads=SORT_THREADS if arrow else 1)
+    parts = in_slices(ordered, bounds, threads=SORT_THREADS if arrow else 1)
     if whole:
         return _one_chunk_each(cast(list[pl.DataFrame], parts)) if parts else keys.clear()
     return pl.concat(cast(list[pl.Series], parts))
@@ -364,11 +352,13 @@ def _one_chunk_each(parts: list[pl.DataFrame]) -> pl.DataFrame:
 SORT_THREADS = 4  # slices sorted at once, each with its texts' copy (~30 MB on a dense trace)
 
 
-def _in_order(each: Callable[[int, int], T], bounds: list[tuple[int, int]], threads: int) -> list[T]:
+def in_slices(each: Callable[[int, int], T], bounds: list[tuple[int, int]], threads: int) -> list[T]:
     """`each` of every slice's bounds, in their order, up to `threads` at once where the cores
-    allow: the slices' gathers, texts' copies and sorts release the GIL, and one slice after
-    another was one core's work while the others waited (1.3 s of nvtx_sum on 16 cores)."""
-    from kview.io.sqlite_source import read_threads  # deferred with the slices' pyarrow
+    allow (a slice after another where they do not): numpy's and polars' work on a slice
+    releases the GIL, and one slice after another was one core's work while the others waited
+    (nvtx_sum's sort: 1.3 s on 16 cores)."""
+    # deferred: the small kernel summary, which imports this module, never runs slices
+    from kview.io.sqlite_source import read_threads
 
     workers = min(threads, read_threads(), len(bounds))
     if workers < 2:
