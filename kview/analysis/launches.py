@@ -65,14 +65,18 @@ def api_calls(trace: Trace) -> pl.DataFrame:
     if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return pl.DataFrame(schema=API_SCHEMA)
     r = trace.columns("runtime", API_COLUMNS)
-    used = r["name_id"].unique()
-    return _with_api(r, _api_names(trace.string_values(used).filter(pl.col("id").is_in(used.implode()))))
+    return _with_api(r, _api_names_of(trace, r["name_id"].unique()))
 
 
 def _api_names(strings: pl.DataFrame) -> pl.DataFrame:
     """(name_id, api) of StringIds rows (id, value): the name without its _vN suffix, cut once per
     distinct name (a few hundred), not once per call (millions)."""
     return strings.select(pl.col("id").alias("name_id"), pl.col("value").str.replace(r"_v\d+$", "").alias("api"))
+
+
+def _api_names_of(trace: Trace, ids: pl.Series) -> pl.DataFrame:
+    """_api_names of the distinct runtime name ids `ids` alone (their StringIds rows)."""
+    return _api_names(trace.string_values(ids).filter(pl.col("id").is_in(ids.implode())))
 
 
 def _with_api(calls: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
@@ -444,8 +448,7 @@ def _call_around(trace: Trace, g: pl.DataFrame, calls: pl.DataFrame, strategy: s
         strategy=strategy,  # type: ignore[arg-type]
         check_sortedness=False,
     )
-    used = found["name_id"].drop_nulls().unique()
-    names = _api_names(trace.string_values(used).filter(pl.col("id").is_in(used.implode())))
+    names = _api_names_of(trace, found["name_id"].drop_nulls().unique())
     found = found.join(names.rename({"api": "c_api"}), on="name_id", how="left", maintain_order="left")
     return found.drop("name_id").with_columns(
         pl.when(inside).then(pl.col(c)).alias(c) for c in ("c_start", "c_end", "c_api")
