@@ -326,6 +326,8 @@ def test_library_ranges_split_the_domain_at_the_first_colon():
     """A library's domain is the text before a name's first `:`, or the whole of a name without
     one, as labels() splits it: prefixes, lookalikes and a missing name each as the rule says."""
     names = ["NCCL:AllReduce", "NCCL", "NCCLx:op", ":NCCL:x", "cuDNN:conv:fwd", ":ncclAllReduce", "NCCL_x", None]
+    # a domain alone but for a line's end, a domain that is another's prefix, and one longer
+    names += ["NCCL\n", "cuBLAS:gemm", "cuBLASLt", "cuBLASLtx:y"]
     labels = pl.DataFrame({"name": names}).with_columns(
         pl.col("name").str.splitn(":", 2).struct.field("field_1").fill_null("").alias("label")
     )
@@ -333,5 +335,5 @@ def test_library_ranges_split_the_domain_at_the_first_colon():
         n is not None and (n.split(":", 1)[0] in nv.LIBRARY_DOMAINS or re.search(nv.LIBRARY_LABEL_RE, lab) is not None)
         for n, lab in labels.iter_rows()
     ]
-    assert want == [True, True, False, False, True, True, False, False]
+    assert want == [True, True, False, False, True, True, False, False, False, True, True, False]
     assert nv.library_ranges(labels).to_list() == want
