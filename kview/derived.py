@@ -36,6 +36,7 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
@@ -243,6 +244,11 @@ class Store:
         # persisted tables this store wrote into a folder (`make`), or a worker wrote for it
         # (`read_made`): one let go, or not read yet, is read from there, not made again
         self._written: dict[Table, str] = {}
+        # the files `make` hands its writer thread (`later`) and not yet written: a read of one
+        # waits for it, and `flush` for all
+        self._writing: dict[Table, Future] = {}
+        self._writer: ThreadPoolExecutor | None = None
+        self._then: Future | None = None  # the last call `when_written` queued behind them
 
     def get(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """Table `fn` of the owner (with `args`): from memory, else the disk, else computed
@@ -279,6 +285,7 @@ class Store:
         assert t.codec is not None and not args and not kwargs, t.key  # one value per owner
         found = self.disk.load(t) if self.disk is not None else None
         if found is None and t in self._written:
+            self._wait_written(t)
             found = _read_frames(t, self._written[t])
         if found is not None:
             return t.codec.decode(found)
@@ -322,25 +329,62 @@ class Store:
         still checks it: "is it worth starting from the disk", not "is it valid")."""
         return self.disk is not None and all(self.disk.has(table_by_key(k)) for k in keys)
 
-    def make(self, keys: Iterable[str], out: str | None = None) -> None:
+    def make(self, keys: Iterable[str], out: str | None = None, later: bool = False) -> None:
         """Make the tables `keys` (by key, in that order); with `out`, write each one's frames
         there as its codec makes them, one Parquet file per cache key (what `read_made` reads
         back in the process that asked a worker for them); a table written there and let go
-        (`drop`) is read back from there when asked again."""
+        (`drop`) is read back from there when asked again. `later`: the files are written on
+        this store's writer thread while the next tables are made (`flush` waits for them)."""
         for k in keys:
             t = table_by_key(k)
             value = self.by_key(k)
             if out is not None:
                 assert t.codec is not None, f"{k} has no codec: it cannot leave a worker"
-                for name, frame in zip(t.cache_keys(), t.codec.encode(value)):
-                    # no statistics: a file is read back whole or by rows, never searched by them;
-                    # lz4, as the frame cache: written and read once, in the same minute, where zstd's
-                    # smaller files cost 0.7 CPU s more to write on dense_x25 (1.5 for the attributed
-                    # table: 1.3 with lz4) and more to read back
-                    frame.write_parquet(
-                        made_file(out, name), compression="lz4", row_group_size=MADE_ROW_GROUP, statistics=False
-                    )
-                self._written[t] = out
+                frames = t.codec.encode(value)
+                if later:
+                    if self._writer is None:
+                        self._writer = ThreadPoolExecutor(1, thread_name_prefix="kview-write")
+                    with self._guard:
+                        self._writing[t] = self._writer.submit(_write_frames, t, frames, out)
+                else:
+                    _write_frames(t, frames, out)
+                with self._guard:
+                    self._written[t] = out
+
+    def when_written(self, then: Callable[[], object]) -> None:
+        """Call `then` once every file `make` handed its writer thread so far is written (on that
+        thread, in turn; at once where none was handed to it); not at all where one failed
+        (`flush` raises it)."""
+        with self._guard:
+            pending = list(self._writing.values())
+        if self._writer is None:
+            then()
+            return
+
+        def after() -> None:
+            if all(f.exception() is None for f in pending):  # done: they were queued before
+                then()
+
+        self._then = self._writer.submit(after)
+
+    def flush(self) -> None:
+        """Wait until every file `make` handed its writer thread is written, and what
+        `when_written` queued is done; raise what failed."""
+        with self._guard:
+            pending = list(self._writing.values())
+        for f in pending:
+            f.result()
+        if self._then is not None:
+            self._then.result()
+        with self._guard:
+            self._writing = {t: f for t, f in self._writing.items() if not f.done()}
+
+    def _wait_written(self, t: Table) -> None:
+        """Wait until table `t`'s files are written, where `make` handed them its writer thread."""
+        with self._guard:
+            f = self._writing.get(t)
+        if f is not None:
+            f.result()
 
     def read_made(self, keys: Iterable[str], out: str, later: Iterable[str] = ()) -> None:
         """Keep the tables `keys` a worker wrote into `out` (`make`), unless already here; those
@@ -367,6 +411,7 @@ class Store:
             out = self._written.get(t)
         if out is None or t.codec is None or part not in t.codec.parts:
             return None
+        self._wait_written(t)
         return made_file(out, t.cache_key(part))
 
     def cached_bytes(self, fn: Callable[..., Any], part: str = "") -> bytes | None:
@@ -382,6 +427,17 @@ class Store:
 def made_file(out: str, name: str) -> Path:
     """The Parquet file of frame `name` (a table's cache key) written into folder `out`."""
     return Path(out, f"{name}.parquet")
+
+
+def _write_frames(t: Table, frames: tuple[pl.DataFrame, ...], out: str) -> None:
+    """Write table `t`'s `frames` into folder `out`, one Parquet file per cache key (read back
+    by `_read_frames`)."""
+    for name, frame in zip(t.cache_keys(), frames):
+        # no statistics: a file is read back whole or by rows, never searched by them; lz4, as
+        # the frame cache: written and read once, in the same minute, where zstd's smaller files
+        # cost 0.7 CPU s more to write on dense_x25 (1.5 for the attributed table: 1.3 with lz4)
+        # and more to read back
+        frame.write_parquet(made_file(out, name), compression="lz4", row_group_size=MADE_ROW_GROUP, statistics=False)
 
 
 def _read_frames(t: Table, out: str) -> tuple[pl.DataFrame, ...]:

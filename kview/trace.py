@@ -11,6 +11,7 @@ commands, and the explorer, whose loader receives it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import stat
@@ -356,13 +357,18 @@ def make_tables(
         cuts = [0, *itertools.accumulate(batches), len(keys)]
         for i, (lo, hi) in enumerate(itertools.pairwise(cuts)):
             for at in range(lo, hi):
-                trace.store.make(keys[at : at + 1], out)
+                # each table's files are written on a thread while the next is made (the
+                # attributed table's beside the Kernels view's groups and words, the NVTX tree's
+                # beside the first document)
+                trace.store.make(keys[at : at + 1], out, later=True)
                 if between is not None:
                     between(trace, keys[at])
-            # said once its inputs went: the asking process reads the batch as the worker's
-            # memory falls, not while it still holds them (the two processes' sum)
+            # said once its inputs went and its files are written: the asking process reads the
+            # batch as the worker's memory falls, not while it still holds them (the two
+            # processes' sum); a batch whose file could not be written is never said
             if said is not None:
-                said.send(i)
+                trace.store.when_written(functools.partial(said.send, i))
+        trace.store.flush()
     except TraceError:
         if out is not None:
             raise

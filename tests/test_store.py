@@ -213,6 +213,41 @@ def test_threads_asking_for_one_table_at_once_compute_it_once():
     assert got["first"] is got["second"] and isinstance(got["first"], pl.DataFrame)
 
 
+def test_a_table_written_on_the_writer_thread_and_let_go_is_read_back_once_written(tmp_path, monkeypatch):
+    """The explorer's worker writes each table's files on a thread while it makes the next
+    (`later`): a table let go and asked again waits for its files and reads them back; `flush`
+    leaves every file written."""
+    trace = open_trace(NSYS, use_cache=False)
+    trace.store.make(["attribution"], str(tmp_path), later=True)
+    want = attribute(trace)
+    trace.store.drop(attribute)
+    made = []
+    monkeypatch.setattr(table_of(attribute), "fn", lambda tr: made.append(tr) or pl.DataFrame())
+    got = attribute(trace)
+    assert not made and got.height == want.height > 1000 and got.equals(want)
+    trace.store.flush()
+    assert trace.store.made_file(attribute) == tmp_path / "attribution.parquet"
+    assert pl.read_parquet(tmp_path / "attribution.parquet").equals(want)
+
+
+def test_a_batch_is_said_once_its_files_are_written_and_never_where_one_failed(tmp_path):
+    """`when_written` calls back once every file handed to the writer thread before it is
+    written (the worker says a batch so); after a write that failed it never calls back, and
+    `flush` raises the failure, as a write in line would have failed the batch."""
+    trace = open_trace(NSYS, use_cache=False)
+    said = []
+    trace.store.make(["attribution"], str(tmp_path), later=True)
+    trace.store.when_written(lambda: said.append((tmp_path / "attribution.parquet").is_file()))
+    trace.store.flush()
+    assert said == [True]
+    other = open_trace(NSYS, use_cache=False)
+    other.store.make(["attribution"], str(tmp_path / "gone"), later=True)
+    other.store.when_written(lambda: said.append("said"))
+    with pytest.raises(OSError):
+        other.store.flush()
+    assert said == [True]
+
+
 def test_a_table_written_into_a_folder_and_let_go_is_read_back_not_made_again(tmp_path, monkeypatch):
     """The explorer's worker lets the attributed table go once it is written (the range tables
     do not read it): a document asking for it after reads back what was written."""
