@@ -543,3 +543,26 @@ def test_an_nvtx_reports_gpu_op_read_refused_is_said_first(tmp_path, report, nvt
             con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 1 WHERE rowid = 5")
         with pytest.raises(TraceError, match=r"cannot be read \(Invalid column type Text at index: 1, name: start\)"):
             REPORTS[report](open_trace(bad, use_cache=False))
+
+
+@pytest.mark.parametrize(
+    "path", [*sorted(SAMPLES.glob("*_nsys.sqlite")), *sorted(SAMPLES.glob("*_torch.sqlite"))], ids=lambda p: p.name
+)
+def test_seq_read_where_its_text_is_found_equals_the_regex_over_every_label(path):
+    """The op labels' autograd seq, read by the regex only where a literal search finds
+    `, seq = `, is the regex's answer over every label; the same for labels built to trip it
+    (a `, seq = ` without digits before one with them, a null label, several seqs)."""
+    from kview.analysis import attribution as at
+    from kview.analysis import nvtx_ranges as nv
+
+    labels = nv.labels(open_trace(path, use_cache=False))["label"]
+    want = labels.str.extract(r", seq = (\d+)", 1).cast(pl.Int64)
+    got = at._seqs(labels)
+    assert got.eq_missing(want).all() and got.name == "seq"
+    if "forward" not in path.name:  # a training step's autograd ops: seqs are there to read
+        assert got.drop_nulls().len() > 0
+    made = pl.Series(
+        "label", ["aten::mm, seq = x, seq = 12", None, "a, seq = 7, seq = 9", "plain", "b, seq = ", ", seq = 3"]
+    )
+    assert at._seqs(made).to_list() == [12, None, 7, None, None, 3]
+    assert at._seqs(made.clear()).len() == 0
