@@ -337,3 +337,35 @@ def test_library_ranges_split_the_domain_at_the_first_colon():
     ]
     assert want == [True, True, False, False, True, True, False, False, False, True, True, False]
     assert nv.library_ranges(labels).to_list() == want
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_labels_made_alone_are_the_names_labels(path):
+    """`kview kernels` without a cache (`_label_only`) makes the labels alone, not the names:
+    the labels, their flags, the ranges' codes and the names asked after are the same as where
+    the names are made, on traces with and without domains and registered strings."""
+    whole = open_trace(path, use_cache=False)
+    alone = open_trace(path, use_cache=False)
+    alone.only_attribution = alone.ranges_only_for_attribution = True
+    want = nv.labels(whole)
+    got = nv.labels(alone)
+    made_alone = "name" not in nv.labelled_ranges(alone)[1].columns
+    assert not made_alone or want["name"].str.starts_with(":").all()
+    assert got.equals(want.drop("name") if made_alone else want)
+    assert nv.labelled(alone).equals(nv.labelled(whole))
+    assert nv.names(alone).equals(nv.names(whole))
+    assert nv.library_ranges(got).equals(nv.library_ranges(want))
+
+
+def test_labels_alone_where_a_trace_has_no_domains():
+    """The labels-alone table is taken where it can be (bert's ranges are all in the default
+    domain, without registered strings), and a trace with a frame cache still makes and keeps
+    the names."""
+    path = SAMPLES / "bert-2l_seq128_train_nsys.sqlite"
+    alone = open_trace(path, use_cache=False)
+    alone.only_attribution = alone.ranges_only_for_attribution = True
+    assert nv.labelled_ranges(alone)[1].columns == ["name_code", "label"]
+    assert nv.names(alone)["name"].str.starts_with(":").all()
+    cached = open_trace(path, use_cache=True)
+    cached.only_attribution = cached.ranges_only_for_attribution = True
+    assert nv.labelled_ranges(cached)[1].columns == ["name_code", "name"]

@@ -1164,7 +1164,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         # from here on only the labels' text and flags are read: the names' own column (their
         # views, 90 MB on a dense trace; the labels' text shares their bytes) goes before the
         # labels are flagged, the highest point of a command that lets the names go
-        labels = nv.labels(trace).drop("name")
+        labels = nv.labels(trace).drop("name", strict=False)
         trace.store.drop(nv.labelled_ranges, nv.labels)
         # the heads are read by _OpNames alone: made for it only (not a column of 5.6M codes)
         labels = _flagged(labels, heads=not shapes)

@@ -111,7 +111,21 @@ def labelled(trace: Trace) -> pl.DataFrame:
 
 def names(trace: Trace) -> pl.DataFrame:
     """name_code -> name (`domain:text`, as nsys prints it)."""
-    return labelled_ranges(trace)[1]
+    table = labelled_ranges(trace)[1]
+    if "name" not in table.columns:  # made as labels alone (`_label_only`): every name is `:label`
+        return table.select("name_code", pl.format(":{}", pl.col("label")).alias("name"))
+    return table
+
+
+def _label_only(trace: Trace) -> bool:
+    """Whether labelled_ranges makes its table of the labels alone (name_code, label), not the
+    names, where every name is `:` + its label (the default domain, no registered strings):
+    the command asks nothing of the trace but the attributed table (`kview kernels`:
+    `Trace.only_attribution`, set before the ranges are read) and no frame cache is written.
+    Each name was a copy of the read's text (0.6 GB on dense_x25, 140k fresh pages) that the
+    labels then cut back to the text. The Overview keeps the names: there the read's views
+    filtered and put in one chunk beside the read's text raised its peak (+0.08-0.12 GB)."""
+    return trace.only_attribution and trace.ranges_only_for_attribution and trace.store.disk is None
 
 
 def _styled(frames: tuple[pl.DataFrame, ...]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -123,8 +137,8 @@ def _styled(frames: tuple[pl.DataFrame, ...]) -> tuple[pl.DataFrame, pl.DataFram
 STYLED = Codec("frames:labelled,names; style enum", ("labelled", "names"), tuple, _styled)
 
 
-# integers only, so a reopen skips the strings
-@derived(key="nvtx", version="2", persist=True, codec=STYLED)
+# integers only, so a reopen skips the strings; a table of the labels alone is never written
+@derived(key="nvtx", version="2", persist=True, codec=STYLED, keep=lambda frames: "name" in frames[1].columns)
 def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(labelled, names): see those two.
 
@@ -202,6 +216,20 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     # so the read's text and the names' (both ~0.6 GB on a dense trace) are never all held at once.
     # a key column that joins nothing below (no domains, no registered strings) is not copied
     joined = [c for c, table in (("dom_ix", domains), ("_sid", sids)) if table.height]
+    if not joined and _label_only(trace):
+        # each label the first row's text of its key, its views into the read's own buffers (in
+        # one chunk: readers gather labels by code)
+        label = key["_text"]
+        del key
+        label = label.filter(firsts).rechunk()
+        del firsts
+        if label.null_count():
+            label = label.fill_null("")
+        table = (
+            label.alias("label").to_frame().with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
+        )
+        del label
+        return _one_chunk(labelled_.insert_column(5, key_code.alias("name_code"))), table
     pending = _by_chunk(pl.DataFrame([key[c] for c in (*joined, "_text")]).filter(firsts), "_text")
     del key
     # a table with no rows joins nothing: not joined (a left join of 5.7M keys costs 0.4 s even so)
@@ -389,7 +417,9 @@ def labels(trace: Trace) -> pl.DataFrame:
     """name_code -> name, its `label` (the text after `domain:`), whether it is an op marker,
     and whether it is a module call torch.profiler recorded (`module`: a layer range, never a
     phase). Whether a library opened it is `library_ranges`', asked of the labels that need it."""
-    n = names(trace)
+    n = labelled_ranges(trace)[1]
+    if "name" not in n.columns:  # the labels alone (`_label_only`): every range in the default domain
+        return _with_flags(n, pl.lit(""))
     # `label` shares the name's bytes where it can: in the default domain (`:text`, nearly every
     # range) it is a slice at a fixed offset, which polars keeps as views of the name; a split
     # would copy five million op labels (~600 MB on a dense trace). Other domains are split.
@@ -430,7 +460,11 @@ def library_ranges(labels: pl.DataFrame) -> pl.Series:
     # a copy of all their text (+0.7 GB in the explorer's worker on a dense trace). One anchored
     # pattern for every domain: a prefix test and an equality per domain were 24 passes over the
     # names (0.9 of range_kinds' 1.0 CPU s on dense_x25's 5.6M names; 0.2 s as one pattern)
-    domain = pl.col("name").str.contains(LIBRARY_DOMAIN_RE).fill_null(False)
+    domain = (
+        pl.col("name").str.contains(LIBRARY_DOMAIN_RE).fill_null(False)
+        if "name" in labels.columns
+        else pl.lit(False)  # the labels alone (`_label_only`): each in the default domain
+    )
     library = domain | pl.col("label").str.contains(LIBRARY_LABEL_RE)
     return labels.select(library.alias("library")).to_series()
 
