@@ -242,14 +242,16 @@ def test_a_domain_created_on_two_threads_counts_its_ranges_once_per_creation(tmp
 
 
 def test_short_names_made_a_piece_at_a_time_equal_those_made_at_once(monkeypatch):
-    """The short names are numbered a million labels at a time and renumbered among the whole
-    trace's: pieces of 500 labels give the names and codes of the labels taken at once."""
+    """The short names are numbered a piece of labels at a time (a few pieces at once, on
+    threads where the cores allow) and renumbered among the whole trace's: pieces of 500 labels
+    give the names and codes of the labels taken at once."""
     import numpy as np
 
     trace = open_trace(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", use_cache=False)
     whole = nv.short_labels(trace)
     assert nv.labels(trace).height > 2000 and whole[0].height > 20
-    monkeypatch.setattr(nv, "CHUNK_ROWS", 500)
+    assert nv.labels(trace).height <= nv.SHORT_ROWS  # one piece
+    monkeypatch.setattr(nv, "SHORT_ROWS", 500)
     trace.store.drop(nv.short_labels)
     pieces = nv.short_labels(trace)
     assert pieces[0].equals(whole[0]) and np.array_equal(pieces[1], whole[1]) and pieces[1].dtype == np.int32
