@@ -258,21 +258,25 @@ def timeline_document(trace: Trace, use_cache: bool) -> Iterator[Message]:
     gpu_timeline = timeline.build(trace, cpu=False)
     yield TimelineReady(gpu_timeline, cpu_pending=True)
     if _worker(trace, use_cache) is not None:
-        timeline.api_row_table(trace)
         # the rows hold their own tables; the columns of every GPU op and runtime call they
         # were read from (0.15 GB on dense_x25) were the last the explorer read of them, its
-        # worker making the rest (a later ask reads them again)
-        trace.let_go(*RAW_FRAMES)
-        # and what reading them freed on the C heap (SQLite's rows, the read's Arrow buffers)
-        # goes back to the system rather than staying in the explorer through the worker's
-        # documents, the sum's peak: 0.13 GB on dense_x25 with 16 threads
+        # worker making the rest (a later ask reads them again): the GPU ops' go before the
+        # runtime calls are read (the explorer's highest point while it makes the rows, beside
+        # the worker's documents: 0.62 -> 0.56 GB on dense_x25 with 16 threads), and what
+        # reading them freed on the C heap (SQLite's rows, the read's Arrow buffers) goes back
+        # to the system rather than staying in the explorer through the worker's documents,
+        # the sum's peak (0.13 GB)
+        trace.let_go(*GPU_FRAMES)
+        return_freed_memory()
+        timeline.api_row_table(trace)
+        trace.let_go("runtime")
         return_freed_memory()
     yield from ready(trace, use_cache, "documents")
     yield Stage("timeline: CPU threads")
     yield full_timeline(trace, gpu_timeline)
 
 
-RAW_FRAMES = ("kernels", "memcpy", "memset", "runtime")  # Trace.columns' frames of the GPU ops and runtime calls
+GPU_FRAMES = ("kernels", "memcpy", "memset")  # Trace.columns' frames of the GPU ops
 
 
 def full_timeline(trace: Trace, gpu_timeline=None) -> TimelineReady:
