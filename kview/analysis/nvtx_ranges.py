@@ -308,11 +308,11 @@ def named_rows(trace: Trace, codes: pl.Series) -> tuple[pl.Series, pl.DataFrame]
     trace.store.drop(unnamed_ranges, unnamed_projection_ranges, unnamed_projection_nesting, unnamed_projection_tree)
     key = keys.pop(0)
     rows = codes.drop_nulls().unique().sort()
-    part = pl.DataFrame([_gathered_by_chunk(key[c], rows) for c in key.columns])
+    # the list the only holder of the rows' key: _named lets each chunk's text go as it names it
+    parts = [pl.DataFrame([_gathered_by_chunk(key[c], rows) for c in key.columns]), *keys]
     del key
     return_freed_memory()
-    code, table = _named([part, *keys])
-    del part
+    code, table = _named(parts)
     # each row's code by row (a gather with a NULL row gives NULL)
     lookup = np.zeros(int(rows[-1]) + 1 if rows.len() else 0, dtype=np.int64)
     lookup[rows.to_numpy()] = code.to_numpy()
