@@ -426,3 +426,30 @@ def test_ranges_named_after_the_projection_equal_those_named_first(tmp_path, mon
     assert want.filter(pl.col(name).str.starts_with("Dom:")).height >= 2
     assert want.filter(pl.col(name).str.starts_with("Dom2:")).height >= 2
     assert alone.store.peek(nv.unnamed_ranges) is None and alone.store.peek(nv.labelled_ranges) is None
+
+
+def test_short_names_are_the_text_before_the_first_comma_in_characters(tmp_path):
+    """An op marker's short name is its label up to the first comma, also where text before it
+    is not ASCII (the comma is found as a byte offset): each label's short name equals Python's
+    own split of the label."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "unicode.sqlite"
+    shutil.copy(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", path)
+    with sqlite3.connect(path) as con:
+        for text in ("ünï, seq = 3", "Straße::mm, op_id = 5, seq = 9", "名前, op_id = 2", "é, no marker"):
+            con.execute(
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+                "SELECT start, end, 59, ?, globalTid FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1",
+                (text,),
+            )
+    trace = open_trace(path, use_cache=False)
+    distinct, short_of = nv.short_labels(trace)
+    lab = nv.labels(trace).sort("name_code")
+    got = distinct["short"].gather(short_of).to_list()
+    want = [
+        t.split(",")[0] if (", op_id = " in t or ", seq = " in t) else t for t in lab["label"].fill_null("").to_list()
+    ]
+    assert got == want
+    assert {"ünï", "Straße::mm", "名前", "é, no marker"} <= set(got)

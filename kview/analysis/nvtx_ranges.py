@@ -575,13 +575,16 @@ def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
         lab = lab.sort("name_code")
         if lab["name_code"].to_list() != list(range(lab.height)):
             raise ValueError("NVTX name codes are not dense")  # names() numbers them 0..n-1
-    short = (  # the text before the first comma (a slice, not a regex: 5.6M labels)
-        pl.when(pl.col("label").str.contains(", op_id = |, seq = "))
-        .then(pl.col("label").str.slice(0, pl.col("label").str.find(",", literal=True)))
+    # the text before the first comma (a slice, not a regex: 5.6M labels), cut from the bytes:
+    # str.find gives a byte offset and str.slice counts characters
+    label = pl.col("label")
+    short = (
+        pl.when(label.str.contains(", op_id = |, seq = "))
+        .then(label.cast(pl.Binary).bin.head(label.str.find(",", literal=True)).cast(pl.String))
         .otherwise(pl.col("label"))
         .fill_null("")
     )
-    # a million labels at a time, each piece's short names numbered among its own distinct ones
+    # a piece of labels at a time (SHORT_ROWS), each piece's short names numbered among its own distinct ones
     # and renumbered once the whole trace's are known: the short name of every label at once
     # and its join were 0.5 GB at the worker's peak on the dense trace. A few pieces at once:
     # one after another was one core's work (1.15 s of the explorer's worker on 16 cores)

@@ -169,7 +169,7 @@ def path_table(trace: Trace) -> pl.DataFrame:
     return paths_and_windows(trace)[0]
 
 
-@derived(key="nvtx_tree.children", version="1", persist=True)
+@derived(key="nvtx_tree.children", version="2", persist=True)
 def children_order(trace: Trace) -> pl.DataFrame:
     """The rows of `path_table` as the tree lists them: by parent (the top level first), a
     parent's children most GPU time first, ties in path order (`row`: the row of path_table,
@@ -471,7 +471,7 @@ def _per_path(r: pl.DataFrame, n: int) -> pl.DataFrame | None:
     )
 
 
-@derived(key="nvtx_tree", version="1", persist=True, codec=frames("paths", "windows"))
+@derived(key="nvtx_tree", version="2", persist=True, codec=frames("paths", "windows"))
 def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(path_table, path_windows): see those two. Kept in the frame cache: a reopen reads the
     tree back instead of nesting every range again."""

@@ -498,7 +498,7 @@ NVTX_ROWS = pl.Schema(
 )
 
 
-@derived(key="timeline.nvtx", version="1", persist=True, codec=frames("rows", "names", whole=True))
+@derived(key="timeline.nvtx", version="2", persist=True, codec=frames("rows", "names", whole=True))
 def nvtx_row_table(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The NVTX rows of the timeline as integers, kept in the frame cache (a reopen reads them
     back without the ranges' labels): one row per range, run by run of (thread, depth) in the
