@@ -284,3 +284,36 @@ def test_nvtx_read_once_for_several_reports(monkeypatch):
         trace.one_command = i == len(names) - 1
         assert REPORTS[name](trace).frame.height > 10
     assert len(reads) == 1
+
+
+def test_kern_sum_of_a_thread_with_push_pop_and_start_end_ranges(tmp_path):
+    """A start/end range on a thread that also pushes and pops (a whole-run range around a
+    training step's op ranges): nvtx_kern_sum counts the kernels launched inside it, as many as
+    SQLite finds by the launches' correlation and times, and the push/pop ranges' rows are those
+    of the trace without it."""
+    import shutil
+    import sqlite3
+
+    import polars as pl
+
+    from conftest import SAMPLES
+
+    path = tmp_path / "mixed.sqlite"
+    shutil.copy(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", path)
+    plain = REPORTS["nvtx_kern_sum"](open_trace(path, use_cache=False)).frame
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT min(start) + 1, "
+            "max(end) - 1, 60, 'most of the run', globalTid FROM NVTX_EVENTS WHERE eventType = 59 GROUP BY globalTid"
+        )
+        launched = con.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24) "
+            "JOIN NVTX_EVENTS n ON n.eventType = 60 AND n.globalTid = r.globalTid "
+            "AND n.start <= r.start AND n.end >= r.end"
+        ).fetchone()[0]
+    mixed = REPORTS["nvtx_kern_sum"](open_trace(path, use_cache=False)).frame
+    inside = mixed.filter(pl.col("Style") == "StartEnd")
+    assert launched > 1000 and inside["Kern Inst"].sum() == launched
+    assert inside["NVTX Range"].unique().to_list() == [":most of the run"]
+    assert mixed.filter(pl.col("Style") == "PushPop").equals(plain)

@@ -1290,7 +1290,8 @@ def around(ranges: pl.DataFrame, calls: pl.DataFrame, outermost: bool = False) -
 def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     c = calls.select("call_id", "global_tid", pl.col("start").alias("c_start"), pl.col("end").alias("c_end"))
     j = c.join(ranges.select("id", "global_tid", "start", "end"), on="global_tid", how="inner")
-    return j.filter((pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))).select("call_id", "id")
+    inside = (pl.col("start") <= pl.col("c_start")) & (pl.col("end") >= pl.col("c_end"))
+    return j.filter(inside).select(pl.col("call_id").cast(pl.Int64), pl.col("id").cast(pl.Int64))
 
 
 def user_range_open_at(users: pl.DataFrame, probes: pl.DataFrame) -> pl.DataFrame:
