@@ -373,61 +373,6 @@ def test_labels_alone_where_a_trace_has_no_domains():
     assert nv.labelled_ranges(cached)[1].columns == ["name_code", "name"]
 
 
-@pytest.mark.parametrize("by_pairs", [False, True])
-@pytest.mark.parametrize("report", ["nvtx_kern_sum", "nvtx_gpu_proj_sum"])
-def test_ranges_named_after_the_projection_equal_those_named_first(tmp_path, monkeypatch, report, by_pairs):
-    """A projection report that is the trace's one command names only the ranges it shows
-    (nv.UNNAMED: every range its own code until then): the same report as from the named
-    tables, by row or from the pairs, on an export with all that bears on a name's code: a
-    domain created on two threads (its ranges' rows repeat), registered strings whose texts
-    other ranges hold inline (one name, two keys), a range ended on another thread."""
-    import shutil
-    import sqlite3
-
-    from kview.reports import REPORTS
-    from kview.reports import nvtx as rn
-
-    path = tmp_path / "mixed.sqlite"
-    shutil.copy(next(p for p in PUBLIC_TRACES if "lenet" in p.name), path)
-    with sqlite3.connect(path) as con:
-        con.execute("UPDATE NVTX_EVENTS SET domainId = 1 WHERE rowid % 3 = 0")
-        for tid, text in ((0, "Dom"), (1, "Dom2")):  # created on two threads of the process
-            con.execute(
-                "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) "
-                "SELECT min(start), 75, ?, min(globalTid) + ?, 1 FROM NVTX_EVENTS",
-                (text, tid),
-            )
-        con.execute(
-            "INSERT INTO StringIds (id, value) SELECT 1000000 + rowid, text FROM NVTX_EVENTS WHERE rowid % 4 = 1"
-        )
-        # the ranges registered below again with their text inline, around the same calls
-        con.execute(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
-            "SELECT start, end, eventType, text, globalTid, domainId FROM NVTX_EVENTS WHERE rowid % 8 = 1"
-        )
-        con.execute("UPDATE NVTX_EVENTS SET textId = 1000000 + rowid, text = NULL WHERE rowid % 8 = 1")
-        con.execute(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid) SELECT min(start), "
-            "max(end), 60, 'handed over', globalTid, globalTid + 1 FROM NVTX_EVENTS WHERE eventType = 59"
-        )
-    if by_pairs:
-        monkeypatch.setattr(rn, "_projection_by_row", lambda *a: None)
-        monkeypatch.setattr(rn, "_kernels_in_ranges_by_row", lambda *a: None)
-    named = open_trace(path, use_cache=False)
-    assert nv.range_tables(named) == nv.NAMED
-    want = REPORTS[report](named).frame
-    alone = open_trace(path, use_cache=False)
-    alone.one_command = True
-    assert nv.range_tables(alone) == nv.UNNAMED
-    got = REPORTS[report](alone).frame
-    assert got.equals(want)
-    name = "NVTX Range" if report == "nvtx_kern_sum" else "Range"
-    assert want.height >= 20
-    assert want.filter(pl.col(name).str.starts_with("Dom:")).height >= 2
-    assert want.filter(pl.col(name).str.starts_with("Dom2:")).height >= 2
-    assert alone.store.peek(nv.unnamed_ranges) is None and alone.store.peek(nv.labelled_ranges) is None
-
-
 def test_short_names_are_the_text_before_the_first_comma_in_characters(tmp_path):
     """An op marker's short name is its label up to the first comma, also where text before it
     is not ASCII (the comma is found as a byte offset): each label's short name equals Python's

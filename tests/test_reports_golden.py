@@ -99,25 +99,6 @@ def test_report_of_one_command_lets_the_ranges_go_and_still_equals_nsys(report):
     assert again.frame.equals(rep.frame)
 
 
-@pytest.mark.parametrize("report", ["nvtx_kern_sum", "nvtx_gpu_proj_sum"])
-@pytest.mark.parametrize("path", [*LM_TRACES, *PUBLIC_TRACES], ids=lambda p: p.stem)
-def test_report_naming_only_its_ranges_equals_nsys(path, report):
-    """A report that is the trace's one command, without the cache, names only the ranges it
-    shows (every range its own code until then: nv.unnamed_ranges, nv.named_rows), whatever the
-    domains, registered strings and styles of the export: nsys's report all the same, and no
-    table of the ranges held after it."""
-    from kview.analysis import nvtx_ranges as nv
-
-    trace = open_trace(path, use_cache=False)
-    trace.one_command = True
-    assert nv.range_tables(trace) == nv.UNNAMED
-    rep = REPORTS[report](trace)
-    lm = path.with_name(f"{path.stem}_{report}.csv")
-    _equals_nsys(rep, lm.read_text() if path in LM_TRACES else golden_public(path.stem, report))
-    for table in (nv.unnamed_ranges, nv.unnamed_projection_ranges, nv.unnamed_projection_nesting, nv.labelled_ranges):
-        assert trace.store.peek(table) is None, table.__name__
-
-
 @pytest.mark.parametrize("per_id", [1, 3])
 def test_projection_folded_up_the_nesting_equals_the_pairs(per_id):
     """nvtx_gpu_proj_sum's per-range projection made by folding each op up the nesting equals the

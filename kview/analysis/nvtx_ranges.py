@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -151,15 +149,6 @@ def labelled_ranges(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     created twice) share a code, and no million strings are sorted, joined or hashed into a
     dictionary.
     """
-    labelled_, keys = _keyed(trace)
-    code, table = _named(keys, labels_only=_label_only(trace))
-    labelled_ = _one_chunk(labelled_.insert_column(5, code.alias("name_code")))
-    return labelled_, table
-
-
-def _keyed(trace: Trace) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
-    """(the ranges' labelled() columns but name_code, [each range's key, domains, sids]): the
-    labels' keys as read, before any name is made (`_named`)."""
     ev = trace.nvtx_events.with_columns(pl.col("text").cast(pl.String))
     r = ev.filter(pl.col("event_type") != NVTX_DOMAIN_CREATE)
     # the process key and the filled domain made of the domain rows alone, and of the ranges only
@@ -221,21 +210,13 @@ def _keyed(trace: Trace) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     # trace: the event type, both thread ids, the domain, the string id and the text's views)
     del ev, r, doms
     return_freed_memory()
-    return labelled_, [key, domains, sids]
-
-
-def _named(parts: list[pl.DataFrame], labels_only: bool = False) -> tuple[pl.Series, pl.DataFrame]:
-    """(each key's name code, the names table) of `parts` ([key, domains, sids], `_keyed`'s; the
-    key frame taken out of the list, so that its text goes as the names are made); `labels_only`
-    (`_label_only`): the table of the labels alone where every name is `:` + its label."""
-    key, domains, sids = parts.pop(0), *parts
     key_code, firsts = first_appearance(key)
     # The names are made from the first row of each key, one chunk of the read at a time, with
     # nothing else holding the read's text: each chunk's text is let go once its names are made,
     # so the read's text and the names' (both ~0.6 GB on a dense trace) are never all held at once.
     # a key column that joins nothing below (no domains, no registered strings) is not copied
     joined = [c for c, table in (("dom_ix", domains), ("_sid", sids)) if table.height]
-    if not joined and labels_only:
+    if not joined and _label_only(trace):
         # each label the first row's text of its key, its views into the read's own buffers (in
         # one chunk: readers gather labels by code)
         label = key["_text"]
@@ -248,7 +229,7 @@ def _named(parts: list[pl.DataFrame], labels_only: bool = False) -> tuple[pl.Ser
             label.alias("label").to_frame().with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
         )
         del label
-        return key_code, table
+        return _one_chunk(labelled_.insert_column(5, key_code.alias("name_code"))), table
     pending = _by_chunk(pl.DataFrame([key[c] for c in (*joined, "_text")]).filter(firsts), "_text")
     del key
     # a table with no rows joins nothing: not joined (a left join of 5.7M keys costs 0.4 s even so)
@@ -280,57 +261,8 @@ def _named(parts: list[pl.DataFrame], labels_only: bool = False) -> tuple[pl.Ser
     table = keys.with_row_index("name_code").with_columns(pl.col("name_code").cast(pl.Int64))
     # the names' views held once, not in `keys` beside the table's through the copy below
     del keys
-    return code, table
-
-
-@derived
-def unnamed_ranges(trace: Trace) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
-    """(labelled()'s frame with each range's row as its name_code, as if no two ranges shared a
-    name; the keys of its rows, which `named_rows` names): for a report that names only the
-    ranges it shows, where labelled_ranges makes every range's name (nvtx_gpu_proj_sum shows
-    1.8M of dense_x25's 5.6M names)."""
-    labelled_, keys = _keyed(trace)
-    # a key column that joins nothing (no domains, no registered strings) is one value throughout,
-    # which tells no names apart (first_appearance): not held through the nesting (46 MB each on
-    # a dense trace)
-    joined = [c for c, table in (("dom_ix", keys[1]), ("_sid", keys[2])) if table.height]
-    keys[0] = keys[0].select(*joined, "_text")
-    rows = pl.Series("name_code", np.arange(labelled_.height, dtype=np.int64))
-    return _one_chunk(labelled_.insert_column(5, rows)), keys
-
-
-def named_rows(trace: Trace, codes: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
-    """(`codes`, rows of unnamed_ranges() (NULL for none), as names() codes of the names of
-    those rows alone; that names table): equal names share a code, as in labelled_ranges. The
-    unnamed tables are let go first, so the read's text goes a chunk at a time as the names are
-    made, as in labelled_ranges (held through it, it was 0.16 GB over nvtx_kern_sum's peak)."""
-    keys = unnamed_ranges(trace)[1]
-    trace.store.drop(unnamed_ranges, unnamed_projection_ranges, unnamed_projection_nesting, unnamed_projection_tree)
-    key = keys.pop(0)
-    rows = codes.drop_nulls().unique().sort()
-    # the list the only holder of the rows' key: _named lets each chunk's text go as it names it
-    parts = [pl.DataFrame([_gathered_by_chunk(key[c], rows) for c in key.columns]), *keys]
-    del key
-    return_freed_memory()
-    code, table = _named(parts)
-    # each row's code by row (a gather with a NULL row gives NULL)
-    lookup = np.zeros(int(rows[-1]) + 1 if rows.len() else 0, dtype=np.int64)
-    lookup[rows.to_numpy()] = code.to_numpy()
-    return pl.Series(codes.name, lookup).gather(codes), table
-
-
-def _gathered_by_chunk(col: pl.Series, rows: pl.Series) -> pl.Series:
-    """`col` at `rows` (ascending), gathered a chunk at a time: a gather of text across chunks
-    looks up each row's chunk (`_texts_at` in the NVTX reports)."""
-    at = rows.to_numpy()
-    ends = np.cumsum(col.chunk_lengths())
-    cuts = np.searchsorted(at, ends)
-    parts, lo = [], 0
-    for chunk, end, hi in zip(col.get_chunks(), ends, cuts):
-        if hi > lo:
-            parts.append(chunk.gather(pl.Series(at[lo:hi] - (end - chunk.len()))))
-        lo = hi
-    return pl.concat(parts, rechunk=False) if parts else col.clear()
+    labelled_ = _one_chunk(labelled_.insert_column(5, code.alias("name_code")))
+    return labelled_, table
 
 
 def _by_chunk(frame: pl.DataFrame, text: str) -> list[pl.DataFrame]:
@@ -645,16 +577,7 @@ def ended(hi: int | None) -> pl.Expr:
 @derived
 def projection_ranges(trace: Trace) -> pl.DataFrame:
     """Ranges as nsys's projection reports use them: one thread only, null end -> last timestamp."""
-    return _projection_of(labelled(trace))
-
-
-@derived
-def unnamed_projection_ranges(trace: Trace) -> pl.DataFrame:
-    """projection_ranges() of unnamed_ranges()."""
-    return _projection_of(unnamed_ranges(trace)[0])
-
-
-def _projection_of(all_ranges: pl.DataFrame) -> pl.DataFrame:
+    all_ranges = labelled(trace)
     hi = last_timestamp(all_ranges)
     # the usual trace (no cross-thread ranges, every range closed) shares labelled()'s columns
     r = all_ranges if all_ranges.select(ONE_THREAD.all()).item() else all_ranges.filter(ONE_THREAD)
@@ -1147,57 +1070,10 @@ class Nesting:
 @derived
 def projection_nesting(trace: Trace) -> Nesting:
     """The push/pop projection ranges nested (projection_tree() is its frame)."""
-    return _push_pop_nested(projection_ranges(trace))
-
-
-@derived
-def unnamed_projection_nesting(trace: Trace) -> Nesting:
-    """projection_nesting() of unnamed_ranges()."""
-    return _push_pop_nested(unnamed_projection_ranges(trace))
-
-
-@derived
-def unnamed_projection_tree(trace: Trace) -> pl.DataFrame:
-    """projection_tree() of unnamed_ranges()."""
-    return unnamed_projection_nesting(trace).tree
-
-
-def _push_pop_nested(ranges: pl.DataFrame) -> Nesting:
+    ranges = projection_ranges(trace)
     # the usual trace has push/pop ranges only: nested as they are, not filtered into a copy
     push_pop = pl.col("style") == "PushPop"
     return Nesting.nested(ranges if ranges.select(push_pop.all()).item() else ranges.filter(push_pop))
-
-
-@dataclass(frozen=True)
-class RangeTables:
-    """The tables a projection report reads of the ranges: the named ones (labelled_ranges'), or
-    the unnamed ones, whose name codes are rows that `named_rows` names."""
-
-    ranges: Callable[[Trace], pl.DataFrame]
-    nesting: Callable[[Trace], Nesting]
-    tree: Callable[[Trace], pl.DataFrame]
-    labelled: Callable[[Trace], tuple[pl.DataFrame, Any]]
-
-    @property
-    def named(self) -> bool:
-        return self.labelled is labelled_ranges
-
-
-def range_tables(trace: Trace) -> RangeTables:
-    """The unnamed tables where this report is the trace's one command and no names are made or
-    cached (a store, or a cache, that holds them gives them for less than a read), else the named."""
-    alone = trace.one_command and trace.store.disk is None and trace.store.peek(labelled_ranges) is None
-    return _range_tables(named=not alone)
-
-
-def _range_tables(named: bool) -> RangeTables:
-    # the tables named here, in code, where the tables' graph is read (derived.Table.deps)
-    if named:
-        return RangeTables(projection_ranges, projection_nesting, projection_tree, labelled_ranges)
-    return RangeTables(unnamed_projection_ranges, unnamed_projection_nesting, unnamed_projection_tree, unnamed_ranges)
-
-
-NAMED, UNNAMED = _range_tables(named=True), _range_tables(named=False)
 
 
 PAIR_BYTES = 400  # memory per (call, range) pair through the reports' joins, with headroom

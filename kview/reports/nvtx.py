@@ -161,8 +161,8 @@ def _calls(joined: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _ranges_over_calls(trace: Trace, joined: pl.DataFrame, tables: nv.RangeTables = nv.NAMED) -> pl.DataFrame:
-    return nv.enclosing(tables.ranges(trace), _calls(joined), tables.nesting(trace))
+def _ranges_over_calls(trace: Trace, joined: pl.DataFrame) -> pl.DataFrame:
+    return nv.enclosing(nv.projection_ranges(trace), _calls(joined), nv.projection_nesting(trace))
 
 
 def nvtx_kern_sum(trace: Trace) -> Report:
@@ -177,20 +177,18 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     k = trace.columns("kernels", ["start", "end", "correlation", "global_pid", "name_id"]).with_row_index("kern_id")
     j = _api_of(trace, k, "left").with_row_index("call_id")
     _let_go(trace, frames=("runtime",))
-    tables = nv.range_tables(trace)
-    ranges = tables.ranges(trace)
-    names = nv.names(trace) if tables.named else None  # else those of the ranges around kernels alone
+    ranges, names = nv.projection_ranges(trace), nv.names(trace)
     del k
     try:
-        combo = _kernels_in_ranges_by_row(trace, j, ranges, tables)
+        combo = _kernels_in_ranges_by_row(trace, j, ranges)
         if combo is None:
-            combo = _kernels_in_ranges_by_pairs(trace, j, ranges, tables)
+            combo = _kernels_in_ranges_by_pairs(trace, j, ranges)
     except nv.TooManyPairs as e:
         return empty(name, title, str(e))
     # no table of the kernels or their calls held past this point: they would stay beside the
     # groups and their sort (0.5 GB on dense_x25)
     del j
-    _let_go(trace, tables.nesting, tables.tree)
+    _let_go(trace, nv.projection_nesting, nv.projection_tree)
     gkeys = ["PID", "TID", "name_code", "style", "name_id"]
     combo = combo.select(
         pid_of(pl.col("global_tid")).alias("PID"),
@@ -203,11 +201,7 @@ def nvtx_kern_sum(trace: Trace) -> Report:
         "kdur",
     )
     del ranges
-    if names is None:
-        code, names = nv.named_rows(trace, combo["name_code"])
-        combo = combo.with_columns(code)
-        del code
-    _let_go(trace, tables.labelled, nv.labels, tables.ranges)  # the names are held here
+    _let_go(trace, nv.labelled_ranges, nv.labels, nv.projection_ranges)  # the names are held here
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
         combo,
@@ -260,20 +254,16 @@ def nvtx_kern_sum(trace: Trace) -> Report:
     return Report(name, title, order_like_sqlite(g, keys, by, [False, False, False, True]).select(columns))
 
 
-def _kernels_in_ranges_by_pairs(
-    trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame, tables: nv.RangeTables = nv.NAMED
-) -> pl.DataFrame:
+def _kernels_in_ranges_by_pairs(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """`_kernels_in_ranges_by_row`'s rows from the pairs' frame and joins, for any ranges."""
-    pairs = _ranges_over_calls(trace, j, tables)
+    pairs = _ranges_over_calls(trace, j)
     # only the columns the grouping reads
     calls = j.select("call_id", "kern_id", "name_id", "global_tid", (pl.col("end") - pl.col("start")).alias("kdur"))
     combo = _with_range_columns(calls.join(pairs, on="call_id", how="left"), ranges, ["name_code", "style"])
     return combo.select("kern_id", "name_id", "global_tid", "kdur", "id", "name_code", "style")
 
 
-def _kernels_in_ranges_by_row(
-    trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame, tables: nv.RangeTables = nv.NAMED
-) -> pl.DataFrame | None:
+def _kernels_in_ranges_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame | None:
     """`j`'s kernels left-joined to the (call, range) pairs, as kern_id, name_id, global_tid,
     kdur and the range's id, name_code and style (nulls for a kernel in no range): a row per
     pair, each kernel's in its row order, innermost range first, as the join gives them. Made
@@ -281,9 +271,9 @@ def _kernels_in_ranges_by_row(
     range is pushed and popped."""
     if not ranges.height or not ranges.select((pl.col("style") == "PushPop").all()).item():
         return None
-    src, row = _kernel_range_rows(tables.nesting(trace), j)
+    src, row = _kernel_range_rows(nv.projection_nesting(trace), j)
     # the nesting is not needed for the gathers below (0.2 GB on dense_x25)
-    _let_go(trace, tables.nesting, tables.tree)
+    _let_go(trace, nv.projection_nesting, nv.projection_tree)
     at = pl.select(pl.when(pl.Series(row >= 0)).then(pl.Series(np.maximum(row, 0)))).to_series()
     del row
     kernels = j.select("kern_id", "name_id", "global_tid", (pl.col("end") - pl.col("start")).alias("kdur"))
@@ -399,13 +389,13 @@ def _kernel_places(trace: Trace, g: pl.DataFrame) -> pl.Series:
     return g.select("name_id").join(kernels, on="name_id", how="left", maintain_order="left")["_kernel"]
 
 
-def range_parents(trace: Trace, ranges: pl.DataFrame, tables: nv.RangeTables = nv.NAMED) -> pl.DataFrame:
+def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
     """id -> parent (tightest enclosing range on the same thread) and level (0 for roots)."""
     mixed_tids = ranges.filter(pl.col("style") != "PushPop")["global_tid"].unique()
     nested = ranges.filter(~pl.col("global_tid").is_in(mixed_tids.implode()))
     parts = []
     if nested.height:
-        tree = tables.tree(trace) if mixed_tids.len() == 0 else nv.nest(nested)
+        tree = nv.projection_tree(trace) if mixed_tids.len() == 0 else nv.nest(nested)
         parts.append(tree.select("id", "parent", pl.col("depth").alias("level")))
     mixed = ranges.filter(pl.col("global_tid").is_in(mixed_tids.implode()))
     if mixed.height:
@@ -445,17 +435,15 @@ def _parents_pairwise(r: pl.DataFrame) -> pl.DataFrame:
     return level.select("id", "parent", "level")
 
 
-def _with_nesting(
-    trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame, tables: nv.RangeTables = nv.NAMED
-) -> pl.DataFrame:
+def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
     """`proj` (a row per range id) with the range's name_code, style, range_dur, its `level` in
     the nesting and `child_nb`, how many ranges of `proj` it is the parent of."""
     rows = _rows_of(ranges["id"], proj["id"])
     if rows is None or not ranges.select((pl.col("style") == "PushPop").all()).item():
-        return _with_nesting_joined(trace, ranges, proj, tables)
+        return _with_nesting_joined(trace, ranges, proj)
     # every range pushed and popped, each id once: its nesting's arrays answer by row, not by
     # joins of millions of ids against the whole tree
-    nesting = tables.nesting(trace)
+    nesting = nv.projection_nesting(trace)
     tree_rows = nesting.tree_rows(rows)
     parent = nesting.parent[tree_rows]
     has = parent >= 0
@@ -500,10 +488,8 @@ def _rows_of(ids: pl.Series, wanted: pl.Series) -> np.ndarray | None:
     return rows
 
 
-def _with_nesting_joined(
-    trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame, tables: nv.RangeTables
-) -> pl.DataFrame:
-    tree = range_parents(trace, ranges, tables)
+def _with_nesting_joined(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
+    tree = range_parents(trace, ranges)
     proj = proj.join(
         ranges.select("id", "name_code", "style", (pl.col("end") - pl.col("start")).alias("range_dur")),
         on="id",
@@ -515,12 +501,10 @@ def _with_nesting_joined(
     )
 
 
-def _projection_by_pairs(
-    trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame, tables: nv.RangeTables = nv.NAMED
-) -> pl.DataFrame:
+def _projection_by_pairs(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Per range with GPU ops (`id`): proj_start, proj_dur, ops (distinct correlation ids), and
     _with_nesting's columns, from every (call, range) pair."""
-    pairs = _ranges_over_calls(trace, j, tables)
+    pairs = _ranges_over_calls(trace, j)
     # each pair's call by row (call_id is j's row number), and only the columns the projection
     # reads: a join copied every column of the calls for each of the pairs
     calls = j.select("start", "end", "correlation")
@@ -534,12 +518,10 @@ def _projection_by_pairs(
         )
     )
     del calls, pairs
-    return _with_nesting(trace, ranges, proj, tables)
+    return _with_nesting(trace, ranges, proj)
 
 
-def _projection_by_row(
-    trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame, tables: nv.RangeTables = nv.NAMED
-) -> pl.DataFrame | None:
+def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame | None:
     """`_projection_by_pairs`' rows (less `id`, in the nesting's order) without the pairs: each
     GPU op counted at the innermost range around its call, then folded up the nesting level by
     level (every range above the innermost holds the call too). None where that does not
@@ -552,7 +534,7 @@ def _projection_by_row(
         return None  # pairs merge the ranges of one id; rows would keep them apart
     if j.select(pl.any_horizontal(pl.col("start", "end", "correlation").is_null().any())).item():
         return None
-    nesting = tables.nesting(trace)
+    nesting = nv.projection_nesting(trace)
     if nesting.levels is None:
         return None
     calls = _calls(j)
@@ -639,22 +621,15 @@ def nvtx_gpu_proj_sum(trace: Trace) -> Report:
     j = _api_of(trace, pl.concat(ops), "inner").with_row_index("call_id")
     del ops
     _let_go(trace, frames=("runtime",))
-    tables = nv.range_tables(trace)
-    ranges = tables.ranges(trace)
-    names = nv.names(trace) if tables.named else None  # else those of the ranges with GPU work alone
+    ranges, names = nv.projection_ranges(trace), nv.names(trace)
     try:
-        proj = _projection_by_row(trace, j, ranges, tables)
+        proj = _projection_by_row(trace, j, ranges)
         if proj is None:
-            proj = _projection_by_pairs(trace, j, ranges, tables)
+            proj = _projection_by_pairs(trace, j, ranges)
     except nv.TooManyPairs as e:
         return empty(name, title, str(e))
     del j, ranges
-    if names is None:
-        _let_go(trace, tables.nesting, tables.tree)  # not held beside the names made next
-        code, names = nv.named_rows(trace, proj["name_code"])
-        proj = proj.with_columns(code)
-        del code
-    _let_go(trace, tables.labelled, nv.labels, tables.ranges, tables.nesting, tables.tree)
+    _let_go(trace, nv.labelled_ranges, nv.labels, nv.projection_ranges, nv.projection_nesting, nv.projection_tree)
     one = pl.lit(1, dtype=pl.UInt32)
     g = grouped_stats(
         proj.select("name_code", "style", "proj_dur", "range_dur", "ops", "level", "child_nb"),
