@@ -106,10 +106,10 @@ def _flagged(labels: pl.DataFrame, heads: bool = True) -> pl.DataFrame:
     comma = lab.str.find(",", literal=True)  # a byte offset: the head is cut from the bytes
     head = lab.cast(pl.Binary).bin.head(comma.fill_null(_WHOLE)).cast(pl.String).cast(pl.Categorical)
     # by the streaming engine, a morsel of labels at a time on every core: in one select of the
-    # whole frame the heads (and the seq texts, then made there) cut from all labels at once were this step's peak over
-    # the names on a dense trace, and a quarter million labels at a time kept it to two threads
-    # (one a column: 1.15 s of wall on 16 cores for 5.6M labels). Only the new columns are made:
-    # the labels' own stay as they are
+    # whole frame the heads cut from all labels at once were this step's peak over the names on
+    # a dense trace, and a quarter million labels at a time kept it to two threads (one a column:
+    # 1.15 s of wall on 16 cores for 5.6M labels). Only the new columns are made: the labels'
+    # own stay as they are. `seq` is made apart (`_seqs`), in one chunk, as _Kinds reads it
     new = labels.lazy().select(head.alias("head")).collect(engine="streaming")
     kinds = _head_kinds(new["head"])
     new = new.insert_column(0, _seqs(labels["label"]))
@@ -1181,10 +1181,6 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
     labels = labels.drop("head", strict=False)  # read by _OpNames alone
     if release:
         labels = labels.drop("label")
-        # `seq` in one chunk once the names went (the streaming engine made it a morsel at a
-        # time): _Kinds reads it by code from one chunk, and its copy there sat beside this one
-        # through attribution (45 MB on a dense trace)
-        labels.replace_column(labels.get_column_index("seq"), labels["seq"].rechunk())
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
     paths = user_paths(trace) if have_nvtx else _NO_PATHS

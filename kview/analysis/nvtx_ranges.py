@@ -513,13 +513,14 @@ def short_labels(trace: Trace) -> tuple[pl.DataFrame, np.ndarray]:
     short = (
         pl.when(label.str.contains(", op_id = |, seq = "))
         .then(label.cast(pl.Binary).bin.head(label.str.find(",", literal=True)).cast(pl.String))
-        .otherwise(pl.col("label"))
+        .otherwise(label)
         .fill_null("")
     )
-    # a piece of labels at a time (SHORT_ROWS), each piece's short names numbered among its own distinct ones
-    # and renumbered once the whole trace's are known: the short name of every label at once
-    # and its join were 0.5 GB at the worker's peak on the dense trace. A few pieces at once:
-    # one after another was one core's work (1.15 s of the explorer's worker on 16 cores)
+    # a piece of labels at a time (SHORT_ROWS), each piece's short names numbered among its own
+    # distinct ones and renumbered once the whole trace's are known: the short name of every
+    # label at once and its join were 0.5 GB at the worker's peak on the dense trace. A few
+    # pieces at once: one after another was one core's work (1.15 s of the explorer's worker on
+    # 16 cores)
 
     def numbered(lo: int, hi: int) -> tuple[pl.DataFrame, np.ndarray]:
         piece = lab.slice(lo, hi - lo).select(short.alias("short"))
