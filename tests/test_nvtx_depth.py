@@ -176,6 +176,25 @@ def test_ranges_around_calls_equal_brute_force(case):
     assert got == {cid: {i for _, _, i in f} for cid, f in want.items()}
 
 
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(nestings(), st.lists(st.tuples(st.integers(1, 2), st.integers(0, 200), st.integers(0, 40)), max_size=20))
+def test_start_end_ranges_around_calls_equal_brute_force(case, loose):
+    """The same with the ranges started and ended (containment's passes, not the nesting), and
+    more of them that overlap the others anywhere: every range around each call, once."""
+    r, c = case
+    extra = pl.DataFrame(
+        [[r.height + 1 + i, tid, s, s + n] for i, (tid, s, n) in enumerate(loose)],
+        schema={"id": pl.Int64, "global_tid": pl.Int64, "start": pl.Int64, "end": pl.Int64},
+        orient="row",
+    ).with_columns(pl.lit("PushPop").alias("style"))
+    r = pl.concat([r, extra]).with_columns(pl.lit("StartEnd").alias("style"))
+    want = brute(r, c)
+    got: dict[int, list[int]] = {}
+    for cid, rid in nv.enclosing(r, c).iter_rows():
+        got.setdefault(cid, []).append(rid)
+    assert got == {cid: sorted(i for _, _, i in f) for cid, f in want.items()}
+
+
 def test_nesting_orders_a_traces_ranges_by_thread_from_their_runs():
     """An export lists each thread's ranges in runs: the stable order by thread made from the
     runs is the one a sort by thread gives, as is the one made where threads alternate row by

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from kview.analysis import containment
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import LAUNCH_COLUMNS, call_keys, calls_by_search, launch_calls
 from kview.analysis.summary_stats import (
@@ -399,40 +400,63 @@ def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
         parts.append(tree.select("id", "parent", pl.col("depth").alias("level")))
     mixed = ranges.filter(pl.col("global_tid").is_in(mixed_tids.implode()))
     if mixed.height:
-        parts.append(_parents_pairwise(mixed))
+        parts.append(_parents_swept(mixed))
     if not parts:
         return pl.DataFrame(schema={"id": pl.Int64, "parent": pl.Int64, "level": pl.Int64})
     return pl.concat([p.select("id", "parent", pl.col("level").cast(pl.Int64)) for p in parts])
 
 
-def _parents_pairwise(r: pl.DataFrame) -> pl.DataFrame:
-    """Tightest enclosing range by explicit pairs, for threads where ranges may overlap."""
-    c = r.select("id", "global_tid", "start", "end")
-    p = c.rename({"id": "pid_", "start": "ps", "end": "pe"})
-    j = (
-        c.join(p, on="global_tid")
-        .filter((pl.col("pid_") != pl.col("id")) & (pl.col("ps") <= pl.col("start")) & (pl.col("pe") >= pl.col("end")))
-        .with_columns(((pl.col("start") - pl.col("ps")) + (pl.col("pe") - pl.col("end"))).alias("tight"))
-        .sort(["id", "tight", "pid_"])
-        .group_by("id", maintain_order=True)
-        .first()
-        .select("id", pl.col("pid_").alias("parent"))
+def _parents_swept(r: pl.DataFrame) -> pl.DataFrame:
+    """id, parent and level of ranges on threads where they may overlap (start/end ranges).
+
+    nsys's parent is the range of the same thread that holds the child (starts no later, ends no
+    earlier) with the smallest (c.start - p.start) + (p.end - c.end): the shortest one. Of
+    equally short ones kview takes the one that starts last, and of two ranges with equal bounds
+    only the one with the smaller id holds the other: ranges with the same bounds are then a
+    chain in id order, as nest() makes them on threads that only push and pop, and no range is a
+    parent of its own parent (nsys breaks its ties in the order rows come, where two ranges with
+    the same bounds can name each other, and neither is then at any level). A range that holds
+    another comes before it in (thread, start, longer first, id) order: the parents are the
+    shortest earlier ranges that end no earlier (containment.earlier_min), and each range's
+    level the number of its ancestors."""
+    tid, start, end, ids = (r[c].to_numpy() for c in ("global_tid", "start", "end", "id"))
+    n = r.height
+    order = np.lexsort((ids, -end, start, tid))
+    y = containment.thread_end_rank(tid, end)
+    # each range's place among all by length, then latest start, then largest id: the
+    # smallest place among a range's holders is its parent
+    by_length = np.lexsort((-ids, -start, end - start))
+    place = np.empty(n, dtype=np.int64)
+    place[by_length] = np.arange(n, dtype=np.int64)
+    best = containment.earlier_min(y[order], place[order])
+    parent = np.full(n, -1, dtype=np.int64)
+    found = best != containment.NONE
+    parent[order[found]] = by_length[best[found]]
+    level = _levels_up(parent)
+    return pl.DataFrame(
+        [
+            r["id"],
+            pl.Series("parent", ids[np.maximum(parent, 0)], dtype=r.schema["id"]).scatter(
+                np.flatnonzero(parent < 0), None
+            ),
+            pl.Series("level", level, dtype=pl.Int64),
+        ]
     )
-    out = c.select("id").join(j, on="id", how="left")
-    # Level: walk up the chain (depth iterations, each a join).
-    level = out.with_columns(pl.lit(0).alias("level"), pl.col("parent").alias("up"))
-    for _ in range(r.height):
-        if level["up"].null_count() == level.height:
-            break
-        level = (
-            level.join(out.rename({"id": "up", "parent": "up2"}), on="up", how="left")
-            .with_columns(
-                pl.when(pl.col("up").is_not_null()).then(pl.col("level") + 1).otherwise(pl.col("level")).alias("level")
-            )
-            .drop("up")
-            .rename({"up2": "up"})
-        )
-    return level.select("id", "parent", "level")
+
+
+def _levels_up(parent: np.ndarray) -> np.ndarray:
+    """Per row: how many ancestors it has, by its `parent` rows (-1 at a root; no cycle). Pointer
+    jumping: each round adds the count up to the row's farthest known ancestor and jumps there,
+    so the rounds are log2 of the depth."""
+    level = (parent >= 0).astype(np.int64)
+    up = parent.copy()
+    todo = np.flatnonzero(up >= 0)
+    while todo.size:
+        above = up[todo]
+        level[todo] += level[above]
+        up[todo] = up[above]
+        todo = todo[up[todo] >= 0]
+    return level
 
 
 def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
