@@ -108,6 +108,29 @@ def test_pairs_reports_are_exact_when_they_fit_and_refused_when_not(tmp_path):
     )
 
 
+def test_start_end_ranges_left_open_are_paired_exactly_or_refused_too(tmp_path):
+    """The same trace with each `leak` started and never ended: the kernels in them are as many
+    pairs, counted with the pushed `work` around each call, and refused past the budget before
+    they are made."""
+    t = make(tmp_path / "d300.sqlite", 300)
+    con = sqlite3.connect(t)
+    with con:
+        con.execute("UPDATE NVTX_EVENTS SET eventType = 60 WHERE textId = 1")
+    durs = [d for (d,) in con.execute("SELECT end - start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")]
+    con.close()
+    rep = REPORTS["nvtx_kern_sum"](open_trace(t, use_cache=False)).frame
+    leak = rep.filter(pl.col("NVTX Range") == ":leak").row(0, named=True)
+    assert leak["Style"] == "StartEnd"
+    assert leak["Total Time (ns)"] == sum((i + 1) * d for i, d in enumerate(durs))
+    assert (leak["NVTX Inst"], leak["Kern Inst"]) == (300, 300)
+    pairs = sum(i + 2 for i in range(300))
+    r = kview_here("stats", t, "-r", "nvtx_kern_sum,nvtx_gpu_proj_sum", "--no-cache", env={"KVIEW_MAX_MEMORY": "4M"})
+    limit = (4 << 20) // nv.PAIR_BYTES
+    said = " ".join(r.stdout.split())
+    assert r.returncode == 0 and said.count("nests NVTX ranges 301 deep, so pairing each kernel") == 2
+    assert said.count(f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows") == 2
+
+
 def test_a_report_refused_for_the_memory_budget_is_not_kept_in_the_cache(tmp_path):
     t = make(tmp_path / "d300.sqlite", 300)
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}

@@ -72,9 +72,21 @@ def earlier_min(y: np.ndarray, value: np.ndarray) -> np.ndarray:
     return best
 
 
-def earlier_holders(y: np.ndarray, points: np.ndarray, asks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+class TooMany(Exception):
+    """earlier_holders' pairs would pass its limit: `counts`, the pairs of each asking row (in
+    `asks`' order), counted without making them."""
+
+    def __init__(self, counts: np.ndarray):
+        self.counts = counts
+        super().__init__(f"{int(counts.sum()):,} pairs")
+
+
+def earlier_holders(
+    y: np.ndarray, points: np.ndarray, asks: np.ndarray, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Every (asking row q, point p) with p < q and y[p] >= y[q]: `points` and `asks` are
-    increasing rows of `y`'s order, none in both. Grouped by pass, not sorted."""
+    increasing rows of `y`'s order, none in both. Grouped by pass, not sorted. Past `limit`
+    pairs, TooMany, once the rest are counted (no pass's pairs are made past it)."""
     rows = np.concatenate([points, asks]).astype(np.int64, copy=False)
     is_point = np.zeros(len(rows), dtype=bool)
     is_point[: len(points)] = True
@@ -82,6 +94,8 @@ def earlier_holders(y: np.ndarray, points: np.ndarray, asks: np.ndarray) -> tupl
     rows, po = rows[at], is_point[at]
     del at, is_point
     qs, ps = [], []
+    count = np.zeros(len(y), dtype=np.int64)
+    total, over = 0, False
     for level, order, perm, left in _merges(y, rows):
         po = po[perm]
         held = left & po  # the left half's points, in falling y within each block
@@ -90,7 +104,10 @@ def earlier_holders(y: np.ndarray, points: np.ndarray, asks: np.ndarray) -> tupl
         ask = np.flatnonzero(~left & ~po)
         width = (before - base)[ask]  # the left points the merge put before each right ask
         ask, width = ask[width > 0], width[width > 0]
-        if len(ask):
+        count[order[ask]] += width
+        total += int(width.sum())
+        over = over or (limit is not None and total > limit)
+        if len(ask) and not over:
             # each ask's holders: the block's left points from the first, `width` of them
             first = base[ask]
             step = np.ones(int(width.sum()), dtype=np.int64)
@@ -99,6 +116,8 @@ def earlier_holders(y: np.ndarray, points: np.ndarray, asks: np.ndarray) -> tupl
             step[0] = first[0]
             qs.append(np.repeat(order[ask], width))
             ps.append(order[held][np.cumsum(step)])
+    if over:
+        raise TooMany(count[asks])
     if not qs:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate(qs), np.concatenate(ps)

@@ -1103,11 +1103,16 @@ def innermost_within_budget(nesting: Nesting, calls: pl.DataFrame) -> np.ndarray
     with every range at or above its innermost one) are counted: TooManyPairs past the memory
     budget, whether or not the caller goes on to make them."""
     rows = nesting.innermost_rows(calls)
-    depth = np.where(rows >= 0, nesting.depth[np.maximum(rows, 0)] + 1, 0) if len(nesting.depth) else rows * 0
+    depth = _pairs_of(nesting, rows)
     pairs, limit = int(depth.sum()), pair_limit()
     if pairs > limit:
         raise TooManyPairs(pairs, limit, int(depth.max()))
     return rows
+
+
+def _pairs_of(nesting: Nesting, rows: np.ndarray) -> np.ndarray:
+    """Per call: how many ranges hold it, from its innermost row (-1: none)."""
+    return np.where(rows >= 0, nesting.depth[np.maximum(rows, 0)] + 1, 0) if len(nesting.depth) else rows * 0
 
 
 def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Nesting | None = None) -> pl.DataFrame:
@@ -1122,9 +1127,11 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Ne
     pp = ranges.filter(pl.col("style") == "PushPop")
     se = ranges.filter(pl.col("style") != "PushPop")
     out = []
+    held = np.zeros(calls.height, dtype=np.int64)  # per call: its push/pop pairs
     if pp.height and calls.height:
         nesting = Nesting.of(nest(pp) if tree is None else tree) if not isinstance(tree, Nesting) else tree
         rows = innermost_within_budget(nesting, calls)
+        held = _pairs_of(nesting, rows)
         at, found = nesting.around(rows)
         out.append(
             pl.DataFrame(
@@ -1133,7 +1140,7 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Ne
             )
         )
     if se.height and calls.height:
-        out.append(_enclosing_any(se, calls))
+        out.append(_enclosing_any(se, calls, held))
     if not out:
         return pl.DataFrame(schema={"call_id": pl.Int64, "id": pl.Int64})
     return pl.concat(out)
@@ -1165,17 +1172,22 @@ def around(ranges: pl.DataFrame, calls: pl.DataFrame, outermost: bool = False) -
     return found.group_by("call_id", maintain_order=True).agg(pl.col("id").last()).select("call_id", "id")
 
 
-def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame, held: np.ndarray | None = None) -> pl.DataFrame:
     """(call_id, id) of every range of `ranges` (which need not nest) on a call's thread with
     start <= the call's start and end >= its end, in the calls' order, then the ranges'. Made
     by containment's passes over ranges and calls in one (thread, start) order, a range first at
     an equal start: the work grows with the rows and the pairs found, where a join of each call
     with every range of its thread held calls x ranges rows (a million calls under a thousand
-    ranges: a billion)."""
+    ranges: a billion). With `held` (per call, the pairs already made of other ranges), the
+    pairs are counted with those against the memory budget, as enclosing() counts its own:
+    start/end ranges left open in a loop pair each later call with every one of them."""
     if ranges.select(pl.any_horizontal(pl.col("global_tid", "start", "end").is_null().any())).item():
         ranges = ranges.drop_nulls(["global_tid", "start", "end"])  # as the join's comparisons left them out
+    kept: np.ndarray | None = None  # the rows of `calls` kept, where some are left out
     if calls.select(pl.any_horizontal(pl.col("global_tid", "start", "end").is_null().any())).item():
-        calls = calls.drop_nulls(["global_tid", "start", "end"])
+        full = pl.all_horizontal(pl.col("global_tid", "start", "end").is_not_null())
+        kept = calls.select(full).to_series().to_numpy()
+        calls = calls.filter(full)
     nr = ranges.height
     tid = np.concatenate([ranges["global_tid"].to_numpy(), calls["global_tid"].to_numpy()])
     start = np.concatenate([ranges["start"].to_numpy(), calls["start"].to_numpy()])
@@ -1186,7 +1198,18 @@ def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     y = containment.thread_end_rank(tid, end)[order]
     del tid, end
     call_at = is_call[order]
-    q, p = containment.earlier_holders(y, np.flatnonzero(~call_at), np.flatnonzero(call_at))
+    asks = np.flatnonzero(call_at)
+    limit = None if held is None else pair_limit() - int(held.sum())
+    try:
+        q, p = containment.earlier_holders(y, np.flatnonzero(~call_at), asks, limit)
+    except containment.TooMany as e:
+        mine = np.zeros(calls.height, dtype=np.int64)
+        mine[order[asks] - nr] = e.counts
+        assert held is not None
+        if kept is not None:
+            held = held[kept]
+        total = held + mine
+        raise TooManyPairs(int(total.sum()), pair_limit(), int(total.max())) from None
     del y, call_at
     call, rng = order[q] - nr, order[p]
     del q, p, order
