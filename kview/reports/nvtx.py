@@ -420,8 +420,21 @@ def _parents_swept(r: pl.DataFrame) -> pl.DataFrame:
     shortest earlier ranges that end no earlier (containment.earlier_min), and each range's
     level the number of its ancestors."""
     tid, start, end, ids = (r[c].to_numpy() for c in ("global_tid", "start", "end", "id"))
-    n = r.height
     order = np.lexsort((ids, -end, start, tid))
+    # a range named twice (its domain created on two threads) is two rows of one id, next to
+    # each other in this order: neither is the other's parent, each has the first one's
+    twin = np.flatnonzero(ids[order][1:] == ids[order][:-1]) + 1
+    if twin.size:
+        run = np.arange(len(order))
+        run[twin] = 0
+        head = np.empty(len(order), dtype=np.int64)
+        head[order] = order[np.maximum.accumulate(run)]  # per row: the first row of its id
+        keep = np.ones(len(ids), dtype=bool)
+        keep[order[twin]] = False
+        once = _parents_swept(r.filter(pl.Series(keep)))
+        at = np.cumsum(keep) - 1  # each kept row's place among them
+        return pl.DataFrame([r["id"], *once.select("parent", "level")[at[head]].get_columns()])
+    n = r.height
     y = containment.thread_end_rank(tid, end)
     # each range's place among all by length, then latest start, then largest id: the
     # smallest place among a range's holders is its parent
