@@ -298,3 +298,68 @@ def test_kern_sum_of_a_thread_with_push_pop_and_start_end_ranges(tmp_path):
     assert launched > 1000 and inside["Kern Inst"].sum() == launched
     assert inside["NVTX Range"].unique().to_list() == [":most of the run"]
     assert mixed.filter(pl.col("Style") == "PushPop").equals(plain)
+
+
+def _nsys_projection(path) -> dict[str, tuple[int, int]]:
+    """nsys's nvtx_gpu_proj_sum totals by SQL, per range name: (Total Proj Time, Total GPU Ops).
+    A range holds the GPU ops (kernels, copies, sets) whose launch call lies inside it on its thread; a range never
+    ended ends at the last timestamp of any range; domain names per process."""
+    import sqlite3
+
+    with sqlite3.connect(path) as con:
+        (hi,) = con.execute("SELECT max(max(start), max(end)) FROM NVTX_EVENTS WHERE eventType IN (59, 60)").fetchone()
+        rows = con.execute(
+            "WITH d AS (SELECT domainId, globalTid & 0xFFFFFF000000 AS pid, text FROM NVTX_EVENTS WHERE eventType = 75), "
+            "r AS (SELECT n.rowid AS id, n.globalTid AS tid, n.start, coalesce(n.end, ?) AS end, "
+            "coalesce(d.text, '') || ':' || coalesce(s.value, n.text) AS name FROM NVTX_EVENTS n "
+            "LEFT JOIN StringIds s ON s.id = n.textId LEFT JOIN d "
+            "ON d.domainId = n.domainId AND d.pid = (n.globalTid & 0xFFFFFF000000) "
+            "WHERE n.eventType IN (59, 60) AND n.endGlobalTid IS NULL), "
+            "g AS (SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+            "SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL "
+            "SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET), "
+            "o AS (SELECT k.start, k.end, k.correlationId AS corr, a.globalTid AS tid, a.start AS a_start, "
+            "a.end AS a_end FROM g k JOIN CUPTI_ACTIVITY_KIND_RUNTIME a "
+            "ON a.correlationId = k.correlationId AND k.globalPid = (a.globalTid & 0xFFFFFFFFFF000000)), "
+            "p AS (SELECT r.name, max(o.end) - min(o.start) AS proj, count(DISTINCT o.corr) AS ops FROM r JOIN o "
+            "ON o.tid = r.tid AND r.start <= o.a_start AND r.end >= o.a_end GROUP BY r.id) "
+            "SELECT name, sum(proj), sum(ops) FROM p GROUP BY name",
+            (hi,),
+        ).fetchall()
+    return {name: (proj, ops) for name, proj, ops in rows}
+
+
+def test_projection_reports_of_a_library_range_left_open_inside_a_layer(tmp_path):
+    """A library's range (the CCCL domain the sample creates) pushed inside layer_3 and never
+    popped: nsys ends it at the last timestamp, so it crosses layer_3 and forward_pass, and the
+    thread's push/pop ranges no longer nest. nvtx_gpu_proj_sum's totals equal SQL's by nsys's
+    rules for every range name (the nesting gave forward_pass 160,350,369 ns of projection
+    instead of 55,540,335 and the open range 64 ops instead of 1,480), and nvtx_kern_sum counts
+    the kernels launched inside the open range as SQL does."""
+    import shutil
+    import sqlite3
+
+    import polars as pl
+
+    from conftest import SAMPLES
+
+    path = tmp_path / "open.sqlite"
+    shutil.copy(SAMPLES / "lm-small_ctx256_train_nsys.sqlite", path)
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) SELECT start + 1000, NULL, 59, "
+            "'cub::DeviceSegmentedSort', globalTid, 1 FROM NVTX_EVENTS WHERE text = 'layer_3'"
+        )
+        (inside,) = con.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24) "
+            "JOIN NVTX_EVENTS n ON n.eventType = 59 AND n.end IS NULL AND n.globalTid = r.globalTid AND n.start <= r.start"
+        ).fetchone()
+    expected = _nsys_projection(path)
+    assert expected[":forward_pass"] == (55_540_335, 784) and expected["CCCL:cub::DeviceSegmentedSort"][1] == 1_480
+    proj = REPORTS["nvtx_gpu_proj_sum"](open_trace(path, use_cache=False)).frame
+    got = {r["Range"]: (r["Total Proj Time (ns)"], r["Total GPU Ops"]) for r in proj.iter_rows(named=True)}
+    assert got == expected
+    kern = REPORTS["nvtx_kern_sum"](open_trace(path, use_cache=False)).frame
+    assert inside > 1_000
+    assert kern.filter(pl.col("NVTX Range") == "CCCL:cub::DeviceSegmentedSort")["Kern Inst"].sum() == inside

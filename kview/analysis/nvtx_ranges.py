@@ -972,6 +972,27 @@ class Nesting:
             todo = todo[self.end[row[todo]] < ce[todo]]
         return row
 
+    @functools.cached_property
+    def crossing_threads(self) -> np.ndarray:
+        """The threads (global_tid) whose push/pop ranges do not nest: a range that ends after the
+        range it is nested in (one never popped, which nsys ends at the last timestamp, crosses
+        the ranges that were open around it) or before it starts. On such a thread depth and
+        parent are not the ranges around a range; where a thread has none, every range lies
+        inside its parent, so its ancestors are exactly the earlier ranges still open at its
+        start: the nesting is right."""
+        parts, step = [], 1 << 18
+        for lo in range(0, len(self.parent), step):  # in slices: no array of every range beside the nesting
+            par, end = self.parent[lo : lo + step], self.end[lo : lo + step]
+            out = ((par >= 0) & (end > self.end[np.maximum(par, 0)])) | (end < self.start[lo : lo + step])
+            parts.append(np.flatnonzero(out) + lo)
+        bad = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if not bad.size:
+            return np.zeros(0, dtype=np.int64)
+        tids = np.array(list(self.threads), dtype=np.int64)
+        first = np.array([span[0] for span in self.threads.values()], dtype=np.int64)  # each thread's first row
+        order = np.argsort(first)
+        return np.unique(tids[order][np.searchsorted(first[order], bad, side="right") - 1])
+
     def around(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (index into `rows`, row) of the ranges at or above each row (-1: none): a call's
         enclosing ranges from its innermost_rows(), one numpy step per level."""
@@ -1130,7 +1151,16 @@ def enclosing(ranges: pl.DataFrame, calls: pl.DataFrame, tree: pl.DataFrame | Ne
     held = np.zeros(calls.height, dtype=np.int64)  # per call: its push/pop pairs
     if pp.height and calls.height:
         nesting = Nesting.of(nest(pp) if tree is None else tree) if not isinstance(tree, Nesting) else tree
-        rows = innermost_within_budget(nesting, calls)
+        crossing = pl.Series(nesting.crossing_threads)
+        if crossing.len():  # threads whose ranges do not nest: taken as any ranges, like start/end ones
+            se = pl.concat([se, pp.filter(pl.col("global_tid").is_in(crossing.implode()))])
+            nested = (
+                calls.select(~pl.col("global_tid").is_in(crossing.implode()).fill_null(False)).to_series().to_numpy()
+            )
+            rows = np.full(calls.height, -1, dtype=np.int64)
+            rows[nested] = innermost_within_budget(nesting, calls.filter(pl.Series(nested)))
+        else:
+            rows = innermost_within_budget(nesting, calls)
         held = _pairs_of(nesting, rows)
         at, found = nesting.around(rows)
         out.append(

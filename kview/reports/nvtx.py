@@ -272,6 +272,8 @@ def _kernels_in_ranges_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFram
     range is pushed and popped."""
     if not ranges.height or not ranges.select((pl.col("style") == "PushPop").all()).item():
         return None
+    if len(nv.projection_nesting(trace).crossing_threads):
+        return None
     src, row = _kernel_range_rows(nv.projection_nesting(trace), j)
     # the nesting is not needed for the gathers below (0.2 GB on dense_x25)
     _let_go(trace, nv.projection_nesting, nv.projection_tree)
@@ -392,7 +394,13 @@ def _kernel_places(trace: Trace, g: pl.DataFrame) -> pl.Series:
 
 def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
     """id -> parent (tightest enclosing range on the same thread) and level (0 for roots)."""
-    mixed_tids = ranges.filter(pl.col("style") != "PushPop")["global_tid"].unique()
+    # threads with start/end ranges, or push/pop ones that do not nest, take the general path
+    mixed_tids = pl.concat(
+        [
+            ranges.filter(pl.col("style") != "PushPop")["global_tid"],
+            pl.Series("global_tid", nv.projection_nesting(trace).crossing_threads, dtype=ranges.schema["global_tid"]),
+        ]
+    ).unique()
     nested = ranges.filter(~pl.col("global_tid").is_in(mixed_tids.implode()))
     parts = []
     if nested.height:
@@ -476,7 +484,11 @@ def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.
     """`proj` (a row per range id) with the range's name_code, style, range_dur, its `level` in
     the nesting and `child_nb`, how many ranges of `proj` it is the parent of."""
     rows = _rows_of(ranges["id"], proj["id"])
-    if rows is None or not ranges.select((pl.col("style") == "PushPop").all()).item():
+    if (
+        rows is None
+        or not ranges.select((pl.col("style") == "PushPop").all()).item()
+        or len(nv.projection_nesting(trace).crossing_threads)
+    ):
         return _with_nesting_joined(trace, ranges, proj)
     # every range pushed and popped, each id once: its nesting's arrays answer by row, not by
     # joins of millions of ids against the whole tree
@@ -572,7 +584,7 @@ def _projection_by_row(trace: Trace, j: pl.DataFrame, ranges: pl.DataFrame) -> p
     if j.select(pl.any_horizontal(pl.col("start", "end", "correlation").is_null().any())).item():
         return None
     nesting = nv.projection_nesting(trace)
-    if nesting.levels is None:
+    if nesting.levels is None or len(nesting.crossing_threads):
         return None
     calls = _calls(j)
     inner = nv.innermost_within_budget(nesting, calls)
