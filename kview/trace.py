@@ -29,6 +29,7 @@ from kview.io import cache, converted
 from kview.io.kineto_reader import KinetoSource, looks_like_json
 from kview.io.nsys_reader import NsysSource
 from kview.io.paths import named
+from kview.io.snapshot_pickle import is_snapshot_file
 from kview.io.source import TraceSource
 from kview.warning import warn_once
 
@@ -318,6 +319,8 @@ def open_trace(path: str | os.PathLike, use_cache: bool = True) -> Trace:
     if st.st_size == 0:
         raise TraceError(p, "is empty")
 
+    if is_snapshot_file(p):  # `kview memory` reads it; as an export it would be "not SQLite", a copy named .sqlite
+        raise TraceError(p, "is a CUDA memory snapshot, not a trace: `kview memory` shows it")
     kind = converted.kind_of(p, _head(p))
     if kind is not None:  # a report or a compressed export: opened as its copy in the cache
         return open_trace(converted.copy_of(p, kind), use_cache=use_cache)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import lzma
 import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from conftest import LM_TRACES
+from conftest import FIXTURES, LM_TRACES
 from in_process import kview_here
 
 GOOD = next(p for p in LM_TRACES if "forward" in p.name)
@@ -39,6 +40,10 @@ def _make(kind: str, d):
         p.mkdir()
     elif kind == "missing":
         pass
+    elif kind in ("snapshot", "snapshot_xz"):  # a CUDA memory snapshot, which `kview memory` reads
+        packed = FIXTURES / "memory" / "tiny_train.memory.pickle.xz"
+        p = d / ("tiny_train.memory.pickle.xz" if kind == "snapshot_xz" else "tiny_train.memory.pickle")
+        p.write_bytes(packed.read_bytes() if kind == "snapshot_xz" else lzma.decompress(packed.read_bytes()))
     elif kind == "garbage_json":
         p = d / "trace.json"
         p.write_text('{"traceEvents": [ {"ph": "X", ')
@@ -55,6 +60,9 @@ CASES = {
     "folder": "is a folder",
     "missing": "no such file",
     "garbage_json": "JSON",
+    # not "not a SQLite database", and for the .xz not that of a copy named .sqlite in the cache
+    "snapshot": "is a CUDA memory snapshot, not a trace: `kview memory` shows it",
+    "snapshot_xz": "is a CUDA memory snapshot, not a trace: `kview memory` shows it",
 }
 
 

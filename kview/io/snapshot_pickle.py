@@ -234,7 +234,7 @@ def is_snapshot_file(path: str | os.PathLike) -> bool:
         opener, _ = _opener(p)
         with opener(p, "rb") as f:
             head = f.read(2)
-    except (OSError, EOFError, lzma.LZMAError):
+    except (OSError, EOFError, lzma.LZMAError, zlib.error):
         return False
     return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
