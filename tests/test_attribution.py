@@ -288,9 +288,27 @@ def test_categorized_is_the_attributed_tables_columns_made_without_the_rest(tabl
     monkeypatch.setattr(attribution, "_attributed", lambda trace, shapes: made.append(shapes) or whole(trace, shapes))
     got = attribution.categorized(t)
     assert made == [False] and t.store.peek(attribute) is None
+    # the user ranges' phases are read, not their path and layer texts, which it does not show
+    assert t.store.peek(attribution.user_paths) is None and t.store.peek(attribution.user_flags) is not None
     assert got.equals(tables[path].select(attribution.CATEGORIZED))
     assert got.filter(pl.col("Op") != "-").height > 100
     assert attribution.launch_ops(t).equals(got.select("Idx", "Op")) and made == [False]
+
+
+@pytest.mark.parametrize("path", [LM, BERT, DLRM], ids=lambda p: p.stem)
+def test_user_flags_are_user_paths_ranges_and_phases(path):
+    """user_flags, made without the path and layer texts, holds user_paths' ranges and phase
+    flags; once user_paths is made, it is taken from there."""
+    from kview.analysis import attribution
+
+    flags = ["uid", "in_fwd", "in_bwd", "in_opt"]
+    alone = attribution.user_flags(open_trace(path, use_cache=False))
+    t = open_trace(path, use_cache=False)
+    whole = attribution.user_paths(t).select(flags)
+    assert alone.sort("uid").equals(whole.sort("uid")) and alone.height > 10
+    # one training step: its forward pass and the ranges inside it, one backward and one optimizer range
+    assert alone.select(pl.col("in_fwd", "in_bwd", "in_opt").sum()).row(0) == (alone.height - 3, 1, 1)
+    assert attribution.user_flags(t).equals(whole)
 
 
 def test_op_fields_read_as_the_regexes_do():

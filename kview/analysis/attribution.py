@@ -592,6 +592,20 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     """For every user (non-marker) range: its path of user ranges outer to inner (" > "), the
     layer (the same without phase ranges, joined with ":"), and which phases it lies in.
     Computed once per range, so a million kernels only carry the id of their innermost range."""
+    return _user_paths(trace, texts=True)
+
+
+@derived
+def user_flags(trace: Trace) -> pl.DataFrame:
+    """user_paths' ranges (uid) and which phases each lies in (in_fwd, in_bwd, in_opt), without
+    the path and layer texts: what a table that shows neither reads (`categorized`). Taken from
+    user_paths where that is made."""
+    made = trace.store.peek(user_paths)
+    return made.select("uid", "in_fwd", "in_bwd", "in_opt") if made is not None else _user_paths(trace, texts=False)
+
+
+def _user_paths(trace: Trace, texts: bool) -> pl.DataFrame:
+    """user_paths, or without `texts` user_flags."""
     labels = user_labels(trace)
     ranges = nv.projection_ranges(trace)
     users = ranges.join(labels.select("name_code", "label", "phase"), on="name_code", how="inner")
@@ -637,6 +651,9 @@ def user_paths(trace: Trace) -> pl.DataFrame:
     se = users.filter(pl.col("style") != "PushPop")
     if se.height:
         parts.append(nv._enclosing_any(se, selves).with_columns(pl.lit(0, dtype=pl.Int64).alias("elided")))
+    if not texts:  # the same ranges (every one with a level found), their texts not made
+        out = pl.concat(parts).select(pl.col("call_id").unique(maintain_order=True))
+        return _in_phases(users, selves, out).rename({"call_id": "uid"})
     p = pl.concat(parts).join(users.select("id", "start", "end", "name_code"), on="id", how="left")
     # after the last outer level shown, one marker for the levels left out (sorted as integers,
     # labelled after)
@@ -680,8 +697,15 @@ def user_paths(trace: Trace) -> pl.DataFrame:
         .agg(pl.col("label"))
         .select("call_id", pl.col("label").list.join(" > ").alias("path"))
     )
-    # in a phase: any enclosing range of that name, shown or not (backward: any user range named
-    # like it, `backward_pass`, `## backward ##`, `loss.backward`)
+    out = _in_phases(users, selves, out)
+    out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
+    return out.rename({"call_id": "uid"})
+
+
+def _in_phases(users: pl.DataFrame, selves: pl.DataFrame, out: pl.DataFrame) -> pl.DataFrame:
+    """`out` (call_id: a user range) with in_fwd, in_bwd and in_opt: whether any enclosing range
+    of that name holds it, shown or not (backward: any user range named like it,
+    `backward_pass`, `## backward ##`, `loss.backward`)."""
     for flag, named in (
         ("in_fwd", pl.col("label") == "forward_pass"),
         ("in_bwd", pl.col("label").str.contains(BACKWARD_RANGE)),
@@ -691,8 +715,7 @@ def user_paths(trace: Trace) -> pl.DataFrame:
         out = out.join(hit.select("call_id", pl.lit(True).alias(flag)), on="call_id", how="left").with_columns(
             pl.col(flag).fill_null(False)
         )
-    out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
-    return out.rename({"call_id": "uid"})
+    return out
 
 
 class _Kinds:
@@ -968,7 +991,7 @@ def _contexts(trace: Trace, calls: pl.DataFrame, kinds: _Kinds, full: bool = Tru
     del ev
     if kinds.loose.height:  # joined answers: back in the calls' order
         per_call = calls.select("call_id").join(per_call, on="call_id", how="left", maintain_order="left")
-    flags = user_paths(trace).select("uid", "in_fwd", "in_bwd", "in_opt")
+    flags = user_flags(trace)
     return per_call.hstack(per_call.select("uid").join(flags, on="uid", how="left", maintain_order="left").drop("uid"))
 
 
@@ -1183,7 +1206,7 @@ def _range_names(trace: Trace, shapes: bool = True) -> _Named:
         labels = labels.drop("label")
     # made once the names went: its joins of a million ranges' levels do not meet them (0.2 GB
     # over the names on a dense trace)
-    paths = user_paths(trace) if have_nvtx else _NO_PATHS
+    paths = (user_paths(trace) if shapes else user_flags(trace)) if have_nvtx else _NO_PATHS
     if nesting is not None:  # made (or its error raised) here, not on a later ask
         nesting.result()
     return _Named(have_nvtx, release, paths, labels, texts)
