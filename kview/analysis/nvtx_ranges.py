@@ -1213,11 +1213,16 @@ def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame, held: np.ndarray |
     start/end ranges left open in a loop pair each later call with every one of them."""
     if ranges.select(pl.any_horizontal(pl.col("global_tid", "start", "end").is_null().any())).item():
         ranges = ranges.drop_nulls(["global_tid", "start", "end"])  # as the join's comparisons left them out
-    kept: np.ndarray | None = None  # the rows of `calls` kept, where some are left out
-    if calls.select(pl.any_horizontal(pl.col("global_tid", "start", "end").is_null().any())).item():
-        full = pl.all_horizontal(pl.col("global_tid", "start", "end").is_not_null())
-        kept = calls.select(full).to_series().to_numpy()
-        calls = calls.filter(full)
+    # only the calls of threads with ranges (those of a thread with none would only be sorted
+    # and searched): the rows of `calls` kept, where some are left out
+    kept: np.ndarray | None = None
+    useful = (
+        pl.col("global_tid").is_in(ranges["global_tid"].unique().implode())
+        & pl.all_horizontal(pl.col("start", "end").is_not_null())
+    ).fill_null(False)
+    if not calls.select(useful.all()).item():
+        kept = calls.select(useful).to_series().to_numpy()
+        calls = calls.filter(useful)
     nr = ranges.height
     tid = np.concatenate([ranges["global_tid"].to_numpy(), calls["global_tid"].to_numpy()])
     start = np.concatenate([ranges["start"].to_numpy(), calls["start"].to_numpy()])
@@ -1233,12 +1238,10 @@ def _enclosing_any(ranges: pl.DataFrame, calls: pl.DataFrame, held: np.ndarray |
     try:
         q, p = containment.earlier_holders(y, np.flatnonzero(~call_at), asks, limit)
     except containment.TooMany as e:
-        mine = np.zeros(calls.height, dtype=np.int64)
-        mine[order[asks] - nr] = e.counts
         assert held is not None
-        if kept is not None:
-            held = held[kept]
-        total = held + mine
+        total = held.copy()  # every call's pairs, whether kept here or not
+        at = order[asks] - nr
+        total[at if kept is None else np.flatnonzero(kept)[at]] += e.counts
         raise TooManyPairs(int(total.sum()), pair_limit(), int(total.max())) from None
     del y, call_at
     call, rng = order[q] - nr, order[p]
