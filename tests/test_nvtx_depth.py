@@ -131,6 +131,41 @@ def test_start_end_ranges_left_open_are_paired_exactly_or_refused_too(tmp_path):
     assert said.count(f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows") == 2
 
 
+def test_kernels_under_start_end_ranges_left_open_answer_within_the_budget_or_say_why(tmp_path):
+    """`kview kernels` on a range started in a loop and never ended: every later kernel lies in
+    every earlier one. Within the memory budget each path is SQLite's ranges around the launch;
+    past it one line that names the pairs, not a run out of memory."""
+    depth = 1000
+    t = make(tmp_path / "open.sqlite", depth)
+    con = sqlite3.connect(t)
+    with con:
+        con.execute("UPDATE NVTX_EVENTS SET eventType = 60 WHERE textId = 1")
+    # per launch (by correlation): the started ranges at or before it, and the pushed one around it
+    around = con.execute(
+        "SELECT r.correlationId, (SELECT count(*) FROM NVTX_EVENTS n WHERE n.eventType = 60 AND n.start <= r.start),"
+        " (SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59"
+        " AND n.start <= r.start AND n.end >= r.end) FROM CUPTI_ACTIVITY_KIND_RUNTIME r"
+    ).fetchall()
+    con.close()
+    r = kview_here("kernels", t, "-f", "csv", "--no-cache")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    k = pl.read_csv(r.stdout.encode(), infer_schema_length=0)
+    got = dict(zip(k["Correlation"].cast(pl.Int64), k["NVTX Path"]))
+    assert len(got) == len(around) == depth
+    for corr, started, pushed in around:
+        assert got[corr] == " > ".join(["leak"] * started + [pushed]), corr
+    # each user range with the started ranges around it (itself too): i + 1 for the i-th of
+    # each name; the line says so before any pair is made
+    pairs = sum(2 * (i + 1) for i in range(depth))
+    small = kview_here("kernels", t, "-f", "csv", "--no-cache", env={"KVIEW_MAX_MEMORY": "256M"})
+    limit = (256 << 20) // nv.PAIR_BYTES
+    assert (small.returncode, small.stdout) == (2, "")
+    assert small.stderr == (
+        f"kview: {t}: nests NVTX ranges {depth:,} deep, so pairing each kernel with every range around it "
+        f"takes {pairs:,} rows, more than the {limit:,} the memory budget allows (--max-memory)\n"
+    )
+
+
 def test_a_report_refused_for_the_memory_budget_is_not_kept_in_the_cache(tmp_path):
     t = make(tmp_path / "d300.sqlite", 300)
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}

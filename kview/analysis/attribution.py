@@ -16,6 +16,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.categories import name_categories
 from kview.derived import derived
+from kview.errors import TraceError
 from kview.io.schema import PID_MASK
 from kview.io.sqlite_source import read_threads, return_freed_memory
 from kview.trace import Trace
@@ -650,7 +652,7 @@ def _user_paths(trace: Trace, texts: bool) -> pl.DataFrame:
         )
     se = users.filter(pl.col("style") != "PushPop")
     if se.height:
-        parts.append(nv._enclosing_any(se, selves).with_columns(pl.lit(0, dtype=pl.Int64).alias("elided")))
+        parts.append(_held_by(trace.path, se, selves).with_columns(pl.lit(0, dtype=pl.Int64).alias("elided")))
     if not texts:  # the same ranges (every one with a level found), their texts not made
         out = pl.concat(parts).select(pl.col("call_id").unique(maintain_order=True))
         return _in_phases(users, selves, out).rename({"call_id": "uid"})
@@ -700,6 +702,16 @@ def _user_paths(trace: Trace, texts: bool) -> pl.DataFrame:
     out = _in_phases(users, selves, out)
     out = out.join(layers, on="call_id", how="left").with_columns(pl.col("layer").fill_null(""))
     return out.rename({"call_id": "uid"})
+
+
+def _held_by(path: Path, ranges: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """nv._enclosing_any(ranges, calls) (start/end ranges), its pairs counted first against the
+    memory budget: ranges started in a loop and never ended hold every later call, pairs that
+    grow with the square of the loop. Past the budget, one line on the trace instead."""
+    try:
+        return nv._enclosing_any(ranges, calls, np.zeros(calls.height, dtype=np.int64))
+    except nv.TooManyPairs as e:
+        raise TraceError(path, str(e)) from None
 
 
 def _in_phases(users: pl.DataFrame, selves: pl.DataFrame, out: pl.DataFrame) -> pl.DataFrame:
@@ -770,6 +782,7 @@ class _Kinds:
             self.seq = seq.scatter(labels["name_code"], labels["seq"]) if labels.height else seq
         ranges = nv.projection_ranges(trace)
         self.loose = ranges.filter(pl.col("style") != "PushPop").select("id", "global_tid", "start", "end", "name_code")
+        self.path = trace.path  # named in _held_by's line
         self.labels = labels
 
     def placed(self, inner: np.ndarray, keys: frozenset[str] | None = None) -> dict[str, np.ndarray]:
@@ -910,7 +923,7 @@ class _Kinds:
         # start/end ranges around the call as well: the one that starts later (earlier, for the
         # outermost) wins, as nv.around()
         outermost = key == "fop"
-        se = nv._enclosing_any(loose, calls).join(loose.select("id", "name_code", "start", "end"), on="id")
+        se = _held_by(self.path, loose, calls).join(loose.select("id", "name_code", "start", "end"), on="id")
         both = pl.concat(
             [
                 got.select("call_id", "id", "name_code", "start", "end"),
