@@ -295,6 +295,24 @@ def test_ranges_placed_by_their_threads_preorder_as_by_a_search_of_roots(path, m
     assert fast[0].equals(searched[0]) and fast[1].equals(searched[1])
 
 
+def test_the_tree_made_in_slices_on_threads_equals_the_tree_made_in_one_piece(monkeypatch):
+    """The ranges' parents (Nesting.frame), the keys and ids of each level's paths (_path_ids)
+    and the windows' GPU time (gpu_time_in) found a few rows at a time on threads, as a large
+    trace's are: the tree and its windows the same."""
+    from kview.analysis import gpu_time, summary_stats
+    from kview.analysis import nvtx_ranges as nv
+    from kview.analysis import nvtx_tree as nt
+
+    whole = nt.paths_and_windows(open_trace(LM, use_cache=False))
+    monkeypatch.setattr(nv, "GATHER_ROWS", 7)
+    monkeypatch.setattr(gpu_time, "WINDOWS_PER_SLICE", 5)
+    monkeypatch.setattr(nt, "LEVEL_ROWS", 3)
+    monkeypatch.setattr(summary_stats, "SMALL_ROWS", 2)
+    sliced = nt.paths_and_windows(open_trace(LM, use_cache=False))
+    assert whole[1].height > 1000 and whole[0]["GPU (ns)"].sum() > 0 and whole[0]["parent_id"].null_count() > 0
+    assert whole[0].equals(sliced[0]) and whole[1].equals(sliced[1])
+
+
 @pytest.mark.parametrize("path", [LM, KINETO / "triton_example__triton_example.json.gz"])
 def test_paths_counted_by_path_id_as_by_a_group_by(path, monkeypatch):
     """Each path's instances, CPU time, parent, label and first instance, counted by path id

@@ -25,6 +25,7 @@ import polars as pl
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
+from kview.analysis.summary_stats import at_once, in_slices, small_blocks
 from kview.derived import derived, frames
 from kview.trace import Trace
 
@@ -42,6 +43,8 @@ SCHEMA = {
     "_first_end": pl.Int64,
     "_first_tid": pl.Int64,
 }
+LEVEL_ROWS = 1 << 18  # ranges of a level _path_ids keys (and numbers) on one thread at a time
+LEVEL_THREADS = 8
 WINDOWS = pl.Schema({"path_id": pl.Int64, "start": pl.Int64, "end": pl.Int64})
 
 
@@ -59,6 +62,45 @@ def _rows_of(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     at = np.minimum(np.searchsorted(ids, wanted, sorter=order), ids.size - 1)
     found = order[at]
     return np.where(ids[found] == wanted, found, -1)
+
+
+def _number_level(
+    rows: np.ndarray, prev_depth: object, of: tuple[np.ndarray, np.ndarray, np.ndarray, int], out: tuple, next_id: int
+) -> int:
+    """_path_ids' numbering of one level, the ranges `rows` (`prev_depth`: the level before's
+    depth, None at the first): their path ids from `next_id` and their parents' written into
+    `out` (pid, parent_pid); `of`: (up, depth, lc, labels). Its count of paths."""
+    up, depth, lc, labels = of
+    pid, parent_pid = out
+    ppid = np.empty(rows.size, dtype=np.int64)
+    key = np.empty(rows.size, dtype=np.int64)
+
+    def keyed(lo: int, hi: int) -> None:
+        for a, b in small_blocks(lo, hi):
+            if prev_depth is None:
+                ppid[a:b] = -1
+            else:
+                p = up[rows[a:b]]
+                safe = np.maximum(p, 0)
+                ppid[a:b] = np.where((p >= 0) & (depth[safe] == prev_depth), pid[safe], -1)
+            np.multiply(ppid[a:b] + 1, labels, out=key[a:b])
+            key[a:b] += lc[rows[a:b]]
+            key[a:b] += 1
+
+    def put(lo: int, hi: int) -> None:
+        for a, b in small_blocks(lo, hi):
+            pid[rows[a:b]] = number[a:b] + next_id
+            parent_pid[rows[a:b]] = ppid[a:b]
+
+    # the gathers and scatters in slices on threads (the numbering, one sort, stays whole): they
+    # were one core's 0.5 s of the dense trace's 5.7M ranges
+    parts = -(-rows.size // LEVEL_ROWS)
+    bounds = [(rows.size * i // parts, rows.size * (i + 1) // parts) for i in range(parts)]
+    in_slices(keyed, bounds, LEVEL_THREADS)
+    keys, number = np.unique(key, return_inverse=True)
+    number = number.reshape(-1)
+    in_slices(put, bounds, LEVEL_THREADS)
+    return int(keys.size)
 
 
 def _path_ids(r: pl.DataFrame, up: np.ndarray | None = None) -> tuple[pl.Series, pl.Series]:
@@ -92,16 +134,7 @@ def _path_ids(r: pl.DataFrame, up: np.ndarray | None = None) -> tuple[pl.Series,
     next_id = 0
     prev_depth = None
     for rows in np.split(by_depth, cuts) if n else ():
-        if prev_depth is None:
-            ppid = np.full(rows.size, -1, dtype=np.int64)
-        else:
-            p = up[rows]
-            safe = np.maximum(p, 0)
-            ppid = np.where((p >= 0) & (depth[safe] == prev_depth), pid[safe], -1)
-        keys, number = np.unique((ppid + 1) * labels + lc[rows] + 1, return_inverse=True)
-        pid[rows] = number.reshape(-1) + next_id
-        parent_pid[rows] = ppid
-        next_id += keys.size
+        next_id += _number_level(rows, prev_depth, (up, depth, lc, labels), (pid, parent_pid), next_id)
         prev_depth = depth[rows[0]]
     return (
         pl.Series("pid", pid, dtype=pl.Int64),
@@ -250,8 +283,7 @@ def _merge(windows: pl.DataFrame) -> pl.DataFrame:
     ends = np.subtract(e, lo, dtype=np.int64)
     ends |= starts
     starts |= np.subtract(s, lo, dtype=np.int64)
-    starts.sort()
-    ends.sort()
+    at_once([starts.sort, ends.sort], 2)  # two cores' sorts (numpy's sort releases the GIL)
     path = starts >> bits
     starts &= (1 << bits) - 1
     ends &= (1 << bits) - 1
@@ -434,31 +466,34 @@ def _per_path(r: pl.DataFrame, n: int) -> pl.DataFrame | None:
     # float sums of integers: exact while every partial sum stays below 2**53
     if float(np.abs(dur).sum(dtype=np.float64)) >= 2.0**52:
         return None
+
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, pid, start)
     rows = np.flatnonzero(start == first[pid])
-    at = pid[rows]
     if rows.size != n:  # a path with two instances at its first start: the group-by's pick
         return None
+    at = pid[rows]  # the path of each first instance: every path once
 
-    def by_path(values: np.ndarray, where: np.ndarray = pid) -> np.ndarray:
+    def by_path(column: str) -> np.ndarray:
+        """`column` of each path's first instance, by path: its parent, label and depth are any
+        instance's (a path's worth of rows gathered, not every range's scattered)."""
+        values = r[column].gather(rows).fill_null(-1).to_numpy()
         out = np.empty(n, dtype=values.dtype)
-        out[where] = values
+        out[at] = values
         return out
 
-    parent = by_path(r["parent_pid"].fill_null(-1).to_numpy())
-    lc = by_path(r["lc"].fill_null(-1).to_numpy())
+    parent, lc = by_path("parent_pid"), by_path("lc")
     return pl.DataFrame(
         {
             "pid": np.arange(n, dtype=np.int64),
             "parent_pid": pl.Series(parent, dtype=pl.Int64).set(pl.Series(parent < 0), None),
             "lc": pl.Series(lc, dtype=pl.Int64).set(pl.Series(lc < 0), None),
-            "depth": by_path(r["depth"].to_numpy()),
+            "depth": by_path("depth"),
             "Instances": np.bincount(pid, minlength=n).astype(np.uint32),
             "CPU (ns)": np.bincount(pid, weights=dur, minlength=n).astype(np.int64),
             "_first_start": first,
-            "_first_end": by_path(end[rows], at),
-            "_first_tid": by_path(r["global_tid"].to_numpy()[rows], at),
+            "_first_end": by_path("end"),
+            "_first_tid": by_path("global_tid"),
         },
         schema={
             **r.select("pid", "parent_pid", "lc", "depth").schema,
@@ -490,9 +525,6 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     del tree
     r = r.with_columns(*_path_ids(r, up))
     del up
-    # a path's GPU time counts each op launched inside any of its instances once: the instances'
-    # windows merged first (a range re-entered while open, or open on two threads at once)
-    windows = _merge(r.select(pl.col("pid").alias("path_id"), "start", "end"))
     paths_n = int(r["pid"].to_numpy().max()) + 1
     g = _per_path(r, paths_n)
     if g is None:
@@ -511,16 +543,19 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
             )
             .sort("pid")  # every path id once: a row's path id is its row
         )
-    # the ranges' rows (0.4 GB on dense_x25) go before the GPU time's searches and the paths'
-    # texts, which read the windows and the paths only
+    # a path's GPU time counts each op launched inside any of its instances once: the instances'
+    # windows merged first (a range re-entered while open, or open on two threads at once), once
+    # the counts are made and the ranges' other columns (0.25 GB on dense_x25) have gone
+    ranges = r.select(pl.col("pid").alias("path_id"), "start", "end")
     del r
+    windows = _merge(ranges)
+    del ranges
     gpu, kern = gpu_time_in(trace, windows["start"].to_numpy(), windows["end"].to_numpy())
     # per path, indexed by path id (the paths are numbered 0 .. n-1): float sums of integers,
     # exact below 2**53 ns (a path's windows are disjoint: its GPU time is at most the trace's)
     at = windows["path_id"].to_numpy()
     gpu = np.bincount(at, weights=gpu, minlength=paths_n).astype(np.int64)
     kern = np.bincount(at, weights=kern, minlength=paths_n).astype(np.int64)
-    del at
     g = g.with_columns(
         pl.Series("GPU (ns)", gpu, dtype=pl.Int64),
         pl.Series("GPU ops", kern, dtype=pl.Int64),
