@@ -133,3 +133,59 @@ def thread_end_rank(tid: np.ndarray, end: np.ndarray) -> np.ndarray:
     rank = np.empty(len(tid), dtype=np.int64)
     rank[by_end] = np.cumsum(new)
     return rank
+
+
+def tightest_holders(tid: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per row: the row of its parent, -1 for none, where intervals of a thread may overlap.
+
+    nsys's parent is the interval of the same thread that holds the child (starts no later, ends
+    no earlier) with the smallest (c.start - p.start) + (p.end - c.end): the shortest one. Of
+    equally short ones the one that starts last is taken, and of two with equal bounds only the
+    one with the smaller id holds the other: intervals with the same bounds are then a chain in
+    id order, as a push/pop nesting makes them, and none is a parent of its own parent (nsys
+    breaks its ties in the order rows come, where two ranges with the same bounds can name each
+    other, and neither is then at any level). An interval that holds another comes before it in
+    (thread, start, longer first, id) order: the parents are the shortest earlier intervals that
+    end no earlier (earlier_min). A range named twice (its domain created on two threads) is two
+    rows of one id: neither is the other's parent, each has the first one's."""
+    order = np.lexsort((ids, -end, start, tid))
+    # the rows of one id are next to each other in this order
+    twin = np.flatnonzero(ids[order][1:] == ids[order][:-1]) + 1
+    if twin.size:
+        run = np.arange(len(order))
+        run[twin] = 0
+        head = np.empty(len(order), dtype=np.int64)
+        head[order] = order[np.maximum.accumulate(run)]  # per row: the first row of its id
+        keep = np.ones(len(ids), dtype=bool)
+        keep[order[twin]] = False
+        kept = np.flatnonzero(keep)
+        once = tightest_holders(tid[keep], start[keep], end[keep], ids[keep])
+        of_kept = np.where(once >= 0, kept[np.maximum(once, 0)], -1)  # in rows of all
+        return of_kept[(np.cumsum(keep) - 1)[head]]
+    n = len(ids)
+    y = thread_end_rank(tid, end)
+    # each interval's place among all by length, then latest start, then largest id: the
+    # smallest place among an interval's holders is its parent
+    by_length = np.lexsort((-ids, -start, end - start))
+    place = np.empty(n, dtype=np.int64)
+    place[by_length] = np.arange(n, dtype=np.int64)
+    best = earlier_min(y[order], place[order])
+    parent = np.full(n, -1, dtype=np.int64)
+    found = best != NONE
+    parent[order[found]] = by_length[best[found]]
+    return parent
+
+
+def levels_up(parent: np.ndarray) -> np.ndarray:
+    """Per row: how many ancestors it has, by its `parent` rows (-1 at a root; no cycle). Pointer
+    jumping: each round adds the count up to the row's farthest known ancestor and jumps there,
+    so the rounds are log2 of the depth."""
+    level = (parent >= 0).astype(np.int64)
+    up = parent.astype(np.int64, copy=True)
+    todo = np.flatnonzero(up >= 0)
+    while todo.size:
+        above = up[todo]
+        level[todo] += level[above]
+        up[todo] = up[above]
+        todo = todo[up[todo] >= 0]
+    return level

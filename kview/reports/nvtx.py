@@ -415,69 +415,20 @@ def range_parents(trace: Trace, ranges: pl.DataFrame) -> pl.DataFrame:
 
 
 def _parents_swept(r: pl.DataFrame) -> pl.DataFrame:
-    """id, parent and level of ranges on threads where they may overlap (start/end ranges).
-
-    nsys's parent is the range of the same thread that holds the child (starts no later, ends no
-    earlier) with the smallest (c.start - p.start) + (p.end - c.end): the shortest one. Of
-    equally short ones kview takes the one that starts last, and of two ranges with equal bounds
-    only the one with the smaller id holds the other: ranges with the same bounds are then a
-    chain in id order, as nest() makes them on threads that only push and pop, and no range is a
-    parent of its own parent (nsys breaks its ties in the order rows come, where two ranges with
-    the same bounds can name each other, and neither is then at any level). A range that holds
-    another comes before it in (thread, start, longer first, id) order: the parents are the
-    shortest earlier ranges that end no earlier (containment.earlier_min), and each range's
-    level the number of its ancestors."""
-    tid, start, end, ids = (r[c].to_numpy() for c in ("global_tid", "start", "end", "id"))
-    order = np.lexsort((ids, -end, start, tid))
-    # a range named twice (its domain created on two threads) is two rows of one id, next to
-    # each other in this order: neither is the other's parent, each has the first one's
-    twin = np.flatnonzero(ids[order][1:] == ids[order][:-1]) + 1
-    if twin.size:
-        run = np.arange(len(order))
-        run[twin] = 0
-        head = np.empty(len(order), dtype=np.int64)
-        head[order] = order[np.maximum.accumulate(run)]  # per row: the first row of its id
-        keep = np.ones(len(ids), dtype=bool)
-        keep[order[twin]] = False
-        once = _parents_swept(r.filter(pl.Series(keep)))
-        at = np.cumsum(keep) - 1  # each kept row's place among them
-        return pl.DataFrame([r["id"], *once.select("parent", "level")[at[head]].get_columns()])
-    n = r.height
-    y = containment.thread_end_rank(tid, end)
-    # each range's place among all by length, then latest start, then largest id: the
-    # smallest place among a range's holders is its parent
-    by_length = np.lexsort((-ids, -start, end - start))
-    place = np.empty(n, dtype=np.int64)
-    place[by_length] = np.arange(n, dtype=np.int64)
-    best = containment.earlier_min(y[order], place[order])
-    parent = np.full(n, -1, dtype=np.int64)
-    found = best != containment.NONE
-    parent[order[found]] = by_length[best[found]]
-    level = _levels_up(parent)
+    """id, parent and level of ranges on threads where they may overlap (start/end ranges):
+    nsys's tightest enclosing range (containment.tightest_holders), and each range's level the
+    number of its ancestors."""
+    ids = r["id"].to_numpy()
+    parent = containment.tightest_holders(r["global_tid"].to_numpy(), r["start"].to_numpy(), r["end"].to_numpy(), ids)
     return pl.DataFrame(
         [
             r["id"],
             pl.Series("parent", ids[np.maximum(parent, 0)], dtype=r.schema["id"]).scatter(
                 np.flatnonzero(parent < 0), None
             ),
-            pl.Series("level", level, dtype=pl.Int64),
+            pl.Series("level", containment.levels_up(parent), dtype=pl.Int64),
         ]
     )
-
-
-def _levels_up(parent: np.ndarray) -> np.ndarray:
-    """Per row: how many ancestors it has, by its `parent` rows (-1 at a root; no cycle). Pointer
-    jumping: each round adds the count up to the row's farthest known ancestor and jumps there,
-    so the rounds are log2 of the depth."""
-    level = (parent >= 0).astype(np.int64)
-    up = parent.copy()
-    todo = np.flatnonzero(up >= 0)
-    while todo.size:
-        above = up[todo]
-        level[todo] += level[above]
-        up[todo] = up[above]
-        todo = todo[up[todo] >= 0]
-    return level
 
 
 def _with_nesting(trace: Trace, ranges: pl.DataFrame, proj: pl.DataFrame) -> pl.DataFrame:
