@@ -22,6 +22,7 @@ from typing import TypeGuard
 import numpy as np
 import polars as pl
 
+from kview.analysis import containment
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
@@ -384,11 +385,52 @@ def _repeats(moved: pl.DataFrame, n: int) -> bool:
     return bool(pos.size) and int(np.bincount(pos, minlength=n).max()) > 1
 
 
-def _placed(trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None) -> tuple[pl.DataFrame, np.ndarray | None]:
+def _uncrossed(nesting: nv.Nesting, tree: pl.DataFrame, crossing: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
+    """`tree` (nesting's frame) and the parents' rows with the ranges of the threads `crossing`
+    (whose push/pop ranges do not nest: a range never popped crosses those around it) under
+    their tightest enclosing range on their thread, nsys's parent, as the NVTX reports take
+    them; depths follow. Their push/pop nesting's parents are not ranges around them."""
+    spans = [nesting.threads[int(t)] for t in crossing]
+    rows = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
+    part = tree.select("global_tid", "start", "end", "id")[rows]
+    ids = part["id"].to_numpy()
+    # a thread's rows are one span of the tree: its ranges' parents are among them
+    parent = containment.tightest_holders(
+        part["global_tid"].to_numpy(), part["start"].to_numpy(), part["end"].to_numpy(), ids
+    )
+    up = nesting.parent.astype(np.int64, copy=True)
+    up[rows] = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
+    parent_id = pl.Series("parent", ids[np.maximum(parent, 0)], dtype=tree.schema["parent"])
+    return tree.with_columns(
+        tree["depth"].scatter(rows, pl.Series(containment.levels_up(parent), dtype=tree.schema["depth"])),
+        tree["parent"].scatter(rows, parent_id.set(pl.Series(parent < 0), None)),
+    ), up
+
+
+def _chain_roots(other: pl.DataFrame, up: np.ndarray) -> pl.DataFrame:
+    """`other` (pos, id) with `root`: the id of the top-level range above each range by its
+    parents' rows `up` (pointer jumping), where the last root before a range in preorder need
+    not be its own (ranges that cross)."""
+    top = up.astype(np.int64, copy=True)
+    todo = np.flatnonzero(top >= 0)
+    while todo.size:
+        above = top[todo]
+        ok = top[above] >= 0
+        top[todo[ok]] = top[above[ok]]
+        todo = todo[ok]
+    pos = other["pos"].to_numpy()
+    root = np.where(top[pos] >= 0, top[pos], pos)
+    return other.with_columns(other["id"].gather(_rows_of(pos, root)).alias("root"))
+
+
+def _placed(
+    trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None, crossing: np.ndarray | None = None
+) -> tuple[pl.DataFrame, np.ndarray | None]:
     """`tree` with the ranges of threads without user ranges moved under the user range open
     (in the same process) when their top-level range began; depths follow. With `up`, the
     row of each range's parent in `tree` (-1 at a root), also those rows after the move where
-    they are known (else None): the path ids then need no search of the ranges' ids."""
+    they are known (else None): the path ids then need no search of the ranges' ids.
+    `crossing`: threads whose parents are their tightest enclosing ranges (_uncrossed)."""
     user = tree["name_code"].is_in(nv.user_codes(trace)["name_code"].implode()).fill_null(False)
     users = tree.filter(user)
     user_threads = users["global_tid"].unique().implode()
@@ -415,7 +457,13 @@ def _placed(trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None) -> t
         pl.col("id").alias("new_parent"),
         pl.Series("pdepth", depth.to_numpy()[np.maximum(at, 0)], dtype=depth.dtype).set(pl.Series(at < 0), None),
     )
-    fast = _preorder(other)
+    chained = (
+        crossing is not None
+        and len(crossing) > 0
+        and up is not None
+        and bool(other["global_tid"].is_in(pl.Series(crossing, dtype=other.schema["global_tid"]).implode()).any())
+    )
+    fast = not chained and _preorder(other)
     if fast and found["root"].n_unique() == found.height:
         # each root under at most one user range: the moves by row, numpy gathers through the
         # index of each row's root among the roots (a join of the rows on their roots, and a
@@ -425,7 +473,10 @@ def _placed(trace: Trace, tree: pl.DataFrame, up: np.ndarray | None = None) -> t
             up = up.copy()
             up[root_pos] = new_up
         return tree.with_columns(depth.scatter(pos, new_depth), tree["parent"].scatter(root_pos, new_parent)), up
-    moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
+    if chained and up is not None:  # a range's root ends its chain of parents, not the last root before it
+        moved = _moved(_chain_roots(other, up), found)
+    else:
+        moved = _moved(_in_preorder(other) if fast else _by_search(other, roots), found)
     repeated = _repeats(moved, tree.height)
     if fast and repeated:
         # a range under two user ranges: its rows repeat, in the order of the rows by start
@@ -506,7 +557,7 @@ def _per_path(r: pl.DataFrame, n: int) -> pl.DataFrame | None:
     )
 
 
-@derived(key="nvtx_tree", version="2", persist=True, codec=frames("paths", "windows"))
+@derived(key="nvtx_tree", version="3", persist=True, codec=frames("paths", "windows"))
 def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(path_table, path_windows): see those two. Kept in the frame cache: a reopen reads the
     tree back instead of nesting every range again."""
@@ -516,7 +567,12 @@ def paths_and_windows(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     nesting = nv.projection_nesting(trace)
     if len(nesting.depth) == 0:
         return empty
-    tree, up = _placed(trace, nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"]), nesting.parent)
+    tree = nesting.frame(["id", "start", "end", "global_tid", "style", "name_code"])
+    up: np.ndarray | None = nesting.parent
+    crossing = nesting.crossing_threads
+    if len(crossing):
+        tree, up = _uncrossed(nesting, tree, crossing)
+    tree, up = _placed(trace, tree, up, crossing)
     distinct, short_of = nv.short_labels(trace)
     names = distinct["short"]  # by label code
     code = pl.col("name_code")
