@@ -54,8 +54,9 @@ def _trace_flags(defaults: bool) -> argparse.ArgumentParser:
         "--max-memory",
         default=d(None),
         metavar="SIZE",
-        help="memory a JSON trace may take while it is decoded (e.g. 8G; default: KVIEW_MAX_MEMORY, else the "
-        "memory available); a larger .json or .json.gz is refused",
+        help="memory kview may plan for (e.g. 8G; default: KVIEW_MAX_MEMORY, else the memory available: the "
+        "least of the system's, the memory cgroup's and ulimit -v's); a JSON trace, or NVTX nested so deep "
+        "that pairing its ranges needs more, is refused",
     )
     return p
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -95,7 +97,69 @@ def test_default_budget_is_the_memory_available(monkeypatch):
     avail = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable:"))
     limit, why = memory_budget.json_text_limit()
     assert why == "the memory available"
-    assert abs(limit * 4 - avail) < 0.2 * avail
+    assert limit * 4 <= 1.2 * avail
+    if memory_budget.cgroup_room() is None and memory_budget.address_space_room() is None:
+        assert abs(limit * 4 - avail) < 0.2 * avail
+
+
+def test_an_address_space_limit_bounds_the_budget():
+    """Under `ulimit -v` the budget is what the limit leaves, not the host's free memory: a
+    process given 512 MiB beyond the address space it holds has at most that."""
+    code = (
+        "import resource\n"
+        "held = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmSize:'))\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (held + (512 << 20), hard))\n"
+        "from kview.io import memory_budget\n"
+        "print(memory_budget.available(), memory_budget.system_available())\n"
+    )
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc/self/status")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    got, system = map(int, out.split())
+    assert 0 < got <= 512 << 20 < system  # the import's own mappings come out of the 512 MiB
+
+
+def _write(folder, files: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+def test_a_memory_cgroup_bounds_the_budget(tmp_path):
+    """A container's or batch job's memory cgroup: its limit less its usage, the file cache it
+    may drop given back, the tightest of the cgroup and those above it; none without a limit.
+    The files as the kernel writes them, v2 and v1."""
+    v2 = tmp_path / "v2"
+    _write(v2, {"memory.max": "max\n"})
+    _write(
+        v2 / "job",
+        {
+            "memory.max": "2147483648\n",
+            "memory.current": "1073741824\n",
+            "memory.stat": "anon 805306368\nfile 268435456\ninactive_file 268435456\n",
+        },
+    )
+    _write(v2 / "job" / "step", {"memory.max": "max\n", "memory.current": "1000000000\n"})
+    (tmp_path / "in_v2").write_text("0::/job/step\n")
+    assert memory_budget.cgroup_room(v2, tmp_path / "in_v2") == (2 << 30) - (1 << 30) + (256 << 20)
+
+    v1 = tmp_path / "v1"
+    _write(
+        v1 / "memory",
+        {
+            "memory.limit_in_bytes": "3221225472\n",
+            "memory.usage_in_bytes": "1073741824\n",
+            "memory.stat": "cache 0\ntotal_inactive_file 0\n",
+        },
+    )
+    _write(v1 / "memory" / "a", {"memory.limit_in_bytes": "9223372036854771712\n", "memory.usage_in_bytes": "5\n"})
+    (tmp_path / "in_v1").write_text("5:devices:/a\n4:memory:/a\n0::/\n")
+    assert memory_budget.cgroup_room(v1, tmp_path / "in_v1") == 2 << 30
+
+    (tmp_path / "free").write_text("4:memory:/a\n")
+    _write(v1 / "memory", {"memory.limit_in_bytes": "9223372036854771712\n"})
+    assert memory_budget.cgroup_room(v1, tmp_path / "free") is None
 
 
 def test_a_budget_given_to_one_command_goes_with_it(monkeypatch, capsys):
