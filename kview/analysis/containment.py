@@ -176,16 +176,18 @@ def tightest_holders(tid: np.ndarray, start: np.ndarray, end: np.ndarray, ids: n
     return parent
 
 
-def levels_up(parent: np.ndarray) -> np.ndarray:
-    """Per row: how many ancestors it has, by its `parent` rows (-1 at a root; no cycle). Pointer
-    jumping: each round adds the count up to the row's farthest known ancestor and jumps there,
-    so the rounds are log2 of the depth."""
+def ancestry(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, by its `parent` rows (-1 at a root; no cycle): how many ancestors it has, and the
+    row of its root (its own at a root). Pointer jumping: each round adds the count up to the
+    row's farthest known ancestor and jumps there, so the rounds are log2 of the depth."""
     level = (parent >= 0).astype(np.int64)
     up = parent.astype(np.int64, copy=True)
+    top = np.where(up >= 0, up, np.arange(len(up), dtype=np.int64))  # the ancestor `level` rows up
     todo = np.flatnonzero(up >= 0)
     while todo.size:
         above = up[todo]
         level[todo] += level[above]
+        top[todo] = top[above]
         up[todo] = up[above]
         todo = todo[up[todo] >= 0]
-    return level
+    return level, top

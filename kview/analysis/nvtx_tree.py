@@ -402,25 +402,18 @@ def _uncrossed(nesting: nv.Nesting, tree: pl.DataFrame, crossing: np.ndarray) ->
     up[rows] = np.where(parent >= 0, rows[np.maximum(parent, 0)], -1)
     parent_id = pl.Series("parent", ids[np.maximum(parent, 0)], dtype=tree.schema["parent"])
     return tree.with_columns(
-        tree["depth"].scatter(rows, pl.Series(containment.levels_up(parent), dtype=tree.schema["depth"])),
+        tree["depth"].scatter(rows, pl.Series(containment.ancestry(parent)[0], dtype=tree.schema["depth"])),
         tree["parent"].scatter(rows, parent_id.set(pl.Series(parent < 0), None)),
     ), up
 
 
 def _chain_roots(other: pl.DataFrame, up: np.ndarray) -> pl.DataFrame:
     """`other` (pos, id) with `root`: the id of the top-level range above each range by its
-    parents' rows `up` (pointer jumping), where the last root before a range in preorder need
-    not be its own (ranges that cross)."""
-    top = up.astype(np.int64, copy=True)
-    todo = np.flatnonzero(top >= 0)
-    while todo.size:
-        above = top[todo]
-        ok = top[above] >= 0
-        top[todo[ok]] = top[above[ok]]
-        todo = todo[ok]
+    parents' rows `up`, where the last root before a range in preorder need not be its own
+    (ranges that cross)."""
+    _, top = containment.ancestry(up)
     pos = other["pos"].to_numpy()
-    root = np.where(top[pos] >= 0, top[pos], pos)
-    return other.with_columns(other["id"].gather(_rows_of(pos, root)).alias("root"))
+    return other.with_columns(other["id"].gather(_rows_of(pos, top[pos])).alias("root"))
 
 
 def _placed(

@@ -426,7 +426,7 @@ def _parents_swept(r: pl.DataFrame) -> pl.DataFrame:
             pl.Series("parent", ids[np.maximum(parent, 0)], dtype=r.schema["id"]).scatter(
                 np.flatnonzero(parent < 0), None
             ),
-            pl.Series("level", containment.levels_up(parent), dtype=pl.Int64),
+            pl.Series("level", containment.ancestry(parent)[0], dtype=pl.Int64),
         ]
     )
 
