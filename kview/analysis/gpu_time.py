@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis.attribution import gpu_ops, launched_ops
-from kview.analysis.summary_stats import in_slices, small_blocks
+from kview.analysis.summary_stats import even_bounds, in_slices, small_blocks
 from kview.derived import derived
 from kview.io.schema import PID_MASK
 from kview.trace import Trace
@@ -59,8 +59,7 @@ def gpu_time_in(
 
     # in slices on threads: the NVTX tree's 5.7M windows on dense_x25 were 0.5 s of one core
     # (numpy's searches and gathers release the GIL)
-    parts = -(-n // WINDOWS_PER_SLICE)
-    in_slices(part, [(n * i // parts, n * (i + 1) // parts) for i in range(parts)], SEARCH_THREADS)
+    in_slices(part, even_bounds(n, -(-n // WINDOWS_PER_SLICE)), SEARCH_THREADS)
     return gpu, count
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from kview.analysis import containment
-from kview.analysis.summary_stats import in_slices
+from kview.analysis.summary_stats import even_bounds, in_slices
 from kview.derived import Codec, derived
 from kview.io.kineto_reader import MODULE_DOMAIN
 from kview.io.memory_budget import budget
@@ -374,7 +374,7 @@ def _row_hash(frame: pl.DataFrame) -> pl.Series:
                 mine[:] = x
 
     parts = KEY_THREADS if n >= KEYS_APART else 1
-    in_slices(hashed, [(n * i // parts, n * (i + 1) // parts) for i in range(parts)], KEY_THREADS)
+    in_slices(hashed, even_bounds(n, parts), KEY_THREADS)
     return pl.Series("h", h)
 
 
@@ -947,8 +947,7 @@ class Nesting:
 
         # in slices on threads: five million ranges' random reads were 0.4 s of one core (the
         # slices allocate nothing: see summary_stats.small_blocks)
-        parts = -(-n // GATHER_ROWS)
-        in_slices(gathered, [(n * i // parts, n * (i + 1) // parts) for i in range(parts)], KEY_THREADS)
+        in_slices(gathered, even_bounds(n, -(-n // GATHER_ROWS)), KEY_THREADS)
         return r.with_columns(
             pl.Series("depth", self.depth, dtype=pl.Int64),
             pl.Series("parent", parent).cast(r.schema["id"]),

@@ -26,7 +26,7 @@ from kview.analysis import containment
 from kview.analysis import nvtx_ranges as nv
 from kview.analysis.attribution import ELIDED, PATH_HEAD, PATH_TAIL
 from kview.analysis.gpu_time import gpu_time_in, launch_timeline, merge_intervals
-from kview.analysis.summary_stats import at_once, in_slices, small_blocks
+from kview.analysis.summary_stats import at_once, even_bounds, in_slices, small_blocks
 from kview.derived import derived, frames
 from kview.trace import Trace
 
@@ -95,8 +95,7 @@ def _number_level(
 
     # the gathers and scatters in slices on threads (the numbering, one sort, stays whole): they
     # were one core's 0.5 s of the dense trace's 5.7M ranges
-    parts = -(-rows.size // LEVEL_ROWS)
-    bounds = [(rows.size * i // parts, rows.size * (i + 1) // parts) for i in range(parts)]
+    bounds = even_bounds(rows.size, -(-rows.size // LEVEL_ROWS))
     in_slices(keyed, bounds, LEVEL_THREADS)
     keys, number = np.unique(key, return_inverse=True)
     number = number.reshape(-1)

@@ -171,7 +171,7 @@ def sqlite_round(df: pl.DataFrame, cols: list[str], digits: int = 1) -> pl.DataF
     # a large frame's rows a slice per thread (numpy releases the GIL): one after another they
     # were one core's work (nvtx_sum's Time (%) of 5.6M names: 0.15-0.2 s)
     parts = 1 if n < ROUND_APART else ROUND_THREADS
-    bounds = [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
+    bounds = even_bounds(n, parts)
     for c in cols:
         col = df[c].cast(pl.Float64)
         x = col.to_numpy()  # NULL as NaN
@@ -370,6 +370,11 @@ def in_slices(each: Callable[[int, int], T], bounds: list[tuple[int, int]], thre
         return list(pool.map(each, *zip(*bounds)))
     finally:  # an error or Ctrl-C does not wait for the slices not yet begun
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def even_bounds(n: int, parts: int) -> list[tuple[int, int]]:
+    """The bounds of rows 0 .. n-1 cut into `parts` slices of nearly equal length (in_slices')."""
+    return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
 def small_blocks(lo: int, hi: int) -> Iterator[tuple[int, int]]:
